@@ -1,0 +1,88 @@
+// bench_matmul — GFLOP/s of pelab::matmul (engine path, output allocation included) next to a
+// direct cblas_sgemm into a preallocated buffer, for square float32 matrices on 2 threads. The two
+// are timed alternately in the same run after warm-up; each reports the median of its samples.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "pelab/pelab.h"
+
+namespace {
+
+double now_s() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+pelab::Tensor random_matrix(int64_t n, uint64_t seed) {
+  pelab::Generator g(seed);
+  std::vector<double> v(static_cast<size_t>(n * n));
+  for (double& x : v) x = g.normal();
+  return pelab::Tensor::from_vector(v, {n, n}, pelab::DType::Float32);
+}
+
+}  // namespace
+
+int main() {
+  const int threads = 2;
+  pelab::set_num_threads(threads);
+  std::printf("pelab matmul vs cblas_sgemm, float32, %d threads (median GFLOP/s)\n", threads);
+  std::printf("%6s %8s %12s %12s %8s %10s\n", "n", "reps", "pelab", "cblas", "ratio", "max|diff|");
+  bool ok = true;
+  for (int64_t n : {128, 512, 1024}) {
+    pelab::Tensor a = random_matrix(n, 1), b = random_matrix(n, 2);
+    std::vector<float> c(static_cast<size_t>(n * n));
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    const int ni = static_cast<int>(n);
+    auto run_cblas = [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, pa, ni, pb, ni, 0.0f,
+                  c.data(), ni);
+    };
+    pelab::Tensor out;
+    auto run_pelab = [&] { out = pelab::matmul(a, b); };
+
+    // Warm-up, then calibrate the calls per sample so that one sample takes ~20 ms.
+    const double flop = 2.0 * static_cast<double>(n) * n * n;
+    for (int w = 0; w < 3; ++w) {
+      run_cblas();
+      run_pelab();
+    }
+    double t0 = now_s();
+    for (int w = 0; w < 3; ++w) run_cblas();
+    const double one = std::max((now_s() - t0) / 3, 1e-7);
+    const int inner = std::max(1, static_cast<int>(0.02 / one));
+    const int reps = 15;
+    std::vector<double> tp, tc;
+    for (int r = 0; r < reps; ++r) {
+      t0 = now_s();
+      for (int i = 0; i < inner; ++i) run_pelab();
+      tp.push_back((now_s() - t0) / inner);
+      t0 = now_s();
+      for (int i = 0; i < inner; ++i) run_cblas();
+      tc.push_back((now_s() - t0) / inner);
+    }
+    const double gp = flop / median(tp) * 1e-9, gc = flop / median(tc) * 1e-9;
+    double diff = 0;
+    const float* po = out.data<float>();
+    for (int64_t i = 0; i < n * n; ++i) diff = std::max(diff, std::fabs(double(po[i]) - c[i]));
+    const double ratio = gp / gc;
+    std::printf("%6lld %8d %12.1f %12.1f %8.3f %10.2e\n", static_cast<long long>(n), reps * inner,
+                gp, gc, ratio, diff);
+    if (n >= 512 && ratio < 0.95) ok = false;
+    if (diff > 1e-3 * std::sqrt(static_cast<double>(n))) ok = false;
+  }
+  std::printf("%s\n", ok ? "OK: engine within 5% of cblas at n >= 512"
+                         : "WARNING: engine slower than 95% of cblas at n >= 512 (or wrong)");
+  return 0;
+}

@@ -1,0 +1,90 @@
+// data/batch.h - batching of examples into padded row-major id arrays (the trainer turns them into
+// tensors): encoder-decoder, decoder-only and language-model layouts, plus length bucketing.
+// Padding uses Vocab::kPad in id arrays and 0 in masks; the trainer maps padded targets to
+// "ignore".
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/lm.h"
+#include "data/tasks.h"
+
+namespace pelab::data {
+
+// Encoder-decoder batch. Row b:
+//   src     = src_b + [eos]          (encoder input; the eos marks the end of the source)
+//   tgt_in  = [bos] + tgt_b          (decoder input, teacher forcing)
+//   tgt_out = tgt_b + [eos]          (decoder targets)
+// S = max |src_b| + 1, T = max |tgt_b| + 1. Masks are 1 on real tokens, 0 on padding.
+struct Seq2SeqBatch {
+  int64_t B = 0, S = 0, T = 0;
+  std::vector<int64_t> src;       // [B, S]
+  std::vector<uint8_t> src_mask;  // [B, S]
+  std::vector<int64_t> tgt_in;    // [B, T]
+  std::vector<int64_t> tgt_out;   // [B, T]
+  std::vector<uint8_t> tgt_mask;  // [B, T] (same for tgt_in and tgt_out)
+  std::vector<int64_t> src_len;   // [B] real length of src row (|src_b| + 1)
+  std::vector<int64_t> tgt_len;   // [B] real length of tgt rows (|tgt_b| + 1)
+};
+Seq2SeqBatch make_seq2seq_batch(const std::vector<Example>& examples);
+
+// Decoder-only batch. Row b (n_b = |src_b| + |tgt_b| + 2 real positions):
+//   input  = [bos] + src_b + [sep] + tgt_b
+//   target = src_b + [sep] + tgt_b + [eos]      (input shifted left by one)
+//   loss_mask = 1 exactly where target is a tgt_b token or the final eos, i.e. positions
+//               p >= prompt_len_b - 1 and p < n_b
+//   prompt_len_b = |src_b| + 2 (bos + src + sep): greedy decoding feeds input[0, prompt_len) and
+//               generates until eos.
+struct DecoderBatch {
+  int64_t B = 0, L = 0;             // L = max n_b
+  std::vector<int64_t> input;       // [B, L]
+  std::vector<int64_t> target;      // [B, L]
+  std::vector<uint8_t> mask;        // [B, L] 1 = real position
+  std::vector<uint8_t> loss_mask;   // [B, L]
+  std::vector<int64_t> prompt_len;  // [B]
+  std::vector<int64_t> seq_len;     // [B] n_b
+};
+DecoderBatch make_decoder_batch(const std::vector<Example>& examples);
+// The decoding prompt of one source: [bos] + src + [sep].
+std::vector<int64_t> decoder_prompt(const std::vector<int64_t>& src);
+
+// Language-model batch: all windows have the same length L; target = next token.
+struct LmBatch {
+  int64_t B = 0, L = 0;
+  std::vector<int64_t> input;   // [B, L]
+  std::vector<int64_t> target;  // [B, L]
+};
+LmBatch make_lm_batch(const std::vector<LmWindow>& windows);
+
+// Groups examples into batches of at most batch_size, keeping the order. With bucket = true the
+// examples are first sorted (stably) by |src| + |tgt|, so each batch holds similar lengths, and the
+// batch order is then shuffled with `seed` (deterministic).
+std::vector<std::vector<Example>> make_batches(const std::vector<Example>& examples,
+                                               int64_t batch_size, bool bucket = false,
+                                               uint64_t seed = 0);
+
+// Training batches drawn from an ExampleStream, optionally length-bucketed; batch j is a pure
+// function of (stream seed, j), so position() (batches consumed) restores a run exactly.
+// pool_batches <= 1: batch j = stream examples [j*B, (j+1)*B).
+// pool_batches = P > 1: pool p = stream examples [p*P*B, (p+1)*P*B), bucketed by make_batches with
+// seed derived from (stream seed, p); batch j is batch j % P of pool j / P.
+class BatchSampler {
+ public:
+  BatchSampler(ExampleStream stream, int64_t batch_size, int64_t pool_batches = 1,
+               int64_t position = 0);
+  std::vector<Example> batch_at(int64_t j) const;
+  std::vector<Example> next() { return batch_at(position_++); }
+  int64_t position() const { return position_; }
+  void set_position(int64_t position);
+  int64_t batch_size() const { return B_; }
+
+ private:
+  ExampleStream stream_;
+  int64_t B_, P_;
+  int64_t position_ = 0;
+  mutable int64_t cached_pool_ = -1;
+  mutable std::vector<std::vector<Example>> pool_;
+};
+
+}  // namespace pelab::data

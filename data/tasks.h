@@ -1,0 +1,105 @@
+// data/tasks.h - synthetic seq2seq tasks (copy, reverse, sort, duplicate, addition, count), the
+// task registry, and ExampleStream: an infinite, exactly resumable stream of training examples.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/rng.h"
+#include "data/vocab.h"
+
+namespace pelab::data {
+
+// One input/output pair as token ids, without bos/eos/sep (the batchers add them).
+struct Example {
+  std::vector<int64_t> src, tgt;
+  bool operator==(const Example& o) const { return src == o.src && tgt == o.tgt; }
+  bool operator!=(const Example& o) const { return !(*this == o); }
+};
+
+struct TaskSpec {
+  std::string name = "copy";
+  // Alphabet size: symbols "0".."N-1" for copy/reverse/sort/duplicate; the number base (2..10)
+  // for addition; ignored by count.
+  int64_t num_symbols = 10;
+  // Base seed of the run. Sampling functions take their seed explicitly; derive per-split seeds
+  // with derive_seed(seed, "train"), derive_seed(seed, "valid"), ...
+  uint64_t seed = 0;
+  // Training lengths are drawn uniformly from [train_min_len, train_max_len].
+  int64_t train_min_len = 1, train_max_len = 16;
+};
+
+// A synthetic task. "length" is the task's size parameter: number of input symbols (copy, reverse,
+// sort, duplicate), digits per operand (addition), or n (count).
+class Task {
+ public:
+  explicit Task(const TaskSpec& spec) : spec_(spec) {}
+  virtual ~Task() = default;
+
+  const std::string& name() const { return spec_.name; }
+  const TaskSpec& spec() const { return spec_; }
+  Vocab& vocab() { return vocab_; }
+  const Vocab& vocab() const { return vocab_; }
+
+  // Draws one example of the given length (>= 1) using rng.
+  virtual Example sample(Rng& rng, int64_t length) const = 0;
+  // Largest target length for a given length (a decoding budget, eos excluded).
+  virtual int64_t max_target_len(int64_t length) const = 0;
+  // Largest source length for a given length.
+  virtual int64_t max_source_len(int64_t length) const { return length; }
+
+  // Example k of the stream `seed` with length uniform in [min_len, max_len]: a pure function.
+  Example example_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_len) const;
+  // Examples 0..count-1 of the stream `seed` (deterministic; use a fixed length with min == max).
+  std::vector<Example> make_split(uint64_t seed, int64_t count, int64_t min_len,
+                                  int64_t max_len) const;
+  // Ids -> readable text (symbols joined with "" when all are single characters, else " ").
+  std::string render(const std::vector<int64_t>& ids) const;
+
+ protected:
+  TaskSpec spec_;
+  Vocab vocab_;
+};
+
+using TaskFactory = std::function<std::unique_ptr<Task>(const TaskSpec&)>;
+
+// Validates the spec (name, num_symbols, train lengths) and builds the task; DataError otherwise.
+std::unique_ptr<Task> make_task(const TaskSpec& spec);
+// Registered task names, sorted.
+std::vector<std::string> task_names();
+// Adds (or replaces) a task factory; built-in tasks are registered in tasks.cpp.
+void register_task(const std::string& name, TaskFactory factory);
+
+// Infinite stream of training examples where example k is a pure function of (seed, k), so a run is
+// resumed exactly by saving position() (an int64 counter) and calling set_position().
+// Two sources: a task (lengths uniform in the task's training range), or a finite dataset that is
+// reshuffled every epoch (epoch e's order is a pure function of (seed, e)). The task or dataset
+// must outlive the stream. Not thread-safe (caches the current epoch's permutation).
+class ExampleStream {
+ public:
+  ExampleStream(const Task& task, uint64_t seed, int64_t position = 0);
+  ExampleStream(const std::vector<Example>& dataset, uint64_t seed, int64_t position = 0);
+
+  Example at(int64_t k) const;  // example k, independent of the current position
+  Example next() { return at(position_++); }
+  std::vector<Example> next_batch(int64_t n);  // n examples from the current position
+  int64_t position() const { return position_; }
+  void set_position(int64_t position);
+  uint64_t seed() const { return seed_; }
+
+ private:
+  const Task* task_ = nullptr;
+  const std::vector<Example>* dataset_ = nullptr;
+  uint64_t seed_;
+  int64_t position_ = 0;
+  mutable int64_t cached_epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
+};
+
+// Deterministic Fisher-Yates permutation of 0..n-1.
+std::vector<int64_t> permutation(int64_t n, Rng& rng);
+
+}  // namespace pelab::data

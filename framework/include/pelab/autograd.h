@@ -1,0 +1,60 @@
+// pelab — dynamic-tape reverse-mode autograd.
+//
+// Every differentiable op that sees an input requiring grad (while grad mode is on) creates a Node
+// holding a backward closure and one Edge per input. backward() walks the graph in reverse
+// topological order, accumulates gradients of shared inputs (diamond graphs), adds leaf gradients
+// into leaf.grad (accumulating across calls until zeroed), and then releases every node it ran:
+// its closure (and thus its saved tensors) is freed, and a second backward through it throws.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pelab/tensor.h"
+
+namespace pelab {
+
+struct Edge {
+  std::shared_ptr<Node> fn;           // producer of a non-leaf input
+  std::shared_ptr<TensorImpl> leaf;   // a leaf input that requires grad
+  bool active() const { return fn || leaf; }
+};
+
+// Backward closure: given dL/d(output), returns dL/d(input_i) for every input (undefined Tensor where
+// an input needs no gradient). Shapes must equal the inputs' shapes.
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+struct Node {
+  std::string name;           // op name, for error messages
+  std::vector<Edge> edges;    // one per op input
+  std::vector<Shape> input_shapes;
+  std::vector<DType> input_dtypes;
+  BackwardFn backward;
+  bool released = false;
+};
+
+// Grad mode (thread-local). Off inside NoGradGuard and during backward().
+bool grad_enabled();
+void set_grad_enabled(bool on);
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+ private:
+  bool prev_;
+};
+
+// True when grad mode is on and any input requires grad.
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Attaches a node producing `output` from `inputs` if needs_grad(inputs); returns output (now a
+// non-leaf requiring grad) either way. The closure is only kept when a node is made.
+Tensor record(const char* op, const std::vector<Tensor>& inputs, Tensor output, BackwardFn backward);
+
+// Runs reverse mode from `root` with upstream gradient `grad` (same shape as root).
+void run_backward(const Tensor& root, const Tensor& grad);
+
+}  // namespace pelab

@@ -1,0 +1,153 @@
+// pelab — the backend seam. Ops (framework/src/ops) are written once against this interface; each
+// device (CPU now, CUDA later) implements the kernels. Ops never branch on the device: they call
+// backend_for(device) and pass Views. Adding a backend = one subclass + register_backend().
+//
+// Conventions for every kernel:
+//  * A View is a strided window: `data` points at element 0 (offset already applied), strides are in
+//    elements and may be 0 (broadcast) or arbitrary (permuted/sliced). Kernels must honour strides of
+//    inputs. Outputs are contiguous unless a kernel says otherwise.
+//  * Floating kernels support Float32 and Float64; index arguments are Int64.
+//  * "rows x n" kernels take contiguous data laid out [outer, n, inner] and work along the middle axis
+//    (inner = 1 for the last axis), so "along any axis" needs no transpose.
+//  * Results must be identical run to run for a fixed thread count.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pelab/tensor.h"
+
+namespace pelab {
+
+struct View {
+  void* data = nullptr;
+  DType dtype = DType::Float32;
+  Shape shape;
+  Shape strides;
+  int64_t numel() const { return shape_numel(shape); }
+  bool contiguous() const;
+};
+View view_of(const Tensor& t);                    // the tensor's own strides
+View view_broadcast(const Tensor& t, const Shape& to);  // strides 0 on broadcast axes (numpy rules)
+
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Gelu, GeluTanh, Sin, Cos, Abs, Sigmoid,
+  AddScalar,   // x + alpha
+  MulScalar,   // x * alpha
+  PowScalar,   // x ^ alpha
+  RDivScalar,  // alpha / x
+  Step,        // 1 if x > 0 else 0 (relu derivative)
+  GeluGrad,    // d gelu(x) / dx (erf form)
+  GeluTanhGrad // d gelu_tanh(x) / dx
+};
+
+enum class BinaryOp {
+  Add, Sub, Mul, Div, Max, Min,
+  Eq, Ne, Lt, Gt,   // 1.0 / 0.0 results in the output dtype
+  TanhGrad          // a * (1 - b^2): grad * tanh'(x) from the tanh output b
+};
+
+enum class ReduceOp { Sum, Max };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory (device memory; 64-byte aligned; may cache) ----
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* p, size_t nbytes) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void synchronize() {}
+  virtual void empty_cache() {}
+
+  // ---- generic strided kernels ----
+  virtual void fill(const View& out, double value) = 0;               // out may be strided
+  virtual void copy(const View& out, const View& in) = 0;             // same shape; converts dtype; out may be strided
+  virtual void unary(UnaryOp op, const View& out, const View& in, double alpha) = 0;
+  virtual void binary(BinaryOp op, const View& out, const View& a, const View& b) = 0;  // a,b broadcast to out
+  virtual void where(const View& out, const View& cond, const View& a, const View& b) = 0;  // cond != 0 ? a : b
+  virtual void axpy(const View& out, const View& x, double alpha) = 0;  // out += alpha * x (out contiguous, x broadcast)
+
+  // ---- reductions on contiguous [outer, n, inner] -> [outer, inner] ----
+  // For Max, `argmax` (Int64, [outer, inner]) receives the first index of the maximum if non-null.
+  virtual void reduce(ReduceOp op, const View& out, void* argmax, const View& in,
+                      int64_t outer, int64_t n, int64_t inner) = 0;
+  // Sum of squares of a contiguous buffer, accumulated in double.
+  virtual double sum_squares(const View& in) = 0;
+
+  // ---- GEMM: C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b], column-major-free (row-major) ----
+  // Row-major matrices; lda/ldb/ldc are row strides; strideA/B/C are batch strides (0 = shared).
+  virtual void gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                    double alpha, const void* A, int64_t lda, int64_t strideA,
+                    const void* B, int64_t ldb, int64_t strideB, double beta,
+                    void* C, int64_t ldc, int64_t strideC, int64_t batch) = 0;
+
+  // ---- fused softmax family on contiguous [outer, n, inner], along n ----
+  virtual void softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+                       bool log) = 0;
+  // grad_in = y * (g - sum(g*y))  (log=false, y = softmax output)
+  // grad_in = g - exp(y) * sum(g) (log=true,  y = log_softmax output)
+  virtual void softmax_backward(const View& grad_in, const View& grad_out, const View& y,
+                                int64_t outer, int64_t n, int64_t inner, bool log) = 0;
+
+  // ---- fused layer norm over the last axis of contiguous [rows, n] ----
+  // mean/rstd: [rows] in the input dtype. weight/bias may have data == nullptr (no affine).
+  virtual void layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
+                          const View& weight, const View& bias, int64_t rows, int64_t n,
+                          double eps) = 0;
+  // grad_x [rows, n]; grad_weight/grad_bias [n] are overwritten (data may be nullptr to skip).
+  virtual void layer_norm_backward(const View& grad_x, const View& grad_weight,
+                                   const View& grad_bias, const View& grad_y, const View& x,
+                                   const View& mean, const View& rstd, const View& weight,
+                                   int64_t rows, int64_t n) = 0;
+
+  // ---- fused log-softmax + cross-entropy over contiguous logits [rows, C], targets Int64 [rows] ----
+  // loss_rows[r] = smoothed NLL of row r (0 for ignored rows); lse[r] = logsumexp of row r.
+  // Target distribution: (1 - s) * onehot(t) + s / C.
+  virtual void cross_entropy(const View& loss_rows, const View& lse, const View& logits,
+                             const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
+                             double smoothing) = 0;
+  // grad_logits[r, :] = scale * (softmax(logits[r]) - target_dist(r)), zero for ignored rows.
+  virtual void cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
+                                      const View& targets, int64_t rows, int64_t C,
+                                      int64_t ignore_index, double smoothing, double scale) = 0;
+
+  // ---- indexing on contiguous data ----
+  // index_select: out[o, j, i] = in[o, idx[j], i]; in [outer, n_in, inner], idx [n_idx] Int64.
+  virtual void index_select(const View& out, const View& in, const View& idx, int64_t outer,
+                            int64_t n_in, int64_t n_idx, int64_t inner) = 0;
+  // index_add: acc[o, idx[j], i] += src[o, j, i] (acc contiguous [outer, n_in, inner], not zeroed here)
+  virtual void index_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                         int64_t n_in, int64_t n_idx, int64_t inner) = 0;
+  // gather: out[o, j, i] = in[o, idx[o, j, i], i]; idx contiguous [outer, n_idx, inner].
+  virtual void gather(const View& out, const View& in, const View& idx, int64_t outer,
+                      int64_t n_in, int64_t n_idx, int64_t inner) = 0;
+  // scatter_add: acc[o, idx[o, j, i], i] += src[o, j, i]
+  virtual void scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                           int64_t n_in, int64_t n_idx, int64_t inner) = 0;
+
+  // ---- randomness: counter-based, so results do not depend on threads or device ----
+  // mask[i] = (uniform(seed, offset + i) >= p) ? 1/(1-p) : 0
+  virtual void dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) = 0;
+  // Uniform [lo, hi) or normal(mean, std) fill of a contiguous floating buffer.
+  virtual void random_uniform(const View& out, double lo, double hi, uint64_t seed, uint64_t offset) = 0;
+  virtual void random_normal(const View& out, double mean, double std, uint64_t seed, uint64_t offset) = 0;
+
+  // ---- fused optimizer steps on contiguous buffers of n elements ----
+  virtual void adamw_step(const View& param, const View& grad, const View& m, const View& v,
+                          double lr, double beta1, double beta2, double eps, double weight_decay,
+                          double bias_correction1, double bias_correction2) = 0;
+  virtual void sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
+                        double momentum, double dampening, double weight_decay, bool nesterov,
+                        bool first_step) = 0;
+};
+
+// The backend for a device; throws if that device type is not available in this build or machine.
+Backend& backend_for(Device device);
+void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
+bool backend_available(DeviceType type);
+
+}  // namespace pelab

@@ -1,0 +1,103 @@
+// pelab — differentiable ops. Every op here works on any backend and dtype (Float32/Float64),
+// checks its arguments (throwing pelab::Error naming the op and the shapes), and records an autograd
+// node when an input requires grad. Each op is listed in the op registry (registry.h) so that the
+// op test driver can insist on a gradient-check case for it.
+#pragma once
+#include <vector>
+
+#include "pelab/random.h"
+#include "pelab/tensor.h"
+
+namespace pelab {
+
+// ---- elementwise, numpy broadcasting ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);  // gradient to the larger (ties: a)
+
+Tensor add_scalar(const Tensor& a, double s);
+Tensor mul_scalar(const Tensor& a, double s);
+Tensor rdiv_scalar(double s, const Tensor& a);  // s / a
+Tensor pow(const Tensor& a, double exponent);
+
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor gelu(const Tensor& a, bool tanh_approximation = false);  // exact: x * Phi(x)
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+
+// Non-differentiable comparisons: 1/0 in the dtype of `a` (broadcasting).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+
+// ---- reductions ----
+Tensor sum(const Tensor& a);  // all elements -> shape []
+Tensor sum(const Tensor& a, const std::vector<int64_t>& axes, bool keepdim = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, const std::vector<int64_t>& axes, bool keepdim = false);
+Tensor max(const Tensor& a, int64_t axis, bool keepdim = false);     // values; grad to the argmax
+Tensor argmax(const Tensor& a, int64_t axis, bool keepdim = false);  // Int64, not differentiable
+// Sum `a` down to `shape` (inverse of broadcasting), as needed by broadcast backward.
+Tensor sum_to(const Tensor& a, const Shape& shape);
+
+// ---- views and shape ops (views share storage where strides allow) ----
+Tensor reshape(const Tensor& a, const Shape& shape);  // one -1 allowed; copies only if needed
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims);
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor expand(const Tensor& a, const Shape& shape);  // broadcast view, stride 0
+Tensor unsqueeze(const Tensor& a, int64_t dim);
+Tensor squeeze(const Tensor& a, int64_t dim);
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
+
+// ---- indexing ----
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);  // index: Int64 1-D
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);        // torch.gather semantics
+Tensor embedding(const Tensor& weight, const Tensor& ids);               // [V, D], ids any shape -> ids.shape + [D]
+Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);   // mask != 0 -> value; broadcast
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);      // cond != 0 ? a : b; broadcast
+
+// ---- linear algebra ----
+// a [..., M, K] @ b [..., K, N] with broadcast batch dims; 1-D b is treated as [K, 1] and squeezed.
+// Transposed views are passed to BLAS as transposes (no copy); batches as one strided-batched GEMM.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x [..., in] @ weight[out, in]^T + bias[out] (bias may be undefined)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// ---- fused nn ops ----
+Tensor softmax(const Tensor& a, int64_t axis);
+Tensor log_softmax(const Tensor& a, int64_t axis);
+// logits [..., C], targets Int64 [...]; mean over non-ignored targets (0 if all ignored).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     double label_smoothing = 0.0);
+// over the last axis; weight/bias [n] or undefined
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// inverted dropout: identity when !training or p == 0
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+
+// ---- operators ----
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator+(const Tensor& a, double s) { return add_scalar(a, s); }
+inline Tensor operator+(double s, const Tensor& a) { return add_scalar(a, s); }
+inline Tensor operator-(const Tensor& a, double s) { return add_scalar(a, -s); }
+inline Tensor operator-(double s, const Tensor& a) { return add_scalar(neg(a), s); }
+inline Tensor operator*(const Tensor& a, double s) { return mul_scalar(a, s); }
+inline Tensor operator*(double s, const Tensor& a) { return mul_scalar(a, s); }
+inline Tensor operator/(const Tensor& a, double s) { return mul_scalar(a, 1.0 / s); }
+inline Tensor operator/(double s, const Tensor& a) { return rdiv_scalar(s, a); }
+
+}  // namespace pelab

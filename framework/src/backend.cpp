@@ -1,0 +1,104 @@
+// pelab — backend registry and View helpers.
+#include "pelab/backend.h"
+
+#include <array>
+#include <mutex>
+
+namespace pelab {
+
+void register_cpu_backend();  // framework/src/cpu/cpu_register.cpp
+#ifdef PELAB_WITH_CUDA
+void register_cuda_backend();  // framework/src/cuda/ (throws if no GPU is present)
+#endif
+
+namespace {
+std::array<std::unique_ptr<Backend>, 2>& slots() {
+  static std::array<std::unique_ptr<Backend>, 2> s;
+  return s;
+}
+std::once_flag cpu_once;
+#ifdef PELAB_WITH_CUDA
+std::once_flag cuda_once;
+bool cuda_failed = false;
+std::string cuda_error;
+#endif
+}  // namespace
+
+void register_backend(DeviceType type, std::unique_ptr<Backend> backend) {
+  slots()[static_cast<size_t>(type)] = std::move(backend);
+}
+
+static void ensure(DeviceType type) {
+  if (type == DeviceType::CPU) {
+    std::call_once(cpu_once, [] { register_cpu_backend(); });
+  }
+#ifdef PELAB_WITH_CUDA
+  if (type == DeviceType::CUDA) {
+    std::call_once(cuda_once, [] {
+      try {
+        register_cuda_backend();
+      } catch (const std::exception& e) {
+        cuda_failed = true;
+        cuda_error = e.what();
+      }
+    });
+  }
+#endif
+}
+
+bool backend_available(DeviceType type) {
+  ensure(type);
+  return slots()[static_cast<size_t>(type)] != nullptr;
+}
+
+Backend& backend_for(Device device) {
+  ensure(device.type);
+  auto& b = slots()[static_cast<size_t>(device.type)];
+  if (!b) {
+#ifdef PELAB_WITH_CUDA
+    if (device.is_cuda()) fail("device ", device.str(), " is not available: ", cuda_error);
+#endif
+    fail("device ", device.str(), " is not available: pelab was built without its backend");
+  }
+  return *b;
+}
+
+bool View::contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+View view_of(const Tensor& t) {
+  View v;
+  v.data = t.raw_data();
+  v.dtype = t.dtype();
+  v.shape = t.shape();
+  v.strides = t.strides();
+  return v;
+}
+
+View view_broadcast(const Tensor& t, const Shape& to) {
+  const Shape& s = t.shape();
+  PELAB_CHECK(s.size() <= to.size(), "broadcast: cannot broadcast ", shape_str(s), " to ",
+              shape_str(to));
+  View v;
+  v.data = t.raw_data();
+  v.dtype = t.dtype();
+  v.shape = to;
+  v.strides.assign(to.size(), 0);
+  const size_t lead = to.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == to[lead + i]) {
+      v.strides[lead + i] = s[i] == 1 ? 0 : t.strides()[i];
+    } else {
+      PELAB_CHECK(s[i] == 1, "broadcast: cannot broadcast ", shape_str(s), " to ", shape_str(to));
+    }
+  }
+  return v;
+}
+
+}  // namespace pelab

@@ -1,0 +1,230 @@
+// pelab — the CPU backend (internal header): OpenMP kernels, OpenBLAS GEMM, a caching allocator,
+// plus the small vectorisable float math helpers the kernels share.
+#pragma once
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "pelab/backend.h"
+#include "pelab/parallel.h"
+
+namespace pelab {
+
+void register_cpu_backend();  // cpu_register.cpp; called lazily by backend_for()
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend() = default;
+  ~CpuBackend() override = default;
+  std::string name() const override { return "cpu"; }
+
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* p, size_t nbytes) override;
+  void copy_from_host(void* dst, const void* src, size_t nbytes) override;
+  void copy_to_host(void* dst, const void* src, size_t nbytes) override;
+  void empty_cache() override;
+  // Caching-allocator statistics (for tests and diagnostics).
+  static size_t cached_bytes();
+
+  void fill(const View& out, double value) override;
+  void copy(const View& out, const View& in) override;
+  void unary(UnaryOp op, const View& out, const View& in, double alpha) override;
+  void binary(BinaryOp op, const View& out, const View& a, const View& b) override;
+  void where(const View& out, const View& cond, const View& a, const View& b) override;
+  void axpy(const View& out, const View& x, double alpha) override;
+
+  void reduce(ReduceOp op, const View& out, void* argmax, const View& in, int64_t outer, int64_t n,
+              int64_t inner) override;
+  double sum_squares(const View& in) override;
+
+  void gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K, double alpha,
+            const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
+            int64_t strideB, double beta, void* C, int64_t ldc, int64_t strideC,
+            int64_t batch) override;
+
+  void softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+               bool log) override;
+  void softmax_backward(const View& grad_in, const View& grad_out, const View& y, int64_t outer,
+                        int64_t n, int64_t inner, bool log) override;
+  void layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
+                  const View& weight, const View& bias, int64_t rows, int64_t n,
+                  double eps) override;
+  void layer_norm_backward(const View& grad_x, const View& grad_weight, const View& grad_bias,
+                           const View& grad_y, const View& x, const View& mean, const View& rstd,
+                           const View& weight, int64_t rows, int64_t n) override;
+  void cross_entropy(const View& loss_rows, const View& lse, const View& logits,
+                     const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
+                     double smoothing) override;
+  void cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
+                              const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
+                              double smoothing, double scale) override;
+
+  void index_select(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
+                    int64_t n_idx, int64_t inner) override;
+  void index_add(const View& acc, const View& src, const View& idx, int64_t outer, int64_t n_in,
+                 int64_t n_idx, int64_t inner) override;
+  void gather(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
+              int64_t n_idx, int64_t inner) override;
+  void scatter_add(const View& acc, const View& src, const View& idx, int64_t outer, int64_t n_in,
+                   int64_t n_idx, int64_t inner) override;
+
+  void dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) override;
+  void random_uniform(const View& out, double lo, double hi, uint64_t seed,
+                      uint64_t offset) override;
+  void random_normal(const View& out, double mean, double std, uint64_t seed,
+                     uint64_t offset) override;
+
+  void adamw_step(const View& param, const View& grad, const View& m, const View& v, double lr,
+                  double beta1, double beta2, double eps, double weight_decay,
+                  double bias_correction1, double bias_correction2) override;
+  void sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
+                double momentum, double dampening, double weight_decay, bool nesterov,
+                bool first_step) override;
+};
+
+namespace cpu {
+
+// Static partition of [0, n) over nth threads: the half-open range owned by thread tid.
+inline void split_range(int64_t n, int tid, int nth, int64_t* lo, int64_t* hi) {
+  const int64_t q = n / nth, r = n % nth;
+  *lo = tid * q + std::min<int64_t>(tid, r);
+  *hi = *lo + q + (tid < r ? 1 : 0);
+}
+
+// ---- branch-free float math the compiler can vectorise (used for Float32 only; Float64 uses
+// libm). Accuracy is ~1-2 ulp for exp/tanh; erf is Abramowitz-Stegun 7.1.26 (|err| < 1.5e-7),
+// the same approximation PyTorch's vectorised CPU erf uses. ----
+inline float bits_to_float(int32_t i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline int32_t float_to_bits(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
+// Branch-free select through bit masks: unlike `c ? a : b` it never stops GCC from vectorising
+// under the default -ftrapping-math (both arms are always computed).
+inline float fsel(bool c, float a, float b) {
+  const int32_t m = -static_cast<int32_t>(c);
+  return bits_to_float((float_to_bits(a) & m) | (float_to_bits(b) & ~m));
+}
+
+// Cephes-style expf: range reduction by ln2, degree-6 polynomial, exponent by bit construction.
+inline float fast_expf(float x) {
+  const float lo = -88.3762626647949f, hi = 88.7228317260742f;
+  const bool under = x < lo, over = x > hi;
+  const float xc = fsel(under, lo, fsel(over, hi, x));  // NaN passes through, fixed below
+  // round-to-nearest via the 1.5 * 2^23 trick (vectorises, unlike floor under -ftrapping-math)
+  const float fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - fx * 0.693359375f;
+  r = r + fx * 2.12194440e-4f;
+  const float z = r * r;
+  float y = 1.9875691500E-4f;
+  y = y * r + 1.3981999507E-3f;
+  y = y * r + 8.3334519073E-3f;
+  y = y * r + 4.1665795894E-2f;
+  y = y * r + 1.6666665459E-1f;
+  y = y * r + 5.0000001201E-1f;
+  y = y * z + r + 1.0f;
+  const int32_t n = static_cast<int32_t>(fx);  // in [-128, 128]: scale in two halves
+  const int32_t n1 = n >> 1, n2 = n - n1;
+  y = y * bits_to_float((n1 + 127) << 23) * bits_to_float((n2 + 127) << 23);
+  y = fsel(under, 0.0f, y);
+  y = fsel(over, std::numeric_limits<float>::infinity(), y);
+  return fsel(x != x, x, y);
+}
+
+// tanh: odd polynomial for |x| < 0.625 (Cephes tanhf), 1 - 2/(exp(2|x|)+1) otherwise.
+inline float fast_tanhf(float x) {
+  const float ax = std::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745E-3f;
+  p = p * z + 2.06390887954E-2f;
+  p = p * z - 5.37397155531E-2f;
+  p = p * z + 1.33314422036E-1f;
+  p = p * z - 3.33332819422E-1f;
+  const float small = p * z * x + x;
+  const float e = fast_expf(2.0f * fsel(ax > 9.1f, 9.1f, ax));
+  const float big = 1.0f - 2.0f / (e + 1.0f);
+  const float r = fsel(ax < 0.625f, small, fsel(x < 0.0f, -big, big));
+  return fsel(x != x, x, r);
+}
+
+// erf: Abramowitz-Stegun 7.1.26.
+inline float fast_erff(float x) {
+  const float ax = std::fabs(x);
+  const float t = 1.0f / (1.0f + 0.3275911f * ax);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float r = 1.0f - p * t * fast_expf(-ax * ax);
+  return fsel(x < 0.0f, -r, r);
+}
+
+template <class T>
+inline T sel(bool c, T a, T b) {
+  return c ? a : b;
+}
+template <> inline float sel<float>(bool c, float a, float b) { return fsel(c, a, b); }
+
+template <class T> inline T vexp(T x) { return std::exp(x); }
+template <> inline float vexp<float>(float x) { return fast_expf(x); }
+template <class T> inline T vtanh(T x) { return std::tanh(x); }
+template <> inline float vtanh<float>(float x) { return fast_tanhf(x); }
+template <class T> inline T verf(T x) { return std::erf(x); }
+template <> inline float verf<float>(float x) { return fast_erff(x); }
+
+// Function (not macro) dtype dispatch, so lambda bodies may contain #pragma omp.
+template <class F>
+auto dispatch_float(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
+  switch (dt) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    default: break;
+  }
+  fail(op, ": expected a floating dtype, got ", dtype_name(dt));
+}
+template <class F>
+auto dispatch_all(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
+  switch (dt) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::Int64: return f(int64_t{});
+  }
+  fail(op, ": bad dtype ", static_cast<int>(dt));
+}
+
+// x[i] = sqrt(x[i]); vectorised explicitly (GCC will not vectorise std::sqrt under -fmath-errno).
+inline void sqrt_inplace(float* x, int64_t n) {
+  int64_t i = 0;
+#ifdef __AVX__
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) x[i] = std::sqrt(x[i]);
+}
+inline void sqrt_inplace(double* x, int64_t n) {
+  int64_t i = 0;
+#ifdef __AVX__
+  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(x + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
+#endif
+  for (; i < n; ++i) x[i] = std::sqrt(x[i]);
+}
+
+// Accumulator type: double for floating types, int64 for Int64.
+template <class T> struct Acc { using type = double; };
+template <> struct Acc<int64_t> { using type = int64_t; };
+
+}  // namespace cpu
+}  // namespace pelab

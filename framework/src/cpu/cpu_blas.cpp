@@ -1,0 +1,87 @@
+// pelab — CPU GEMM through OpenBLAS (row-major cblas). Large batched products loop over the batch
+// and let BLAS use every thread; small ones run one BLAS call per batch entry inside an OpenMP loop
+// (the OpenMP build of OpenBLAS runs single-threaded inside a parallel region).
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "cpu/cpu_backend.h"
+
+namespace pelab {
+namespace {
+
+// Below this M*N*K one product is too small to be worth BLAS-internal threading.
+constexpr int64_t kLargeGemm = 64 * 64 * 64;
+
+template <class T>
+void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (K == 0 || alpha == T(0)) {  // C = beta * C (beta == 0 overwrites, even NaN)
+    for (int64_t i = 0; i < M; ++i) {
+      T* c = C + i * ldc;
+      if (beta == T(0)) {
+        for (int64_t j = 0; j < N; ++j) c[j] = T(0);
+      } else if (beta != T(1)) {
+        for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+      }
+    }
+    return;
+  }
+  const auto TA = ta ? CblasTrans : CblasNoTrans;
+  const auto TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (sizeof(T) == 4) {
+    cblas_sgemm(CblasRowMajor, TA, TB, static_cast<blasint>(M), static_cast<blasint>(N),
+                static_cast<blasint>(K), alpha, A, static_cast<blasint>(lda), B,
+                static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, TA, TB, static_cast<blasint>(M), static_cast<blasint>(N),
+                static_cast<blasint>(K), alpha, A, static_cast<blasint>(lda), B,
+                static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+  }
+}
+
+}  // namespace
+
+void CpuBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                      double alpha, const void* A, int64_t lda, int64_t strideA, const void* B,
+                      int64_t ldb, int64_t strideB, double beta, void* C, int64_t ldc,
+                      int64_t strideC, int64_t batch) {
+  PELAB_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "gemm: bad sizes M=", M, " N=", N, " K=",
+              K, " batch=", batch);
+  if (M == 0 || N == 0 || batch == 0) return;
+  // Stored shapes: A is (transA ? K x M : M x K), B is (transB ? N x K : K x N).
+  const int64_t a_rows = transA ? K : M, a_cols = transA ? M : K;
+  const int64_t b_rows = transB ? N : K, b_cols = transB ? K : N;
+  // A leading dimension only matters when there is more than one row; BLAS still checks it.
+  if (a_rows <= 1) lda = std::max<int64_t>(lda, std::max<int64_t>(a_cols, 1));
+  if (b_rows <= 1) ldb = std::max<int64_t>(ldb, std::max<int64_t>(b_cols, 1));
+  if (M <= 1) ldc = std::max<int64_t>(ldc, N);
+  PELAB_CHECK(lda >= std::max<int64_t>(a_cols, 1) && ldb >= std::max<int64_t>(b_cols, 1) &&
+                  ldc >= std::max<int64_t>(N, 1),
+              "gemm: leading dimensions too small (M=", M, " N=", N, " K=", K, " lda=", lda,
+              " ldb=", ldb, " ldc=", ldc, ", transA=", transA, ", transB=", transB, ")");
+  PELAB_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
+                  ldb <= INT32_MAX && ldc <= INT32_MAX,
+              "gemm: sizes exceed the BLAS integer range");
+  cpu::dispatch_float(dtype, "gemm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* a = static_cast<const T*>(A);
+    const T* b = static_cast<const T*>(B);
+    T* c = static_cast<T*>(C);
+    const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+    const bool large = M * N * K >= kLargeGemm;
+    // a shared output (strideC == 0) must be updated in batch order
+    if (batch == 1 || large || strideC == 0) {
+      for (int64_t i = 0; i < batch; ++i)
+        gemm_one<T>(transA, transB, M, N, K, al, a + i * strideA, lda, b + i * strideB, ldb, be,
+                    c + i * strideC, ldc);
+    } else {
+#pragma omp parallel for schedule(static) if (batch * M * N * K > kParallelGrain)
+      for (int64_t i = 0; i < batch; ++i)
+        gemm_one<T>(transA, transB, M, N, K, al, a + i * strideA, lda, b + i * strideB, ldb, be,
+                    c + i * strideC, ldc);
+    }
+  });
+}
+
+}  // namespace pelab

@@ -1,0 +1,772 @@
+// pelab — CPU fused NN kernels: softmax / log-softmax (+ backward), layer norm (+ backward), fused
+// cross-entropy (+ backward), index_select / index_add / gather / scatter_add, counter-based random
+// fills and dropout masks, and the AdamW / SGD steps. Row statistics of Float32 data accumulate in
+// double. Every cross-row reduction uses blocks fixed by the shape and combines them in order, so
+// results are identical run to run (and across thread counts).
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "pelab/random.h"
+
+namespace pelab {
+namespace {
+
+using cpu::vexp;
+
+constexpr int64_t kInnerChunk = 256;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_rows(const View& v, int64_t numel, const char* op, const char* what) {
+  PELAB_CHECK(v.data != nullptr, op, ": ", what, " has no data");
+  PELAB_CHECK(v.numel() == numel, op, ": ", what, " ", shape_str(v.shape), " should hold ", numel,
+              " elements");
+  PELAB_CHECK(v.contiguous(), op, ": ", what, " must be contiguous (shape ", shape_str(v.shape),
+              ", strides ", shape_str(v.strides), ")");
+}
+
+void check_dtype(const View& v, DType dt, const char* op, const char* what) {
+  PELAB_CHECK(v.dtype == dt, op, ": ", what, " has dtype ", dtype_name(v.dtype), ", expected ",
+              dtype_name(dt));
+}
+
+// ---------------- softmax ----------------
+template <class T>
+T row_max(const T* x, int64_t n) {
+  T m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+template <class T>
+void softmax_row(T* y, const T* x, int64_t n, bool log) {
+  const T m = row_max(x, n);
+  double s = 0;
+  if (!log) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) {
+      const T e = vexp(x[i] - m);
+      y[i] = e;
+      s += static_cast<double>(e);
+    }
+    const T inv = static_cast<T>(1.0 / s);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(vexp(x[i] - m));
+    const T shift = static_cast<T>(static_cast<double>(m) + std::log(s));
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
+  }
+}
+
+// columns [i0, i0+len) of one [n, inner] slab
+template <class T>
+void softmax_cols(T* y, const T* x, int64_t n, int64_t inner, int64_t len, bool log) {
+  T m[kInnerChunk];
+  double s[kInnerChunk];
+  for (int64_t i = 0; i < len; ++i) {
+    m[i] = x[i];
+    s[i] = 0;
+  }
+  for (int64_t j = 1; j < n; ++j) {
+    const T* r = x + j * inner;
+    for (int64_t i = 0; i < len; ++i) m[i] = r[i] > m[i] ? r[i] : m[i];
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const T* r = x + j * inner;
+    T* w = y + j * inner;
+    for (int64_t i = 0; i < len; ++i) {
+      const T e = vexp(r[i] - m[i]);
+      if (!log) w[i] = e;
+      s[i] += static_cast<double>(e);
+    }
+  }
+  T f[kInnerChunk];
+  for (int64_t i = 0; i < len; ++i)
+    f[i] = log ? static_cast<T>(static_cast<double>(m[i]) + std::log(s[i]))
+               : static_cast<T>(1.0 / s[i]);
+  for (int64_t j = 0; j < n; ++j) {
+    const T* r = x + j * inner;
+    T* w = y + j * inner;
+    if (log) {
+      for (int64_t i = 0; i < len; ++i) w[i] = r[i] - f[i];
+    } else {
+      for (int64_t i = 0; i < len; ++i) w[i] *= f[i];
+    }
+  }
+}
+
+template <class T>
+void softmax_bwd_row(T* gi, const T* g, const T* y, int64_t n, bool log) {
+  double s = 0;
+  if (!log) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * static_cast<double>(y[i]);
+    const T d = static_cast<T>(s);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - d);
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]);
+    const T d = static_cast<T>(s);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - vexp(y[i]) * d;
+  }
+}
+
+template <class T>
+void softmax_bwd_cols(T* gi, const T* g, const T* y, int64_t n, int64_t inner, int64_t len,
+                      bool log) {
+  double s[kInnerChunk];
+  for (int64_t i = 0; i < len; ++i) s[i] = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const T* gr = g + j * inner;
+    const T* yr = y + j * inner;
+    if (log) {
+      for (int64_t i = 0; i < len; ++i) s[i] += static_cast<double>(gr[i]);
+    } else {
+      for (int64_t i = 0; i < len; ++i)
+        s[i] += static_cast<double>(gr[i]) * static_cast<double>(yr[i]);
+    }
+  }
+  T d[kInnerChunk];
+  for (int64_t i = 0; i < len; ++i) d[i] = static_cast<T>(s[i]);
+  for (int64_t j = 0; j < n; ++j) {
+    const T* gr = g + j * inner;
+    const T* yr = y + j * inner;
+    T* w = gi + j * inner;
+    if (log) {
+      for (int64_t i = 0; i < len; ++i) w[i] = gr[i] - vexp(yr[i]) * d[i];
+    } else {
+      for (int64_t i = 0; i < len; ++i) w[i] = yr[i] * (gr[i] - d[i]);
+    }
+  }
+}
+
+// Runs f(o, i0, len) over [outer] x chunks of [inner] (or f(o, 0, 1) per row when inner == 1).
+template <class F>
+void for_rows_cols(int64_t outer, int64_t n, int64_t inner, F f) {
+  const int64_t nic = ceil_div(inner, kInnerChunk);
+  const int64_t tasks = outer * nic;
+#pragma omp parallel for schedule(static) if (outer * n * inner > kParallelGrain)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t o = t / nic, c = t % nic;
+    const int64_t i0 = c * kInnerChunk;
+    f(o, i0, std::min(kInnerChunk, inner - i0));
+  }
+}
+
+// ---------------- index checks ----------------
+// Throws naming `op` if any of idx[0..count) lies outside [0, limit).
+void check_indices(const int64_t* idx, int64_t count, int64_t limit, const char* op) {
+  bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (count > kParallelGrain)
+  for (int64_t k = 0; k < count; ++k) bad = bad || idx[k] < 0 || idx[k] >= limit;
+  if (!bad) return;
+  for (int64_t k = 0; k < count; ++k)
+    PELAB_CHECK(idx[k] >= 0 && idx[k] < limit, op, ": index ", idx[k], " at position ", k,
+                " is out of range [0, ", limit, ")");
+}
+
+}  // namespace
+
+// =====================================================================================
+void CpuBackend::softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+                         bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  const int64_t total = outer * n * inner;
+  check_rows(in, total, op, "input");
+  check_rows(out, total, op, "output");
+  check_dtype(out, in.dtype, op, "output");
+  if (total == 0) return;
+  cpu::dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out.data);
+    const T* x = static_cast<const T*>(in.data);
+    if (inner == 1) {
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+      for (int64_t o = 0; o < outer; ++o) softmax_row<T>(y + o * n, x + o * n, n, log);
+    } else {
+      for_rows_cols(outer, n, inner, [&](int64_t o, int64_t i0, int64_t len) {
+        const int64_t base = o * n * inner + i0;
+        softmax_cols<T>(y + base, x + base, n, inner, len, log);
+      });
+    }
+  });
+}
+
+void CpuBackend::softmax_backward(const View& grad_in, const View& grad_out, const View& y,
+                                  int64_t outer, int64_t n, int64_t inner, bool log) {
+  const char* op = log ? "log_softmax_backward" : "softmax_backward";
+  const int64_t total = outer * n * inner;
+  check_rows(grad_in, total, op, "grad_in");
+  check_rows(grad_out, total, op, "grad_out");
+  check_rows(y, total, op, "y");
+  check_dtype(grad_out, y.dtype, op, "grad_out");
+  check_dtype(grad_in, y.dtype, op, "grad_in");
+  if (total == 0) return;
+  cpu::dispatch_float(y.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* gi = static_cast<T*>(grad_in.data);
+    const T* g = static_cast<const T*>(grad_out.data);
+    const T* yy = static_cast<const T*>(y.data);
+    if (inner == 1) {
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+      for (int64_t o = 0; o < outer; ++o)
+        softmax_bwd_row<T>(gi + o * n, g + o * n, yy + o * n, n, log);
+    } else {
+      for_rows_cols(outer, n, inner, [&](int64_t o, int64_t i0, int64_t len) {
+        const int64_t base = o * n * inner + i0;
+        softmax_bwd_cols<T>(gi + base, g + base, yy + base, n, inner, len, log);
+      });
+    }
+  });
+}
+
+// =====================================================================================
+void CpuBackend::layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
+                            const View& weight, const View& bias, int64_t rows, int64_t n,
+                            double eps) {
+  const char* op = "layer_norm";
+  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
+  check_rows(x, rows * n, op, "x");
+  check_rows(y, rows * n, op, "y");
+  check_rows(mean, rows, op, "mean");
+  check_rows(rstd, rows, op, "rstd");
+  for (const View* v : {&y, &mean, &rstd}) check_dtype(*v, x.dtype, op, "output");
+  if (weight.data) {
+    check_rows(weight, n, op, "weight");
+    check_dtype(weight, x.dtype, op, "weight");
+  }
+  if (bias.data) {
+    check_rows(bias, n, op, "bias");
+    check_dtype(bias, x.dtype, op, "bias");
+  }
+  cpu::dispatch_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data);
+    T* yp = static_cast<T*>(y.data);
+    T* mp = static_cast<T*>(mean.data);
+    T* rp = static_cast<T*>(rstd.data);
+    const T* w = static_cast<const T*>(weight.data);
+    const T* b = static_cast<const T*>(bias.data);
+#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * n;
+      T* yr = yp + r * n;
+      double s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < n; ++i) s += static_cast<double>(xr[i]);
+      const double mu = s / static_cast<double>(n);
+      double q = 0;
+#pragma omp simd reduction(+ : q)
+      for (int64_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(xr[i]) - mu;
+        q += d * d;
+      }
+      const double rs = 1.0 / std::sqrt(q / static_cast<double>(n) + eps);
+      mp[r] = static_cast<T>(mu);
+      rp[r] = static_cast<T>(rs);
+      const T m = static_cast<T>(mu), k = static_cast<T>(rs);
+      if (w && b) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * k * w[i] + b[i];
+      } else if (w) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * k * w[i];
+      } else if (b) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * k + b[i];
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * k;
+      }
+    }
+  });
+}
+
+void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight,
+                                     const View& grad_bias, const View& grad_y, const View& x,
+                                     const View& mean, const View& rstd, const View& weight,
+                                     int64_t rows, int64_t n) {
+  const char* op = "layer_norm_backward";
+  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
+  check_rows(x, rows * n, op, "x");
+  check_rows(grad_y, rows * n, op, "grad_y");
+  check_rows(mean, rows, op, "mean");
+  check_rows(rstd, rows, op, "rstd");
+  check_dtype(grad_y, x.dtype, op, "grad_y");
+  check_dtype(mean, x.dtype, op, "mean");
+  check_dtype(rstd, x.dtype, op, "rstd");
+  if (grad_x.data) {
+    check_rows(grad_x, rows * n, op, "grad_x");
+    check_dtype(grad_x, x.dtype, op, "grad_x");
+  }
+  if (weight.data) {
+    check_rows(weight, n, op, "weight");
+    check_dtype(weight, x.dtype, op, "weight");
+  }
+  for (const View* v : {&grad_weight, &grad_bias}) {
+    if (v->data) {
+      check_rows(*v, n, op, "grad_weight/grad_bias");
+      check_dtype(*v, x.dtype, op, "grad_weight/grad_bias");
+    }
+  }
+  cpu::dispatch_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data);
+    const T* gy = static_cast<const T*>(grad_y.data);
+    const T* mp = static_cast<const T*>(mean.data);
+    const T* rp = static_cast<const T*>(rstd.data);
+    const T* w = static_cast<const T*>(weight.data);
+    T* gx = static_cast<T*>(grad_x.data);
+    T* gw = static_cast<T*>(grad_weight.data);
+    T* gb = static_cast<T*>(grad_bias.data);
+    const bool want_params = gw || gb;
+    // row blocks fixed by the shape; each block writes its own partial sums
+    const int64_t rb = std::max<int64_t>(8, ceil_div(rows, 64));
+    const int64_t nb = ceil_div(rows, rb);
+    std::vector<double> pw(want_params ? nb * n : 0), pb(want_params ? nb * n : 0);
+#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      double* bw = want_params ? pw.data() + blk * n : nullptr;
+      double* bb = want_params ? pb.data() + blk * n : nullptr;
+      if (want_params)
+        for (int64_t i = 0; i < n; ++i) bw[i] = bb[i] = 0;
+      const int64_t r1 = std::min(rows, (blk + 1) * rb);
+      for (int64_t r = blk * rb; r < r1; ++r) {
+        const T* xr = xp + r * n;
+        const T* gr = gy + r * n;
+        const T m = mp[r], k = rp[r];
+        if (want_params) {
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) {
+            const double g = static_cast<double>(gr[i]);
+            bw[i] += g * static_cast<double>((xr[i] - m) * k);
+            bb[i] += g;
+          }
+        }
+        if (!gx) continue;
+        // gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w
+        double s1 = 0, s2 = 0;
+        if (w) {
+#pragma omp simd reduction(+ : s1, s2)
+          for (int64_t i = 0; i < n; ++i) {
+            const T g = gr[i] * w[i];
+            s1 += static_cast<double>(g);
+            s2 += static_cast<double>(g * ((xr[i] - m) * k));
+          }
+        } else {
+#pragma omp simd reduction(+ : s1, s2)
+          for (int64_t i = 0; i < n; ++i) {
+            s1 += static_cast<double>(gr[i]);
+            s2 += static_cast<double>(gr[i] * ((xr[i] - m) * k));
+          }
+        }
+        const T a = static_cast<T>(s1 / static_cast<double>(n));
+        const T c = static_cast<T>(s2 / static_cast<double>(n));
+        T* out = gx + r * n;
+        if (w) {
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) out[i] = k * (gr[i] * w[i] - a - (xr[i] - m) * k * c);
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) out[i] = k * (gr[i] - a - (xr[i] - m) * k * c);
+        }
+      }
+    }
+    if (want_params) {
+#pragma omp parallel for schedule(static) if (nb * n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) {
+        double sw = 0, sb = 0;
+        for (int64_t blk = 0; blk < nb; ++blk) {
+          sw += pw[blk * n + i];
+          sb += pb[blk * n + i];
+        }
+        if (gw) gw[i] = static_cast<T>(sw);
+        if (gb) gb[i] = static_cast<T>(sb);
+      }
+    }
+  });
+}
+
+// =====================================================================================
+namespace {
+void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index) {
+  bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (rows > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) bad = bad || (t[r] != ignore_index && (t[r] < 0 || t[r] >= C));
+  if (!bad) return;
+  for (int64_t r = 0; r < rows; ++r)
+    PELAB_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < C), "cross_entropy: target ", t[r],
+                " at row ", r, " is out of range [0, ", C, ") and is not ignore_index (",
+                ignore_index, ")");
+}
+}  // namespace
+
+void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const View& logits,
+                               const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
+                               double smoothing) {
+  const char* op = "cross_entropy";
+  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
+  check_rows(logits, rows * C, op, "logits");
+  check_rows(targets, rows, op, "targets");
+  check_rows(loss_rows, rows, op, "loss_rows");
+  check_rows(lse, rows, op, "lse");
+  check_dtype(targets, DType::Int64, op, "targets");
+  check_dtype(loss_rows, logits.dtype, op, "loss_rows");
+  check_dtype(lse, logits.dtype, op, "lse");
+  const int64_t* tg = static_cast<const int64_t*>(targets.data);
+  check_targets(tg, rows, C, ignore_index);
+  cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(logits.data);
+    T* lp = static_cast<T*>(loss_rows.data);
+    T* ep = static_cast<T*>(lse.data);
+    const double s = smoothing;
+#pragma omp parallel for schedule(static) if (rows * C > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* x = xp + r * C;
+      const T m = row_max(x, C);
+      double se = 0;
+#pragma omp simd reduction(+ : se)
+      for (int64_t i = 0; i < C; ++i) se += static_cast<double>(vexp(x[i] - m));
+      const double l = static_cast<double>(m) + std::log(se);
+      ep[r] = static_cast<T>(l);
+      const int64_t t = tg[r];
+      if (t == ignore_index) {
+        lp[r] = T(0);
+        continue;
+      }
+      double dot = (1.0 - s) * static_cast<double>(x[t]);
+      if (s != 0.0) {
+        double sx = 0;
+#pragma omp simd reduction(+ : sx)
+        for (int64_t i = 0; i < C; ++i) sx += static_cast<double>(x[i]);
+        dot += s / static_cast<double>(C) * sx;
+      }
+      lp[r] = static_cast<T>(l - dot);
+    }
+  });
+}
+
+void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& logits,
+                                        const View& lse, const View& targets, int64_t rows,
+                                        int64_t C, int64_t ignore_index, double smoothing,
+                                        double scale) {
+  const char* op = "cross_entropy_backward";
+  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
+  check_rows(logits, rows * C, op, "logits");
+  check_rows(grad_logits, rows * C, op, "grad_logits");
+  check_rows(targets, rows, op, "targets");
+  check_rows(lse, rows, op, "lse");
+  check_dtype(targets, DType::Int64, op, "targets");
+  check_dtype(grad_logits, logits.dtype, op, "grad_logits");
+  check_dtype(lse, logits.dtype, op, "lse");
+  const int64_t* tg = static_cast<const int64_t*>(targets.data);
+  check_targets(tg, rows, C, ignore_index);
+  cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(logits.data);
+    const T* ep = static_cast<const T*>(lse.data);
+    T* gp = static_cast<T*>(grad_logits.data);
+    const T sc = static_cast<T>(scale);
+    const T off = static_cast<T>(scale * smoothing / static_cast<double>(C));
+    const T hit = static_cast<T>(scale * (1.0 - smoothing));
+#pragma omp parallel for schedule(static) if (rows * C > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* g = gp + r * C;
+      const int64_t t = tg[r];
+      if (t == ignore_index) {
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) g[i] = T(0);
+        continue;
+      }
+      const T* x = xp + r * C;
+      const T l = ep[r];
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) g[i] = sc * vexp(x[i] - l) - off;
+      g[t] -= hit;
+    }
+  });
+}
+
+// =====================================================================================
+void CpuBackend::index_select(const View& out, const View& in, const View& idx, int64_t outer,
+                              int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "index_select";
+  check_rows(in, outer * n_in * inner, op, "input");
+  check_rows(out, outer * n_idx * inner, op, "output");
+  check_rows(idx, n_idx, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(out, in.dtype, op, "output");
+  const int64_t* ix = static_cast<const int64_t*>(idx.data);
+  check_indices(ix, n_idx, n_in, op);
+  cpu::dispatch_all(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(in.data);
+    T* dst = static_cast<T*>(out.data);
+#pragma omp parallel for schedule(static) if (outer * n_idx * inner > kParallelGrain)
+    for (int64_t t = 0; t < outer * n_idx; ++t) {
+      const int64_t o = t / n_idx, j = t % n_idx;
+      const T* s = src + (o * n_in + ix[j]) * inner;
+      T* d = dst + t * inner;
+      if (inner == 1) {
+        d[0] = s[0];
+      } else {
+        std::memcpy(d, s, sizeof(T) * inner);
+      }
+    }
+  });
+}
+
+void CpuBackend::index_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                           int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "index_add";
+  check_rows(acc, outer * n_in * inner, op, "accumulator");
+  check_rows(src, outer * n_idx * inner, op, "source");
+  check_rows(idx, n_idx, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(src, acc.dtype, op, "source");
+  const int64_t* ix = static_cast<const int64_t*>(idx.data);
+  check_indices(ix, n_idx, n_in, op);
+  // parallel over (outer, column chunk) only; j runs in order, so sums are deterministic
+  const int nth = omp_get_max_threads();
+  const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
+  const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
+  const int64_t nc = inner == 0 ? 0 : ceil_div(inner, cw);
+  cpu::dispatch_all(acc.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* a = static_cast<T*>(acc.data);
+    const T* s = static_cast<const T*>(src.data);
+#pragma omp parallel for schedule(static) if (outer * n_idx * inner > kParallelGrain)
+    for (int64_t t = 0; t < outer * nc; ++t) {
+      const int64_t o = t / nc, c = t % nc;
+      const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
+      for (int64_t j = 0; j < n_idx; ++j) {
+        T* d = a + (o * n_in + ix[j]) * inner + i0;
+        const T* v = s + (o * n_idx + j) * inner + i0;
+#pragma omp simd
+        for (int64_t i = 0; i < len; ++i) d[i] += v[i];
+      }
+    }
+  });
+}
+
+void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_t outer,
+                        int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "gather";
+  const int64_t total = outer * n_idx * inner;
+  check_rows(in, outer * n_in * inner, op, "input");
+  check_rows(out, total, op, "output");
+  check_rows(idx, total, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(out, in.dtype, op, "output");
+  const int64_t* ix = static_cast<const int64_t*>(idx.data);
+  check_indices(ix, total, n_in, op);
+  cpu::dispatch_all(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(in.data);
+    T* dst = static_cast<T*>(out.data);
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+    for (int64_t t = 0; t < outer * n_idx; ++t) {
+      const int64_t o = t / n_idx;
+      const int64_t* ir = ix + t * inner;
+      const T* sb = src + o * n_in * inner;
+      T* d = dst + t * inner;
+      for (int64_t i = 0; i < inner; ++i) d[i] = sb[ir[i] * inner + i];
+    }
+  });
+}
+
+void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                             int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "scatter_add";
+  const int64_t total = outer * n_idx * inner;
+  check_rows(acc, outer * n_in * inner, op, "accumulator");
+  check_rows(src, total, op, "source");
+  check_rows(idx, total, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(src, acc.dtype, op, "source");
+  const int64_t* ix = static_cast<const int64_t*>(idx.data);
+  check_indices(ix, total, n_in, op);
+  const int nth = omp_get_max_threads();
+  const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
+  const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
+  const int64_t nc = inner == 0 ? 0 : ceil_div(inner, cw);
+  cpu::dispatch_all(acc.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* a = static_cast<T*>(acc.data);
+    const T* s = static_cast<const T*>(src.data);
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+    for (int64_t t = 0; t < outer * nc; ++t) {
+      const int64_t o = t / nc, c = t % nc;
+      const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
+      T* ab = a + o * n_in * inner;
+      for (int64_t j = 0; j < n_idx; ++j) {
+        const int64_t base = (o * n_idx + j) * inner;
+        for (int64_t i = i0; i < i0 + len; ++i) ab[ix[base + i] * inner + i] += s[base + i];
+      }
+    }
+  });
+}
+
+// =====================================================================================
+void CpuBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) {
+  const char* op = "dropout_mask";
+  PELAB_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
+  check_rows(mask, mask.numel(), op, "mask");
+  const int64_t n = mask.numel();
+  cpu::dispatch_float(mask.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* m = static_cast<T*>(mask.data);
+    const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      m[i] = rng_uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? keep : T(0);
+  });
+}
+
+void CpuBackend::random_uniform(const View& out, double lo, double hi, uint64_t seed,
+                                uint64_t offset) {
+  const char* op = "random_uniform";
+  check_rows(out, out.numel(), op, "output");
+  const int64_t n = out.numel();
+  cpu::dispatch_float(out.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data);
+    const double w = hi - lo;
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = static_cast<T>(lo + w * rng_uniform(seed, offset + static_cast<uint64_t>(i)));
+  });
+}
+
+void CpuBackend::random_normal(const View& out, double mean, double std, uint64_t seed,
+                               uint64_t offset) {
+  const char* op = "random_normal";
+  check_rows(out, out.numel(), op, "output");
+  const int64_t n = out.numel();
+  cpu::dispatch_float(out.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data);
+#pragma omp parallel for schedule(static) if (n > kParallelGrain / 4)
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = static_cast<T>(mean + std * rng_normal(seed, offset + static_cast<uint64_t>(i)));
+  });
+}
+
+// =====================================================================================
+void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, const View& v,
+                            double lr, double beta1, double beta2, double eps, double weight_decay,
+                            double bias_correction1, double bias_correction2) {
+  const char* op = "adamw_step";
+  const int64_t n = param.numel();
+  check_rows(param, n, op, "param");
+  check_rows(grad, n, op, "grad");
+  check_rows(m, n, op, "exp_avg");
+  check_rows(v, n, op, "exp_avg_sq");
+  for (const View* x : {&grad, &m, &v}) check_dtype(*x, param.dtype, op, "state");
+  PELAB_CHECK(bias_correction1 > 0 && bias_correction2 > 0, op,
+              ": bias corrections must be positive, got ", bias_correction1, " and ",
+              bias_correction2);
+  cpu::dispatch_float(param.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(param.data);
+    const T* g = static_cast<const T*>(grad.data);
+    T* mp = static_cast<T*>(m.data);
+    T* vp = static_cast<T*>(v.data);
+    // PyTorch AdamW: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
+    // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+    const T decay = static_cast<T>(1.0 - lr * weight_decay);
+    const T b1 = static_cast<T>(beta1), ob1 = static_cast<T>(1.0 - beta1);
+    const T b2 = static_cast<T>(beta2), ob2 = static_cast<T>(1.0 - beta2);
+    const T step = static_cast<T>(lr / bias_correction1);
+    const T inv_bc2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
+    const T e = static_cast<T>(eps);
+    constexpr int64_t kChunk = 512;
+    const int64_t nc = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+      T* pc = p + i0;
+      T* mc = mp + i0;
+      T* vc = vp + i0;
+      const T* gc = g + i0;
+      T den[kChunk];
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) {
+        const T gi = gc[i];
+        mc[i] = b1 * mc[i] + ob1 * gi;
+        const T vi = b2 * vc[i] + ob2 * gi * gi;
+        vc[i] = vi;
+        den[i] = vi;
+      }
+      cpu::sqrt_inplace(den, len);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i)
+        pc[i] = pc[i] * decay - step * mc[i] / (den[i] * inv_bc2_sqrt + e);
+    }
+  });
+}
+
+void CpuBackend::sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
+                          double momentum, double dampening, double weight_decay, bool nesterov,
+                          bool first_step) {
+  const char* op = "sgd_step";
+  const int64_t n = param.numel();
+  check_rows(param, n, op, "param");
+  check_rows(grad, n, op, "grad");
+  check_dtype(grad, param.dtype, op, "grad");
+  const bool use_mom = momentum != 0.0;
+  if (use_mom) {
+    check_rows(momentum_buf, n, op, "momentum_buffer");
+    check_dtype(momentum_buf, param.dtype, op, "momentum_buffer");
+  }
+  cpu::dispatch_float(param.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(param.data);
+    const T* g = static_cast<const T*>(grad.data);
+    T* buf = static_cast<T*>(momentum_buf.data);
+    const T lrt = static_cast<T>(lr), wd = static_cast<T>(weight_decay);
+    const T mu = static_cast<T>(momentum), damp = static_cast<T>(1.0 - dampening);
+    // the invariant choices (first step, nesterov) are compile-time in each loop so it vectorises
+    auto run = [&](auto first_c, auto nesterov_c) {
+      constexpr bool kFirst = decltype(first_c)::value, kNesterov = decltype(nesterov_c)::value;
+      T* pp = p;
+      T* bp = buf;
+      const T* gp = g;
+      const T lr_ = lrt, wd_ = wd, mu_ = mu, damp_ = damp;
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) {
+        const T d = gp[i] + wd_ * pp[i];  // wd == 0 adds an exact zero
+        const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
+        bp[i] = b;
+        pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);
+      }
+    };
+    using F = std::false_type;
+    using Tr = std::true_type;
+    if (!use_mom) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) {
+        const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
+        p[i] -= lrt * d;
+      }
+    } else if (first_step) {
+      nesterov ? run(Tr{}, Tr{}) : run(Tr{}, F{});
+    } else {
+      nesterov ? run(F{}, Tr{}) : run(F{}, F{});
+    }
+  });
+}
+
+}  // namespace pelab

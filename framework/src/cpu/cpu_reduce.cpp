@@ -1,0 +1,224 @@
+// pelab — CPU reductions over contiguous [outer, n, inner] (Sum, Max + first argmax) and the
+// double-accumulated sum of squares. Long axes are cut into blocks whose size depends only on the
+// shape; block partials are combined in block order, so results do not depend on the thread count.
+// Float32 sums accumulate in double.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+
+namespace pelab {
+namespace {
+
+using cpu::Acc;
+
+constexpr int64_t kBlock1 = 8192;    // elements per block along n when inner == 1
+constexpr int64_t kBlockN = 65536;   // elements per block (rows x inner) when inner > 1
+constexpr int64_t kInnerChunk = 1024;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// sum of x[0..len) in accumulator type A (fixed vector-lane order)
+template <class T, class A>
+inline A sum_run(const T* x, int64_t len) {
+  A s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < len; ++i) s += static_cast<A>(x[i]);
+  return s;
+}
+
+template <class T>
+inline bool better(T v, T best) {  // strictly greater, or the first NaN
+  return v > best || (v != v && best == best);
+}
+
+template <class T>
+void reduce_sum(T* out, const T* in, int64_t outer, int64_t n, int64_t inner) {
+  using A = typename Acc<T>::type;
+  const int64_t total = outer * n * inner;
+  if (inner == 1) {
+    const int64_t nb = ceil_div(n, kBlock1);
+    if (nb <= 1) {
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+      for (int64_t o = 0; o < outer; ++o) out[o] = static_cast<T>(sum_run<T, A>(in + o * n, n));
+      return;
+    }
+    std::vector<A> part(outer * nb);
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+    for (int64_t t = 0; t < outer * nb; ++t) {
+      const int64_t o = t / nb, b = t % nb;
+      const int64_t j0 = b * kBlock1, len = std::min(kBlock1, n - j0);
+      part[t] = sum_run<T, A>(in + o * n + j0, len);
+    }
+    for (int64_t o = 0; o < outer; ++o) {
+      A s = 0;
+      for (int64_t b = 0; b < nb; ++b) s += part[o * nb + b];
+      out[o] = static_cast<T>(s);
+    }
+    return;
+  }
+  // inner > 1: out[o, i] = sum_j in[o, j, i], vectorised along i
+  const int64_t bj = std::max<int64_t>(1, kBlockN / inner);
+  const int64_t nb = ceil_div(n, bj);
+  const int64_t nic = ceil_div(inner, kInnerChunk);
+  std::vector<A> part(nb > 1 ? outer * nb * inner : 0);
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+  for (int64_t t = 0; t < outer * nb * nic; ++t) {
+    const int64_t o = t / (nb * nic), b = (t / nic) % nb, c = t % nic;
+    const int64_t i0 = c * kInnerChunk, ilen = std::min(kInnerChunk, inner - i0);
+    const int64_t j0 = b * bj, j1 = std::min(n, j0 + bj);
+    A acc[kInnerChunk];
+    for (int64_t i = 0; i < ilen; ++i) acc[i] = 0;
+    for (int64_t j = j0; j < j1; ++j) {
+      const T* row = in + (o * n + j) * inner + i0;
+#pragma omp simd
+      for (int64_t i = 0; i < ilen; ++i) acc[i] += static_cast<A>(row[i]);
+    }
+    if (nb == 1) {
+      for (int64_t i = 0; i < ilen; ++i) out[o * inner + i0 + i] = static_cast<T>(acc[i]);
+    } else {
+      A* dst = part.data() + (o * nb + b) * inner + i0;
+      for (int64_t i = 0; i < ilen; ++i) dst[i] = acc[i];
+    }
+  }
+  if (nb > 1) {
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        A s = 0;
+        for (int64_t b = 0; b < nb; ++b) s += part[(o * nb + b) * inner + i];
+        out[o * inner + i] = static_cast<T>(s);
+      }
+    }
+  }
+}
+
+template <class T>
+void reduce_max(T* out, int64_t* arg, const T* in, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t total = outer * n * inner;
+  if (inner == 1) {
+    const int64_t nb = ceil_div(n, kBlock1);
+    std::vector<T> pv(outer * nb);
+    std::vector<int64_t> pi(outer * nb);
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+    for (int64_t t = 0; t < outer * nb; ++t) {
+      const int64_t o = t / nb, b = t % nb;
+      const int64_t j0 = b * kBlock1, j1 = std::min(n, j0 + kBlock1);
+      const T* x = in + o * n;
+      T best = x[j0];
+      int64_t bi = j0;
+      for (int64_t j = j0 + 1; j < j1; ++j) {
+        if (better(x[j], best)) {
+          best = x[j];
+          bi = j;
+        }
+      }
+      pv[t] = best;
+      pi[t] = bi;
+    }
+    for (int64_t o = 0; o < outer; ++o) {
+      T best = pv[o * nb];
+      int64_t bi = pi[o * nb];
+      for (int64_t b = 1; b < nb; ++b) {
+        if (better(pv[o * nb + b], best)) {
+          best = pv[o * nb + b];
+          bi = pi[o * nb + b];
+        }
+      }
+      out[o] = best;
+      if (arg) arg[o] = bi;
+    }
+    return;
+  }
+  // inner > 1: running max per column, chunks of columns in parallel (j in order)
+  const int64_t nic = ceil_div(inner, kInnerChunk);
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+  for (int64_t t = 0; t < outer * nic; ++t) {
+    const int64_t o = t / nic, c = t % nic;
+    const int64_t i0 = c * kInnerChunk, ilen = std::min(kInnerChunk, inner - i0);
+    T* best = out + o * inner + i0;
+    int64_t* bi = arg ? arg + o * inner + i0 : nullptr;
+    const T* row0 = in + o * n * inner + i0;
+    for (int64_t i = 0; i < ilen; ++i) best[i] = row0[i];
+    if (bi)
+      for (int64_t i = 0; i < ilen; ++i) bi[i] = 0;
+    for (int64_t j = 1; j < n; ++j) {
+      const T* row = row0 + j * inner;
+      if (bi) {
+        for (int64_t i = 0; i < ilen; ++i) {
+          if (better(row[i], best[i])) {
+            best[i] = row[i];
+            bi[i] = j;
+          }
+        }
+      } else {
+        for (int64_t i = 0; i < ilen; ++i) best[i] = better(row[i], best[i]) ? row[i] : best[i];
+      }
+    }
+  }
+}
+
+template <class T>
+double sum_squares_impl(const T* x, int64_t total) {
+  const int64_t nb = ceil_div(total, kBlock1);
+  std::vector<double> part(nb);
+#pragma omp parallel for schedule(static) if (total > kParallelGrain)
+  for (int64_t b = 0; b < nb; ++b) {
+    const T* p = x + b * kBlock1;
+    const int64_t len = std::min(kBlock1, total - b * kBlock1);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < len; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+    part[b] = s;
+  }
+  double s = 0;
+  for (int64_t b = 0; b < nb; ++b) s += part[b];
+  return s;
+}
+
+}  // namespace
+
+void CpuBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& in, int64_t outer,
+                        int64_t n, int64_t inner) {
+  PELAB_CHECK(outer >= 0 && n >= 0 && inner >= 0, "reduce: bad extents outer=", outer, " n=", n,
+              " inner=", inner);
+  PELAB_CHECK(in.numel() == outer * n * inner, "reduce: input ", shape_str(in.shape),
+              " does not hold [", outer, ", ", n, ", ", inner, "]");
+  PELAB_CHECK(out.numel() == outer * inner, "reduce: output ", shape_str(out.shape),
+              " does not hold [", outer, ", ", inner, "]");
+  PELAB_CHECK(out.dtype == in.dtype, "reduce: dtype mismatch, out ", dtype_name(out.dtype),
+              " vs in ", dtype_name(in.dtype));
+  PELAB_CHECK(in.contiguous() && out.contiguous(), "reduce: views must be contiguous (in ",
+              shape_str(in.shape), " strides ", shape_str(in.strides), ")");
+  if (outer * inner == 0) return;
+  cpu::dispatch_all(in.dtype, "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data);
+    const T* x = static_cast<const T*>(in.data);
+    if (op == ReduceOp::Sum) {
+      if (n == 0) {
+        for (int64_t i = 0; i < outer * inner; ++i) o[i] = T(0);
+        if (argmax) std::fill_n(static_cast<int64_t*>(argmax), outer * inner, int64_t(0));
+        return;
+      }
+      reduce_sum<T>(o, x, outer, n, inner);
+    } else {
+      PELAB_CHECK(n > 0, "reduce: max over an empty axis (input ", shape_str(in.shape), ")");
+      reduce_max<T>(o, static_cast<int64_t*>(argmax), x, outer, n, inner);
+    }
+  });
+}
+
+double CpuBackend::sum_squares(const View& in) {
+  PELAB_CHECK(in.contiguous(), "sum_squares: view must be contiguous (shape ", shape_str(in.shape),
+              ", strides ", shape_str(in.strides), ")");
+  const int64_t total = in.numel();
+  if (total == 0) return 0.0;
+  return cpu::dispatch_float(in.dtype, "sum_squares", [&](auto tag) {
+    return sum_squares_impl(static_cast<const decltype(tag)*>(in.data), total);
+  });
+}
+
+}  // namespace pelab

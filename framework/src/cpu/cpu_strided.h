@@ -1,0 +1,131 @@
+// pelab — CPU strided iteration (internal): views are aligned to one shape, size-1 axes dropped and
+// adjacent axes merged wherever every operand allows, then the flat element range is split statically
+// over OpenMP threads and handed to a kernel as runs along the innermost axis.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cpu/cpu_backend.h"
+
+namespace pelab {
+namespace cpu {
+
+constexpr int kMaxDims = 16;
+
+template <int N>
+struct Layout {
+  int nd = 0;                  // rank after collapsing (0: a single element)
+  int64_t numel = 1;
+  int64_t shape[kMaxDims] = {};
+  int64_t st[N][kMaxDims] = {};  // element strides per operand
+  char* base[N] = {};
+  // innermost stride of operand k
+  int64_t inner_stride(int k) const { return nd == 0 ? 1 : st[k][nd - 1]; }
+};
+
+// Builds the collapsed layout of N views over `shape`. Views whose rank/shape differ from `shape` are
+// broadcast to it with numpy rules (size-1 or missing axes get stride 0).
+template <int N>
+Layout<N> make_layout(const Shape& shape, const View* const (&views)[N], const char* op) {
+  Layout<N> L;
+  const int R = static_cast<int>(shape.size());
+  for (int k = 0; k < N; ++k) {
+    const View& v = *views[k];
+    PELAB_CHECK(v.shape.size() == v.strides.size(), op, ": view rank mismatch (shape ",
+                shape_str(v.shape), ", strides ", shape_str(v.strides), ")");
+    PELAB_CHECK(static_cast<int>(v.shape.size()) <= R, op, ": cannot broadcast ", shape_str(v.shape),
+                " to ", shape_str(shape));
+    L.base[k] = static_cast<char*>(v.data);
+  }
+  for (int64_t d : shape) L.numel *= d;
+  // collapse from the innermost axis outwards
+  int64_t cs[kMaxDims];
+  int64_t cst[N][kMaxDims];
+  int m = 0;
+  for (int d = R - 1; d >= 0; --d) {
+    const int64_t size = shape[d];
+    if (size == 1) continue;
+    int64_t s[N];
+    for (int k = 0; k < N; ++k) {
+      const View& v = *views[k];
+      const int off = R - static_cast<int>(v.shape.size());
+      if (d < off) {
+        s[k] = 0;
+      } else {
+        const int64_t vs = v.shape[d - off];
+        PELAB_CHECK(vs == size || vs == 1, op, ": cannot broadcast ", shape_str(v.shape), " to ",
+                    shape_str(shape));
+        s[k] = vs == 1 ? 0 : v.strides[d - off];
+      }
+    }
+    bool merge = m > 0;
+    for (int k = 0; k < N && merge; ++k) merge = s[k] == cst[k][m - 1] * cs[m - 1];
+    if (merge) {
+      cs[m - 1] *= size;
+    } else {
+      PELAB_CHECK(m < kMaxDims, op, ": too many non-mergeable axes in ", shape_str(shape));
+      cs[m] = size;
+      for (int k = 0; k < N; ++k) cst[k][m] = s[k];
+      ++m;
+    }
+  }
+  L.nd = m;
+  for (int i = 0; i < m; ++i) {
+    L.shape[i] = cs[m - 1 - i];
+    for (int k = 0; k < N; ++k) L.st[k][i] = cst[k][m - 1 - i];
+  }
+  return L;
+}
+
+// Calls f(off, len) for runs along the innermost axis covering every element once; off[k] is the
+// element offset of operand k at the run start. Static split of the flat range over threads.
+template <int N, class F>
+void for_each_run(const Layout<N>& L, F&& f) {
+  const int64_t total = L.numel;
+  if (total <= 0) return;
+  if (L.nd == 0) {
+    int64_t off[N] = {};
+    f(off, int64_t(1));
+    return;
+  }
+  const int nd = L.nd;
+  const int64_t inner = L.shape[nd - 1];
+#pragma omp parallel if (total > kParallelGrain)
+  {
+    int64_t lo, hi;
+    split_range(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+    if (lo < hi) {
+      int64_t idx[kMaxDims];
+      int64_t off[N];
+      int64_t rem = lo / inner;
+      int64_t col = lo % inner;
+      for (int k = 0; k < N; ++k) off[k] = col * L.st[k][nd - 1];
+      for (int d = nd - 2; d >= 0; --d) {
+        idx[d] = rem % L.shape[d];
+        rem /= L.shape[d];
+        for (int k = 0; k < N; ++k) off[k] += idx[d] * L.st[k][d];
+      }
+      int64_t e = lo;
+      while (true) {
+        const int64_t len = std::min(inner - col, hi - e);
+        f(static_cast<const int64_t*>(off), len);
+        e += len;
+        if (e >= hi) break;
+        for (int k = 0; k < N; ++k) off[k] -= col * L.st[k][nd - 1];
+        col = 0;
+        for (int d = nd - 2; d >= 0; --d) {
+          ++idx[d];
+          for (int k = 0; k < N; ++k) off[k] += L.st[k][d];
+          if (idx[d] < L.shape[d]) break;
+          for (int k = 0; k < N; ++k) off[k] -= L.shape[d] * L.st[k][d];
+          idx[d] = 0;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace pelab

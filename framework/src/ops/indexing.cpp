@@ -1,0 +1,198 @@
+// pelab — indexing ops: index_select, gather (torch.gather semantics) and embedding, with
+// scatter-add backward passes. Index values are validated on the host so a bad id fails with a
+// clear pelab::Error naming the op, the id and the shapes (the kernels check as well).
+#include <memory>
+#include <vector>
+
+#include "pelab/autograd.h"
+#include "pelab/backend.h"
+#include "pelab/ops.h"
+#include "pelab/registry.h"
+
+namespace pelab {
+
+PELAB_REGISTER_OP("index_select", true);
+PELAB_REGISTER_OP("gather", true);
+PELAB_REGISTER_OP("embedding", true);
+
+namespace {
+
+// A fresh, untracked handle onto t's storage with the given geometry.
+Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.impl()->storage;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = t.offset();
+  impl->dtype = t.dtype();
+  return Tensor(impl);
+}
+
+bool row_major(const Tensor& t) {
+  int64_t expect = 1;
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    if (t.shape()[d] == 1) continue;
+    if (t.strides()[d] != expect) return false;
+    expect *= t.shape()[d];
+  }
+  return true;
+}
+
+// Untracked contiguous copy (or an untracked view when already row-major).
+Tensor contig(const Tensor& t) {
+  if (row_major(t)) return make_view(t, t.shape(), t.strides());
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  if (out.numel() > 0) backend_for(t.device()).copy(view_of(out), view_of(t));
+  return out;
+}
+
+View flat_view(const Tensor& t, const Shape& shape) {
+  View v = view_of(t);
+  v.shape = shape;
+  v.strides = contiguous_strides(shape);
+  return v;
+}
+
+void check_source(const char* op, const Tensor& a, const char* what) {
+  PELAB_CHECK(a.defined(), op, ": ", what, " is undefined");
+  PELAB_CHECK(is_floating(a.dtype()), op, ": ", what, " must be float32/float64, got ",
+              dtype_name(a.dtype()), " ", shape_str(a.shape()));
+}
+
+void check_index(const char* op, const Tensor& idx, const Tensor& a, const char* what) {
+  PELAB_CHECK(idx.defined(), op, ": ", what, " is undefined");
+  PELAB_CHECK(idx.dtype() == DType::Int64, op, ": ", what, " must be int64, got ",
+              dtype_name(idx.dtype()), " ", shape_str(idx.shape()));
+  PELAB_CHECK(idx.device() == a.device(), op, ": ", what, " on ", idx.device().str(),
+              " but input on ", a.device().str());
+}
+
+// Every index value in [0, n); `idx` is contiguous.
+void check_range(const char* op, const Tensor& idx, int64_t n, const char* what, const Tensor& a,
+                 int64_t dim) {
+  for (int64_t v : idx.to_int_vector()) {
+    PELAB_CHECK(v >= 0 && v < n, op, ": ", what, " ", v, " out of range [0, ", n, ") for dim ", dim,
+                " of ", shape_str(a.shape()));
+  }
+}
+
+void split(const Shape& s, int64_t d, int64_t& outer, int64_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int64_t i = 0; i < d; ++i) outer *= s[i];
+  for (int64_t i = d + 1; i < static_cast<int64_t>(s.size()); ++i) inner *= s[i];
+}
+
+}  // namespace
+
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
+  check_source("index_select", a, "input");
+  check_index("index_select", index, a, "index");
+  PELAB_CHECK(a.dim() >= 1, "index_select: input must have at least one dim, got a scalar");
+  PELAB_CHECK(index.dim() == 1, "index_select: index must be 1-D, got ", shape_str(index.shape()));
+  const int64_t d = normalize_axis(dim, a.dim(), "index_select");
+  const DType dt = a.dtype();
+  const Device dev = a.device();
+  const Shape ashape = a.shape();
+  const int64_t n_in = ashape[d], n_idx = index.size(0);
+  int64_t outer, inner;
+  split(ashape, d, outer, inner);
+  Tensor ic = contig(index);
+  check_range("index_select", ic, n_in, "index", a, d);
+  Tensor ac = contig(a);
+  Shape out_shape = ashape;
+  out_shape[d] = n_idx;
+  Tensor out = Tensor::empty(out_shape, dt, dev);
+  if (out.numel() > 0) {
+    backend_for(dev).index_select(view_of(out), view_of(ac), view_of(ic), outer, n_in, n_idx,
+                                  inner);
+  }
+  return record("index_select", {a}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    Tensor acc = Tensor::zeros(ashape, dt, dev);
+    Tensor gc = contig(g);
+    if (gc.numel() > 0) {
+      backend_for(dev).index_add(view_of(acc), view_of(gc), view_of(ic), outer, n_in, n_idx, inner);
+    }
+    return {acc};
+  });
+}
+
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
+  check_source("gather", a, "input");
+  check_index("gather", index, a, "index");
+  PELAB_CHECK(a.dim() >= 1, "gather: input must have at least one dim, got a scalar");
+  PELAB_CHECK(index.dim() == a.dim(), "gather: index ", shape_str(index.shape()),
+              " must have the same rank as input ", shape_str(a.shape()));
+  const int64_t d = normalize_axis(dim, a.dim(), "gather");
+  const Shape ashape = a.shape();
+  for (int64_t k = 0; k < a.dim(); ++k) {
+    PELAB_CHECK(k == d || index.size(k) <= ashape[k], "gather: index ", shape_str(index.shape()),
+                " is larger than input ", shape_str(ashape), " at dim ", k);
+  }
+  const DType dt = a.dtype();
+  const Device dev = a.device();
+  Tensor ic = contig(index);
+  check_range("gather", ic, ashape[d], "index", a, d);
+  // The part of `a` the index can reach: index sizes except along `dim`.
+  Shape sub = index.shape();
+  sub[d] = ashape[d];
+  Tensor as = contig(make_view(a, sub, a.strides()));
+  const int64_t n_in = sub[d], n_idx = index.size(d);
+  int64_t outer, inner;
+  split(sub, d, outer, inner);
+  Tensor out = Tensor::empty(index.shape(), dt, dev);
+  if (out.numel() > 0) {
+    backend_for(dev).gather(view_of(out), view_of(as), view_of(ic), outer, n_in, n_idx, inner);
+  }
+  return record("gather", {a}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    Backend& be = backend_for(dev);
+    Tensor acc = Tensor::zeros(sub, dt, dev);
+    Tensor gc = contig(g);
+    if (gc.numel() > 0) {
+      be.scatter_add(view_of(acc), view_of(gc), view_of(ic), outer, n_in, n_idx, inner);
+    }
+    if (sub == ashape) return {acc};
+    // Place the reachable window into a zero gradient of the full input shape.
+    Tensor full = Tensor::zeros(ashape, dt, dev);
+    if (acc.numel() > 0) {
+      View win = view_of(full);
+      win.shape = sub;
+      be.copy(win, view_of(acc));
+    }
+    return {full};
+  });
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  check_source("embedding", weight, "weight");
+  check_index("embedding", ids, weight, "ids");
+  PELAB_CHECK(weight.dim() == 2, "embedding: weight must be [num, dim], got ",
+              shape_str(weight.shape()));
+  const int64_t V = weight.size(0), D = weight.size(1), N = ids.numel();
+  const DType dt = weight.dtype();
+  const Device dev = weight.device();
+  Tensor ic = contig(ids);
+  for (int64_t v : ic.to_int_vector()) {
+    PELAB_CHECK(v >= 0 && v < V, "embedding: id ", v, " out of range [0, ", V, ") for weight ",
+                shape_str(weight.shape()), " (ids ", shape_str(ids.shape()), ")");
+  }
+  Tensor wc = contig(weight);
+  Shape out_shape = ids.shape();
+  out_shape.push_back(D);
+  Tensor out = Tensor::empty(out_shape, dt, dev);
+  if (out.numel() > 0) {
+    backend_for(dev).index_select(flat_view(out, {1, N, D}), flat_view(wc, {1, V, D}),
+                                  flat_view(ic, {N}), 1, V, N, D);
+  }
+  return record("embedding", {weight}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    Tensor acc = Tensor::zeros({V, D}, dt, dev);
+    Tensor gc = contig(g);
+    if (gc.numel() > 0) {
+      backend_for(dev).index_add(flat_view(acc, {1, V, D}), flat_view(gc, {1, N, D}),
+                                 flat_view(ic, {N}), 1, V, N, D);
+    }
+    return {acc};
+  });
+}
+
+}  // namespace pelab

@@ -1,0 +1,252 @@
+// pelab — fused nn ops on top of the backend's fused kernels: softmax / log_softmax along any axis,
+// cross-entropy with ignore_index and label smoothing, layer norm over the last axis, and
+// inverted dropout with a counter-based mask; each with its backward pass.
+#include <memory>
+#include <vector>
+
+#include "pelab/autograd.h"
+#include "pelab/backend.h"
+#include "pelab/ops.h"
+#include "pelab/registry.h"
+
+namespace pelab {
+
+PELAB_REGISTER_OP("softmax", true);
+PELAB_REGISTER_OP("log_softmax", true);
+PELAB_REGISTER_OP("cross_entropy", true);
+PELAB_REGISTER_OP("layer_norm", true);
+PELAB_REGISTER_OP("dropout", true);
+
+namespace {
+
+// A fresh, untracked handle onto t's storage (same geometry).
+Tensor plain(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.impl()->storage;
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->offset = t.offset();
+  impl->dtype = t.dtype();
+  return Tensor(impl);
+}
+
+bool row_major(const Tensor& t) {
+  int64_t expect = 1;
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    if (t.shape()[d] == 1) continue;
+    if (t.strides()[d] != expect) return false;
+    expect *= t.shape()[d];
+  }
+  return true;
+}
+
+// Untracked contiguous copy (or an untracked view when already row-major).
+Tensor contig(const Tensor& t) {
+  if (row_major(t)) return plain(t);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  if (out.numel() > 0) backend_for(t.device()).copy(view_of(out), view_of(t));
+  return out;
+}
+
+// A contiguous tensor's data seen with another (same-numel) shape.
+View flat_view(const Tensor& t, const Shape& shape) {
+  View v = view_of(t);
+  v.shape = shape;
+  v.strides = contiguous_strides(shape);
+  return v;
+}
+
+View null_view(DType dt, int64_t n) {
+  View v;
+  v.data = nullptr;
+  v.dtype = dt;
+  v.shape = {n};
+  v.strides = {1};
+  return v;
+}
+
+void check_float(const char* op, const Tensor& t, const char* what) {
+  PELAB_CHECK(t.defined(), op, ": ", what, " is undefined");
+  PELAB_CHECK(is_floating(t.dtype()), op, ": ", what, " must be float32/float64, got ",
+              dtype_name(t.dtype()), " ", shape_str(t.shape()));
+}
+
+Tensor softmax_impl(const char* op, const Tensor& a, int64_t axis, bool log) {
+  check_float(op, a, "input");
+  const Shape shape = a.shape();
+  const int64_t rank = a.dim();
+  int64_t outer = 1, n = 1, inner = 1;
+  if (rank > 0) {
+    const int64_t ax = normalize_axis(axis, rank, op);
+    for (int64_t d = 0; d < ax; ++d) outer *= shape[d];
+    n = shape[ax];
+    for (int64_t d = ax + 1; d < rank; ++d) inner *= shape[d];
+  } else {
+    normalize_axis(axis, 1, op);  // a scalar behaves as [1]
+  }
+  const DType dt = a.dtype();
+  const Device dev = a.device();
+  Tensor x = contig(a);
+  Tensor y = Tensor::empty(shape, dt, dev);
+  if (y.numel() > 0) backend_for(dev).softmax(view_of(y), view_of(x), outer, n, inner, log);
+  const Tensor ys = plain(y);
+  return record(op, {a}, y, [=](const Tensor& g) -> std::vector<Tensor> {
+    Tensor gc = contig(g);
+    Tensor gi = Tensor::empty(shape, dt, dev);
+    if (gi.numel() > 0)
+      backend_for(dev).softmax_backward(view_of(gi), view_of(gc), view_of(ys), outer, n, inner,
+                                        log);
+    return {gi};
+  });
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& a, int64_t axis) { return softmax_impl("softmax", a, axis, false); }
+Tensor log_softmax(const Tensor& a, int64_t axis) {
+  return softmax_impl("log_softmax", a, axis, true);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     double label_smoothing) {
+  check_float("cross_entropy", logits, "logits");
+  PELAB_CHECK(logits.dim() >= 1, "cross_entropy: logits must be [..., C], got a scalar");
+  PELAB_CHECK(targets.defined(), "cross_entropy: targets are undefined");
+  PELAB_CHECK(targets.dtype() == DType::Int64, "cross_entropy: targets must be int64, got ",
+              dtype_name(targets.dtype()), " ", shape_str(targets.shape()));
+  PELAB_CHECK(targets.device() == logits.device(), "cross_entropy: logits on ",
+              logits.device().str(), " but targets on ", targets.device().str());
+  const Shape rows_shape(logits.shape().begin(), logits.shape().end() - 1);
+  PELAB_CHECK(targets.shape() == rows_shape, "cross_entropy: targets ", shape_str(targets.shape()),
+              " do not match logits ", shape_str(logits.shape()), " (expected targets ",
+              shape_str(rows_shape), ")");
+  PELAB_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+              "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  const int64_t C = logits.size(-1);
+  const int64_t rows = shape_numel(rows_shape);
+  PELAB_CHECK(C > 0 || rows == 0, "cross_entropy: logits ", shape_str(logits.shape()),
+              " have no classes");
+  const DType dt = logits.dtype();
+  const Device dev = logits.device();
+  Backend& be = backend_for(dev);
+
+  Tensor x = contig(logits), t = contig(targets);
+  // Count (and validate) the non-ignored targets on the host: the targets are a small Int64 vector.
+  int64_t count = 0;
+  for (int64_t v : t.to_int_vector()) {
+    if (v == ignore_index) continue;
+    PELAB_CHECK(v >= 0 && v < C, "cross_entropy: target ", v, " out of range [0, ", C,
+                ") for logits ", shape_str(logits.shape()), " (ignore_index ", ignore_index, ")");
+    ++count;
+  }
+  Tensor lse = Tensor::empty({rows}, dt, dev);
+  Tensor loss = Tensor::empty({}, dt, dev);
+  if (count == 0) {
+    be.fill(view_of(loss), 0.0);
+  } else {
+    Tensor loss_rows = Tensor::empty({rows}, dt, dev);
+    be.cross_entropy(view_of(loss_rows), view_of(lse), flat_view(x, {rows, C}),
+                     flat_view(t, {rows}), rows, C, ignore_index, label_smoothing);
+    Tensor total = Tensor::empty({1}, dt, dev);
+    be.reduce(ReduceOp::Sum, view_of(total), nullptr, view_of(loss_rows), 1, rows, 1);
+    be.unary(UnaryOp::MulScalar, view_of(loss), flat_view(total, {}),
+             1.0 / static_cast<double>(count));
+  }
+  const Shape lshape = logits.shape();
+  return record("cross_entropy", {logits}, loss, [=](const Tensor& g) -> std::vector<Tensor> {
+    Tensor gl = Tensor::empty(lshape, dt, dev);
+    if (gl.numel() == 0) return {gl};
+    Backend& b = backend_for(dev);
+    if (count == 0) {
+      b.fill(view_of(gl), 0.0);
+    } else {
+      const double scale = g.item() / static_cast<double>(count);
+      b.cross_entropy_backward(flat_view(gl, {rows, C}), flat_view(x, {rows, C}), view_of(lse),
+                               flat_view(t, {rows}), rows, C, ignore_index, label_smoothing, scale);
+    }
+    return {gl};
+  });
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_float("layer_norm", x, "input");
+  PELAB_CHECK(x.dim() >= 1, "layer_norm: input must have at least one dim, got a scalar");
+  const int64_t n = x.size(-1);
+  PELAB_CHECK(n > 0, "layer_norm: normalized axis of ", shape_str(x.shape()), " is empty");
+  PELAB_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    const char* what = p == &weight ? "weight" : "bias";
+    PELAB_CHECK(p->dtype() == dt && p->device() == dev, "layer_norm: ", what, " ",
+                dtype_name(p->dtype()), " on ", p->device().str(), " does not match input ",
+                dtype_name(dt), " on ", dev.str());
+    PELAB_CHECK(p->shape() == Shape{n}, "layer_norm: ", what, " ", shape_str(p->shape()),
+                " does not match input ", shape_str(x.shape()), " (expected [", n, "])");
+  }
+  const int64_t rows = x.numel() / n;
+  const bool has_w = weight.defined(), has_b = bias.defined();
+  Tensor xc = contig(x);
+  Tensor wc = has_w ? contig(weight) : Tensor();
+  Tensor bc = has_b ? contig(bias) : Tensor();
+  Tensor y = Tensor::empty(x.shape(), dt, dev);
+  Tensor mean = Tensor::empty({rows}, dt, dev);
+  Tensor rstd = Tensor::empty({rows}, dt, dev);
+  if (rows > 0) {
+    backend_for(dev).layer_norm(view_of(y), view_of(mean), view_of(rstd), flat_view(xc, {rows, n}),
+                                has_w ? view_of(wc) : null_view(dt, n),
+                                has_b ? view_of(bc) : null_view(dt, n), rows, n, eps);
+  }
+  std::vector<Tensor> inputs{x};
+  if (has_w) inputs.push_back(weight);
+  if (has_b) inputs.push_back(bias);
+  const bool need_w = has_w && weight.requires_grad(), need_b = has_b && bias.requires_grad();
+  const Shape xshape = x.shape();
+  return record("layer_norm", inputs, y, [=](const Tensor& g) -> std::vector<Tensor> {
+    Backend& be = backend_for(dev);
+    Tensor gc = contig(g);
+    Tensor gx = Tensor::empty(xshape, dt, dev);
+    Tensor gw = need_w ? Tensor::empty({n}, dt, dev) : Tensor();
+    Tensor gb = need_b ? Tensor::empty({n}, dt, dev) : Tensor();
+    if (rows > 0) {
+      be.layer_norm_backward(flat_view(gx, {rows, n}), need_w ? view_of(gw) : null_view(dt, n),
+                             need_b ? view_of(gb) : null_view(dt, n), flat_view(gc, {rows, n}),
+                             flat_view(xc, {rows, n}), view_of(mean), view_of(rstd),
+                             has_w ? view_of(wc) : null_view(dt, n), rows, n);
+    } else {
+      if (need_w) be.fill(view_of(gw), 0.0);
+      if (need_b) be.fill(view_of(gb), 0.0);
+    }
+    std::vector<Tensor> grads{gx};
+    if (has_w) grads.push_back(gw);
+    if (has_b) grads.push_back(gb);
+    return grads;
+  });
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  check_float("dropout", x, "input");
+  PELAB_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p, " for input ",
+              shape_str(x.shape()));
+  if (!training || p == 0.0) return x;
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  Backend& be = backend_for(dev);
+  const int64_t numel = x.numel();
+  Tensor mask = Tensor::empty(x.shape(), dt, dev);
+  const uint64_t offset = gen.take(static_cast<uint64_t>(numel));
+  Tensor out = Tensor::empty(x.shape(), dt, dev);
+  if (numel > 0) {
+    be.dropout_mask(view_of(mask), p, gen.seed(), offset);
+    be.binary(BinaryOp::Mul, view_of(out), view_of(x), view_of(mask));
+  }
+  return record("dropout", {x}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    Tensor gi = Tensor::empty(mask.shape(), dt, dev);
+    if (gi.numel() > 0)
+      backend_for(dev).binary(BinaryOp::Mul, view_of(gi), view_of(g), view_of(mask));
+    return {gi};
+  });
+}
+
+}  // namespace pelab

@@ -1,0 +1,192 @@
+// pelab — optimizers (SGD with momentum/Nesterov, AdamW) on the fused backend kernels, global
+// gradient-norm clipping and learning-rate schedules.
+#include "pelab/optim.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "pelab/autograd.h"
+#include "pelab/backend.h"
+
+namespace pelab {
+
+// ---------------- Optimizer ----------------
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.zero_grad();
+}
+
+void Optimizer::ensure_state() {
+  if (state_.size() == params_.size()) return;
+  const std::vector<std::string> names = state_names();
+  state_.assign(params_.size(), {});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    PELAB_CHECK(p.defined(), "Optimizer: parameter ", i, " is undefined");
+    for (size_t k = 0; k < names.size(); ++k)
+      state_[i].push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+  }
+}
+
+std::vector<std::vector<Tensor>>& Optimizer::state_buffers() {
+  ensure_state();
+  return state_;
+}
+
+namespace {
+// Everything one fused update touches, checked and made contiguous. When the parameter is a
+// non-contiguous view, the update runs on a contiguous copy that finish() writes back.
+struct StepBuffers {
+  Tensor param, work, grad;
+  std::vector<Tensor> state;
+
+  void finish() {
+    if (work.impl() != param.impl()) param.detach().copy_(work);
+  }
+};
+
+StepBuffers prepare(const char* opt, size_t i, const Tensor& p, const Tensor& g,
+                    const std::vector<Tensor>& state, const std::vector<std::string>& names) {
+  PELAB_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype() && g.device() == p.device(), opt,
+              ": gradient ", g.str(), " of parameter ", i, " does not match the parameter ", p.str());
+  StepBuffers b;
+  b.param = p;
+  b.work = p.is_contiguous() ? p : p.detach().contiguous();
+  b.grad = g.contiguous();
+  for (size_t k = 0; k < state.size(); ++k) {
+    const Tensor& s = state[k];
+    PELAB_CHECK(s.defined() && s.shape() == p.shape() && s.dtype() == p.dtype() &&
+                    s.device() == p.device() && s.is_contiguous(),
+                opt, ": state '", names[k], "' of parameter ", i, " is ", s.str(),
+                ", expected a contiguous buffer like the parameter ", p.str());
+    b.state.push_back(s);
+  }
+  return b;
+}
+}  // namespace
+
+// ---------------- SGD ----------------
+SGD::SGD(std::vector<Tensor> params, double lr, SGDOptions o) : Optimizer(std::move(params), lr), opt(o) {
+  PELAB_CHECK(lr >= 0, "SGD: lr must be >= 0, got ", lr);
+  PELAB_CHECK(opt.momentum >= 0, "SGD: momentum must be >= 0, got ", opt.momentum);
+  PELAB_CHECK(opt.weight_decay >= 0, "SGD: weight_decay must be >= 0, got ", opt.weight_decay);
+  PELAB_CHECK(!opt.nesterov || (opt.momentum > 0 && opt.dampening == 0),
+              "SGD: nesterov needs momentum > 0 and dampening == 0, got momentum ", opt.momentum,
+              ", dampening ", opt.dampening);
+}
+
+std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }
+
+// The momentum buffer starts as the first gradient (PyTorch) on the optimizer's first step. A
+// parameter that first receives a gradient later starts from a zero buffer, which differs from
+// PyTorch only when dampening != 0.
+void SGD::step() {
+  NoGradGuard ng;
+  ensure_state();
+  ++step_;
+  const bool first = step_ == 1;
+  const std::vector<std::string> names = state_names();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    StepBuffers b = prepare("SGD", i, p, g, state_[i], names);
+    backend_for(p.device())
+        .sgd_step(view_of(b.work), view_of(b.grad), view_of(b.state[0]), lr_, opt.momentum,
+                  opt.dampening, opt.weight_decay, opt.nesterov, first);
+    b.finish();
+  }
+}
+
+// ---------------- AdamW ----------------
+AdamW::AdamW(std::vector<Tensor> params, double lr, AdamWOptions o)
+    : Optimizer(std::move(params), lr), opt(o) {
+  PELAB_CHECK(lr >= 0, "AdamW: lr must be >= 0, got ", lr);
+  PELAB_CHECK(opt.beta1 >= 0 && opt.beta1 < 1, "AdamW: beta1 must be in [0, 1), got ", opt.beta1);
+  PELAB_CHECK(opt.beta2 >= 0 && opt.beta2 < 1, "AdamW: beta2 must be in [0, 1), got ", opt.beta2);
+  PELAB_CHECK(opt.eps >= 0, "AdamW: eps must be >= 0, got ", opt.eps);
+  PELAB_CHECK(opt.weight_decay >= 0, "AdamW: weight_decay must be >= 0, got ", opt.weight_decay);
+}
+
+std::vector<std::string> AdamW::state_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+void AdamW::step() {
+  NoGradGuard ng;
+  ensure_state();
+  ++step_;
+  const double t = static_cast<double>(step_);
+  const double bc1 = 1.0 - std::pow(opt.beta1, t);
+  const double bc2 = 1.0 - std::pow(opt.beta2, t);
+  const std::vector<std::string> names = state_names();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    StepBuffers b = prepare("AdamW", i, p, g, state_[i], names);
+    backend_for(p.device())
+        .adamw_step(view_of(b.work), view_of(b.grad), view_of(b.state[0]), view_of(b.state[1]), lr_,
+                    opt.beta1, opt.beta2, opt.eps, opt.weight_decay, bc1, bc2);
+    b.finish();
+  }
+}
+
+// ---------------- clipping ----------------
+// PyTorch clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when it is below 1. A
+// non-finite norm is returned with the gradients untouched, so the caller can skip the step.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  PELAB_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  NoGradGuard ng;
+  double total = 0.0;
+  for (const auto& p : params) {
+    if (!p.defined()) continue;
+    Tensor g = p.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    Tensor gc = g.contiguous();
+    total += backend_for(gc.device()).sum_squares(view_of(gc));
+  }
+  const double norm = std::sqrt(total);
+  if (!std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return norm;
+  for (const auto& p : params) {
+    if (!p.defined()) continue;
+    Tensor g = p.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    if (g.is_contiguous()) {
+      g.mul_(coef);
+    } else {
+      Tensor scaled = g.contiguous().clone();
+      scaled.mul_(coef);
+      Tensor(p).set_grad(scaled);
+    }
+  }
+  return norm;
+}
+
+// ---------------- LR schedules ----------------
+void LRSchedule::validate(const std::string& kind) {
+  PELAB_CHECK(kind == "constant" || kind == "warmup_cosine" || kind == "inverse_sqrt",
+              "LRSchedule: unknown kind '", kind,
+              "' (valid kinds: constant, warmup_cosine, inverse_sqrt)");
+}
+
+double LRSchedule::lr_at(int64_t step) const {
+  validate(kind);
+  PELAB_CHECK(step >= 0, "LRSchedule::lr_at: step must be >= 0, got ", step);
+  const double s1 = static_cast<double>(step + 1);
+  if (kind == "constant") return base_lr;
+  if (kind == "warmup_cosine") {
+    PELAB_CHECK(warmup >= 0, "LRSchedule(warmup_cosine): warmup must be >= 0, got ", warmup);
+    if (step < warmup) return base_lr * s1 / static_cast<double>(warmup);
+    if (step >= total) return min_lr;
+    const double progress =
+        static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
+    const double pi = 3.14159265358979323846;
+    return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + std::cos(pi * progress));
+  }
+  // inverse_sqrt
+  PELAB_CHECK(warmup >= 1, "LRSchedule(inverse_sqrt): warmup must be >= 1, got ", warmup);
+  const double w = static_cast<double>(warmup);
+  return base_lr * std::min(s1 / w, std::sqrt(w / s1));
+}
+
+}  // namespace pelab

@@ -1,0 +1,101 @@
+// pelab — multi-head attention calling the four PE hooks; the attention mask builder.
+#include "models/attention.h"
+
+#include <cmath>
+
+namespace pelab::models {
+
+Tensor attention_mask(const Tensor& key_mask, int64_t Lq, int64_t Lk, bool causal, DType dtype,
+                      Device device) {
+  PELAB_CHECK(Lq >= 0 && Lk >= 0 && (!causal || Lq <= Lk), "attention_mask: bad sizes Lq ", Lq,
+              ", Lk ", Lk, causal ? " (causal needs Lq <= Lk)" : "");
+  Tensor pad;  // [B, 1, 1, Lk], 1 = blocked
+  if (key_mask.defined()) {
+    PELAB_CHECK(key_mask.dim() == 2 && key_mask.size(1) == Lk,
+                "attention_mask: key mask must be [B, ", Lk, "], got ", shape_str(key_mask.shape()));
+    const std::vector<double> m = key_mask.to_vector();
+    std::vector<double> blocked(m.size());
+    bool any = false;
+    for (size_t i = 0; i < m.size(); ++i) {
+      blocked[i] = m[i] == 0.0 ? 1.0 : 0.0;
+      any |= m[i] == 0.0;
+    }
+    if (any) pad = Tensor::from_vector(blocked, {key_mask.size(0), 1, 1, Lk}, dtype, device);
+  }
+  Tensor cm;  // [1, 1, Lq, Lk]
+  if (causal && Lq > 0) {
+    std::vector<double> blocked(static_cast<size_t>(Lq * Lk), 0.0);
+    bool any = false;
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t j = Lk - Lq + i + 1; j < Lk; ++j) {
+        blocked[i * Lk + j] = 1.0;
+        any = true;
+      }
+    if (any) cm = Tensor::from_vector(blocked, {1, 1, Lq, Lk}, dtype, device);
+  }
+  if (pad.defined() && cm.defined()) return maximum(pad, cm);
+  return pad.defined() ? pad : cm;
+}
+
+MultiHeadAttention::MultiHeadAttention(int64_t d_model_, int64_t heads_, double dropout,
+                                       bool bias, Generator& gen, DType dtype)
+    : d_model(d_model_), heads(heads_), head_dim(heads_ > 0 ? d_model_ / heads_ : 0),
+      dropout_p(dropout) {
+  PELAB_CHECK(heads > 0 && d_model > 0 && d_model % heads == 0,
+              "MultiHeadAttention: d_model ", d_model, " must be a positive multiple of heads ", heads);
+  PELAB_CHECK(dropout >= 0 && dropout < 1, "MultiHeadAttention: dropout must be in [0, 1), got ",
+              dropout);
+  LinearOptions opt;
+  opt.bias = bias;
+  q = register_module("q", std::make_shared<Linear>(d_model, d_model, gen, opt, dtype));
+  k = register_module("k", std::make_shared<Linear>(d_model, d_model, gen, opt, dtype));
+  v = register_module("v", std::make_shared<Linear>(d_model, d_model, gen, opt, dtype));
+  o = register_module("o", std::make_shared<Linear>(d_model, d_model, gen, opt, dtype));
+}
+
+Tensor MultiHeadAttention::project(const Linear& lin, const Tensor& x) const {
+  PELAB_CHECK(x.dim() == 3 && x.size(2) == d_model, "MultiHeadAttention: expected input [B, L, ",
+              d_model, "], got ", shape_str(x.shape()));
+  const int64_t B = x.size(0), L = x.size(1);
+  Tensor y = reshape(lin.forward(x), {B, L, heads, head_dim});
+  return permute(y, {0, 2, 1, 3}).contiguous();
+}
+
+Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh,
+                                  const Tensor& blocked, PositionalEncoding& pe,
+                                  const AttnSite& site, Generator& gen) {
+  PELAB_CHECK(qh.dim() == 4 && kh.dim() == 4 && vh.dim() == 4 && kh.shape() == vh.shape() &&
+                  qh.size(0) == kh.size(0) && qh.size(1) == heads && kh.size(1) == heads &&
+                  qh.size(3) == head_dim && kh.size(3) == head_dim,
+              "MultiHeadAttention::attend: expected q [B, ", heads, ", Lq, ", head_dim,
+              "] and k = v [B, ", heads, ", Lk, ", head_dim, "], got q ", shape_str(qh.shape()),
+              ", k ", shape_str(kh.shape()), ", v ", shape_str(vh.shape()));
+  const int64_t B = qh.size(0), Lq = qh.size(2), Lk = kh.size(2);
+  PELAB_CHECK(site.q_pos && site.k_pos && static_cast<int64_t>(site.q_pos->size()) == Lq &&
+                  static_cast<int64_t>(site.k_pos->size()) == Lk,
+              "MultiHeadAttention::attend: the site's positions must cover Lq = ", Lq, " queries and Lk = ",
+              Lk, " keys");
+  Tensor scores = mul_scalar(matmul(qh, transpose(kh, 2, 3)), 1.0 / std::sqrt(double(head_dim)));
+  Tensor term = pe.score_term(qh, site);
+  if (term.defined()) scores = add(scores, term);
+  if (blocked.defined()) scores = masked_fill(scores, blocked, kMaskedScore);
+  Tensor probs = softmax(scores, -1);
+  if (keep_probs) last_probs = probs.detach();
+  probs = dropout(probs, dropout_p, is_training(), gen);
+  Tensor out = matmul(probs, vh);  // [B, H, Lq, dh]
+  Tensor vterm = pe.value_term(probs, site);
+  if (vterm.defined()) out = add(out, vterm);
+  out = reshape(permute(out, {0, 2, 1, 3}).contiguous(), {B, Lq, d_model});
+  return o->forward(out);
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& xq, const Tensor& xkv, const Tensor& blocked,
+                                   PositionalEncoding& pe, const AttnSite& site, Generator& gen) {
+  Tensor qh = project(*q, xq);
+  Tensor kh = project(*k, xkv);
+  Tensor vh = project(*v, xkv);
+  pe.transform_qk(qh, kh, site);
+  return attend(qh, kh, vh, blocked, pe, site, gen);
+}
+
+}  // namespace pelab::models

@@ -1,0 +1,62 @@
+// pelab — multi-head attention with the four positional-encoding hooks (models/pe/pe.h).
+//
+//   q, k, v = split_heads(x W_qᵀ + b_q), ...            [B, H, L, dh]
+//   pe.transform_qk(q, k, site)                          (hook 2, e.g. RoPE)
+//   s = q kᵀ / √dh + pe.score_term(q, site)              (hook 3, e.g. T5 / ALiBi / Shaw-K)
+//   s = masked_fill(s, blocked, -1e9)                    (causal and key-padding masks)
+//   p = dropout(softmax(s))
+//   out = p v + pe.value_term(p, site)                   (hook 4, e.g. Shaw-V)
+//   y = merge_heads(out) W_oᵀ + b_o
+//
+// The hooks are called for every attention call, cross-attention included (schemes return nothing
+// for AttnKind::Cross); this file never names a scheme.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "models/pe/pe.h"
+#include "pelab/nn.h"
+
+namespace pelab::models {
+
+// Value written into blocked scores. Finite, so a row whose keys are all blocked gives a uniform
+// softmax instead of NaN.
+constexpr double kMaskedScore = -1e9;
+
+// Attention mask, 1 = blocked, broadcastable to [B, H, Lq, Lk]: [B, 1, Lq, Lk], [B, 1, 1, Lk] or
+// [1, 1, Lq, Lk]; undefined when nothing is blocked.
+//  key_mask [B, Lk] (any dtype, 1 = real token, 0 = padding) or undefined;
+//  causal: the Lq queries are the last Lq of the Lk keys (a KV cache holds the first Lk - Lq), and
+//  query i may attend to key j iff j <= Lk - Lq + i.
+Tensor attention_mask(const Tensor& key_mask, int64_t Lq, int64_t Lk, bool causal, DType dtype,
+                      Device device);
+
+class MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(int64_t d_model, int64_t heads, double dropout, bool bias, Generator& gen,
+                     DType dtype = DType::Float32);
+
+  // Queries from xq [B, Lq, D], keys and values from xkv [B, Lk, D] (xkv = xq for self-attention).
+  // site.q_pos / site.k_pos must have sizes Lq / Lk. Returns [B, Lq, D].
+  Tensor forward(const Tensor& xq, const Tensor& xkv, const Tensor& blocked, PositionalEncoding& pe,
+                 const AttnSite& site, Generator& gen);
+
+  // The pieces forward() is made of (the KV-cache path calls them directly):
+  // x [B, L, D] through `lin`, split into heads: [B, H, L, dh] (contiguous).
+  Tensor project(const Linear& lin, const Tensor& x) const;
+  // q [B, H, Lq, dh] and k, v [B, H, Lk, dh] (k already through transform_qk): scores, score term,
+  // mask, softmax, dropout, value term, merge heads, output projection -> [B, Lq, D].
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& blocked,
+                PositionalEncoding& pe, const AttnSite& site, Generator& gen);
+
+  int64_t d_model, heads, head_dim;
+  double dropout_p;
+  std::shared_ptr<Linear> q, k, v, o;
+
+  // When true, attend() keeps the attention probabilities of its last call (before dropout,
+  // detached) in last_probs [B, H, Lq, Lk], for analysis tools.
+  bool keep_probs = false;
+  Tensor last_probs;
+};
+
+}  // namespace pelab::models

@@ -1,0 +1,95 @@
+// pelab — ALiBi, attention with linear biases (Press et al. 2022), hook 3 (score_term), self-attention
+// only. No parameters. Head h gets a fixed slope m_h and the bias is added unscaled to the scores:
+//   causal sites (decoder self-attention):  bias[h, i, j] = −m_h · (q_pos[i] − k_pos[j]) for keys at or
+//     before the query; keys after the query (masked by the attention anyway) get 0.
+//   non-causal sites (encoder self-attention): with pe.alibi_symmetric the symmetric form
+//     −m_h · |q_pos[i] − k_pos[j]|; without it no term at all (the paper defines ALiBi for causal
+//     language models only; such an encoder is position-free, like NoPE).
+// Slopes (the official construction, `get_slopes` in ofirpress/attention_with_linear_biases):
+//   H a power of two: m_h = 2^(−8h/H), h = 1..H (H = 8: 1/2, 1/4, ..., 1/256);
+//   otherwise, with n the largest power of two below H: the n slopes for n, then every other slope of
+//   the 2n construction (its 1st, 3rd, ...) until H slopes (H = 6: 1/4, 1/16, 1/64, 1/256, 1/2, 1/8).
+// Positions are the site's absolute positions (cache offsets, randomized subsets); the bias [1, H, Lq,
+// Lk] is built on the host and cached per (positions, form, dtype, device).
+#include <cmath>
+#include <deque>
+
+#include "models/pe/pe.h"
+
+namespace pelab::models {
+namespace {
+
+std::vector<double> power_of_two_slopes(int64_t n) {
+  std::vector<double> s(static_cast<size_t>(n));
+  for (int64_t h = 1; h <= n; ++h)
+    s[h - 1] = std::pow(2.0, -8.0 * static_cast<double>(h) / static_cast<double>(n));
+  return s;
+}
+
+std::vector<double> alibi_slopes(int64_t heads) {
+  PELAB_CHECK(heads >= 1, "alibi: need at least one head, got ", heads);
+  int64_t n = 1;
+  while (n * 2 <= heads) n *= 2;
+  std::vector<double> s = power_of_two_slopes(n);
+  if (n == heads) return s;
+  const std::vector<double> extra = power_of_two_slopes(2 * n);
+  for (int64_t i = 0; static_cast<int64_t>(s.size()) < heads; i += 2) s.push_back(extra[i]);
+  return s;
+}
+
+class AlibiPE : public PositionalEncoding {
+ public:
+  AlibiPE(const PEConfig& cfg, const StackInfo& s)
+      : symmetric_(cfg.alibi_symmetric), slopes_(alibi_slopes(s.heads)) {}
+  std::string name() const override { return "alibi"; }
+
+  Tensor score_term(const Tensor& q, const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross) return Tensor();
+    if (!site.causal && !symmetric_) return Tensor();
+    PELAB_CHECK(site.q_pos && site.k_pos, "alibi: attention site without positions");
+    PELAB_CHECK(q.defined() && q.dim() == 4 && q.size(1) == static_cast<int64_t>(slopes_.size()) &&
+                    q.size(2) == static_cast<int64_t>(site.q_pos->size()),
+                "alibi: expected q [B, ", slopes_.size(), ", ", site.q_pos->size(), ", dh], got ",
+                q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+    for (const Entry& e : cache_)
+      if (e.causal == site.causal && e.dtype == q.dtype() && e.device == q.device() &&
+          e.q == *site.q_pos && e.k == *site.k_pos)
+        return e.bias;
+    const std::vector<int64_t>& qp = *site.q_pos;
+    const std::vector<int64_t>& kp = *site.k_pos;
+    const int64_t H = static_cast<int64_t>(slopes_.size());
+    const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
+    std::vector<double> v(static_cast<size_t>(H * Lq * Lk));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Lq; ++i)
+        for (int64_t j = 0; j < Lk; ++j) {
+          const int64_t d = qp[i] - kp[j];  // distance back from the query to the key
+          const double dist = site.causal ? (d > 0 ? d : 0) : (d < 0 ? -d : d);
+          v[(h * Lq + i) * Lk + j] = -slopes_[h] * dist;
+        }
+    if (cache_.size() >= 4) cache_.pop_front();
+    cache_.push_back({qp, kp, site.causal, q.dtype(), q.device(),
+                      Tensor::from_vector(v, {1, H, Lq, Lk}, q.dtype(), q.device())});
+    return cache_.back().bias;
+  }
+
+ private:
+  struct Entry {
+    std::vector<int64_t> q, k;
+    bool causal;
+    DType dtype;
+    Device device;
+    Tensor bias;
+  };
+  bool symmetric_;
+  std::vector<double> slopes_;
+  std::deque<Entry> cache_;
+};
+
+}  // namespace
+
+PELAB_REGISTER_PE("alibi", [](const PEConfig& c, const StackInfo& s, Generator&) {
+  return std::shared_ptr<PositionalEncoding>(std::make_shared<AlibiPE>(c, s));
+});
+
+}  // namespace pelab::models

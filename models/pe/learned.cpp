@@ -1,0 +1,50 @@
+// pelab — learned absolute positional encoding: a table W [max_positions, d_model] (parameter
+// "weight", init N(0, 0.02)), x + W[pos]. A position >= max_positions is an error, never a read
+// past the table.
+#include "models/pe/pe.h"
+
+namespace pelab::models {
+namespace {
+
+constexpr double kLearnedInitStd = 0.02;
+
+class LearnedPE : public PositionalEncoding {
+ public:
+  LearnedPE(const PEConfig& cfg, const StackInfo& s, Generator& gen)
+      : max_positions_(cfg.max_positions), d_(s.d_model) {
+    PELAB_CHECK(max_positions_ >= 1, "pe.max_positions: must be >= 1, got ", max_positions_);
+    Tensor w = Tensor::empty({max_positions_, d_}, s.dtype);
+    init::normal_(w, 0.0, kLearnedInitStd, gen);
+    weight = register_parameter("weight", w);
+  }
+  std::string name() const override { return "learned"; }
+  bool additive() const override { return true; }
+
+  Tensor embed(const Tensor& x, const std::vector<int64_t>& pos) override {
+    const int64_t L = static_cast<int64_t>(pos.size());
+    PELAB_CHECK(x.dim() == 3 && x.size(1) == L && x.size(2) == d_,
+                "learned positional encoding: expected x [B, ", L, ", ", d_, "], got ",
+                shape_str(x.shape()));
+    for (int64_t p : pos) {
+      PELAB_CHECK(p < max_positions_, "learned positional encoding: position ", p,
+                  " >= max_positions ", max_positions_, " (sequence length ", L, ")");
+      PELAB_CHECK(p >= 0, "learned positional encoding: negative position ", p,
+                  " (sequence length ", L, ")");
+    }
+    Tensor ids = Tensor::from_ints(pos, {1, L}, x.device());
+    return add(x, embedding(weight, ids));  // [1, L, d] broadcast over the batch
+  }
+
+  Tensor weight;
+
+ private:
+  int64_t max_positions_, d_;
+};
+
+}  // namespace
+
+PELAB_REGISTER_PE("learned", [](const PEConfig& c, const StackInfo& s, Generator& g) {
+  return std::shared_ptr<PositionalEncoding>(std::make_shared<LearnedPE>(c, s, g));
+});
+
+}  // namespace pelab::models

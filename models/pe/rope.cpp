@@ -1,0 +1,110 @@
+// pelab — rotary position embedding, RoPE (Su et al. 2021), hook 2 (transform_qk), self-attention
+// only. The first rot = round(rope_fraction · dh) dims of every q and k vector are rotated pairwise by
+// angle pos · θ_i; the rest pass through. Applied in O(d) per vector as
+//     x' = x ⊙ cos + swap(x) ⊙ sin±
+// where swap exchanges the two members of each pair and sin± carries the sign of the rotation:
+//   pairing "half"        (GPT-NeoX / HF): pairs (c, c + rot/2), i.e. x' = x·cos + rotate_half(x)·sin
+//   pairing "interleaved" (RoFormer, the seeds' complex form): pairs (2i, 2i + 1)
+// Then q'·k' depends on the positions only through k_pos − q_pos. cos/sin tables [L, rot] are built on
+// the host (double precision) from the site's positions, which may be offset or arbitrary, and cached.
+// Eval-time context extension (pi | ntk | dynamic_ntk | yarn) comes from rope_math.h and is applied
+// only when the module is not training. No parameters.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "models/pe/pe.h"
+#include "models/pe/rope_math.h"
+
+namespace pelab::models {
+namespace {
+
+class RopePE : public PositionalEncoding {
+ public:
+  RopePE(const PEConfig& cfg, const StackInfo& s) : cfg_(cfg), dh_(s.head_dim()) {
+    rot_ = rope_rotary_dims(cfg.rope_fraction, dh_);
+    rope_validate(cfg, rot_);
+    interleaved_ = cfg.rope_pairing == "interleaved";
+  }
+  std::string name() const override { return "rope"; }
+
+  void transform_qk(Tensor& q, Tensor& k, const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross) return;
+    PELAB_CHECK(site.q_pos && site.k_pos, "rope: attention site without positions");
+    int64_t max_pos = -1;
+    for (int64_t p : *site.q_pos) max_pos = std::max(max_pos, p);
+    for (int64_t p : *site.k_pos) max_pos = std::max(max_pos, p);
+    const RopeFreqs f = rope_frequencies(cfg_, rot_, max_pos + 1, !is_training());
+    q = apply(q, *site.q_pos, f, "q");
+    k = apply(k, *site.k_pos, f, "k");
+  }
+
+ private:
+  struct Tables {
+    std::vector<int64_t> pos;
+    std::vector<double> inv_freq;
+    double mscale;
+    DType dtype;
+    Device device;
+    Tensor cos, sin;  // [L, rot]; sin carries the rotation sign per slot
+  };
+
+  const Tables& tables(const std::vector<int64_t>& pos, const RopeFreqs& f, DType dt, Device dev) {
+    for (const Tables& t : cache_)
+      if (t.dtype == dt && t.device == dev && t.mscale == f.mscale && t.pos == pos &&
+          t.inv_freq == f.inv_freq)
+        return t;
+    const int64_t L = static_cast<int64_t>(pos.size()), half = rot_ / 2;
+    std::vector<double> c(static_cast<size_t>(L * rot_)), s(c.size());
+    for (int64_t m = 0; m < L; ++m) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = static_cast<double>(pos[m]) * f.inv_freq[i];
+        const double ca = std::cos(a) * f.mscale, sa = std::sin(a) * f.mscale;
+        // slot of the pair's first member gets -sin, the second +sin
+        const int64_t first = interleaved_ ? 2 * i : i, second = interleaved_ ? 2 * i + 1 : i + half;
+        c[m * rot_ + first] = ca;
+        c[m * rot_ + second] = ca;
+        s[m * rot_ + first] = -sa;
+        s[m * rot_ + second] = sa;
+      }
+    }
+    if (cache_.size() >= 4) cache_.pop_front();
+    cache_.push_back({pos, f.inv_freq, f.mscale, dt, dev, Tensor::from_vector(c, {L, rot_}, dt, dev),
+                      Tensor::from_vector(s, {L, rot_}, dt, dev)});
+    return cache_.back();
+  }
+
+  Tensor apply(const Tensor& x, const std::vector<int64_t>& pos, const RopeFreqs& f,
+               const char* what) {
+    const int64_t L = static_cast<int64_t>(pos.size());
+    PELAB_CHECK(x.defined() && x.dim() == 4 && x.size(2) == L && x.size(3) == dh_, "rope: expected ",
+                what, " [B, H, ", L, ", ", dh_, "], got ",
+                x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+    const Tables& t = tables(pos, f, x.dtype(), x.device());
+    const Tensor xr = rot_ == dh_ ? x : slice(x, 3, 0, rot_);
+    Tensor swapped;
+    if (interleaved_) {
+      const Shape s = xr.shape();
+      Tensor pairs = reshape(xr, {s[0], s[1], s[2], rot_ / 2, 2});
+      swapped = reshape(concat({slice(pairs, 4, 1, 2), slice(pairs, 4, 0, 1)}, 4), s);
+    } else {
+      swapped = concat({slice(xr, 3, rot_ / 2, rot_), slice(xr, 3, 0, rot_ / 2)}, 3);
+    }
+    Tensor y = add(mul(xr, t.cos), mul(swapped, t.sin));
+    if (rot_ == dh_) return y;
+    return concat({y, slice(x, 3, rot_, dh_)}, 3);
+  }
+
+  PEConfig cfg_;
+  int64_t dh_, rot_;
+  bool interleaved_;
+  std::deque<Tables> cache_;
+};
+
+}  // namespace
+
+PELAB_REGISTER_PE("rope", [](const PEConfig& c, const StackInfo& s, Generator&) {
+  return std::shared_ptr<PositionalEncoding>(std::make_shared<RopePE>(c, s));
+});
+
+}  // namespace pelab::models

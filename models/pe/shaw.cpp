@@ -1,0 +1,163 @@
+// pelab — Shaw et al. (2018) relative position representations, hooks 3 and 4, self-attention only.
+// Clip distance k = pe.shaw_k; relative index r(i, j) = clip(k_pos[j] − q_pos[i], −k, k) + k in
+// [0, 2k]. Per layer two tables ("layers.<i>.rel_k", "layers.<i>.rel_v"), [2k+1, dh] shared by the
+// heads or [H, 2k+1, dh] with pe.shaw_per_head; each can be switched off (pe.shaw_keys/shaw_values).
+// Init: normal(0, 0.02).
+//   score_term: e[b,h,i,j] = q[b,h,i]·rel_k[r(i,j)] / √dh  (Shaw puts it inside the scale)
+//     computed as (q/√dh) @ rel_kᵀ -> [B,H,Lq,2k+1], then gather along the last axis with the index
+//     [1,1,Lq,Lk] expanded (stride 0) to [B,H,Lq,Lk]; the gather's backward is the scatter-add into the
+//     2k+1 bins.
+//   value_term: z[b,h,i] = Σ_j P[b,h,i,j]·rel_v[r(i,j)] = w[b,h,i,:] @ rel_v, where the bin weights
+//     w[b,h,i,r] = Σ_{j: r(i,j)=r} P[b,h,i,j] come from the scatter-add op "shaw_bin" below (backward:
+//     a gather of the upstream gradient).
+// Nothing of size L×L×dh is ever built: the relative parts are O(Lq·(2k+1)) per head, plus one shared
+// [Lq, Lk] Int64 index per site (cached across layers and calls).
+#include <cmath>
+#include <deque>
+
+#include "models/pe/pe.h"
+#include "pelab/autograd.h"
+#include "pelab/backend.h"
+
+namespace pelab::models {
+namespace {
+
+class ParamHolder : public Module {
+ public:
+  Tensor add(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
+};
+
+// w[b,h,i,r] = Σ_j probs[b,h,i,j] · [idx[i,j] = r] for probs [B,H,Lq,Lk], idx Int64 [Lq,Lk]
+// (contiguous, values in [0, bins)). One scatter-add kernel call per (b, h) slice, so the index is
+// never replicated over batch and heads. Backward: grad_probs = gather(grad_w, 3, idx expanded).
+Tensor shaw_bin(const Tensor& probs, const Tensor& idx, int64_t bins) {
+  PELAB_CHECK(probs.dim() == 4 && idx.dim() == 2 && probs.size(2) == idx.size(0) &&
+                  probs.size(3) == idx.size(1),
+              "shaw value_term: probs ", shape_str(probs.shape()), " do not match the index ",
+              shape_str(idx.shape()));
+  const int64_t B = probs.size(0), H = probs.size(1), Lq = probs.size(2), Lk = probs.size(3);
+  const DType dt = probs.dtype();
+  const Device dev = probs.device();
+  Tensor w = Tensor::zeros({B, H, Lq, bins}, dt, dev);
+  if (B * H * Lq * Lk > 0) {
+    Tensor p;
+    {
+      NoGradGuard ng;
+      p = probs.detach().contiguous();
+    }
+    Backend& be = backend_for(dev);
+    const size_t esz = dtype_size(dt);
+    View src = view_of(p), acc = view_of(w), ix = view_of(idx);
+    src.shape = {Lq, Lk};
+    src.strides = {Lk, 1};
+    acc.shape = {Lq, bins};
+    acc.strides = {bins, 1};
+    char* src0 = static_cast<char*>(p.raw_data());
+    char* acc0 = static_cast<char*>(w.raw_data());
+    for (int64_t s = 0; s < B * H; ++s) {
+      src.data = src0 + static_cast<size_t>(s * Lq * Lk) * esz;
+      acc.data = acc0 + static_cast<size_t>(s * Lq * bins) * esz;
+      be.scatter_add(acc, src, ix, Lq, bins, Lk, 1);
+    }
+  }
+  return record("shaw_bin", {probs}, w, [idx, B, H, Lq, Lk](const Tensor& g) -> std::vector<Tensor> {
+    return {gather(g, 3, expand(reshape(idx, {1, 1, Lq, Lk}), {B, H, Lq, Lk}))};
+  });
+}
+
+class ShawPE : public PositionalEncoding {
+ public:
+  ShawPE(const PEConfig& cfg, const StackInfo& s, Generator& gen)
+      : k_(cfg.shaw_k), keys_(cfg.shaw_keys), values_(cfg.shaw_values), per_head_(cfg.shaw_per_head),
+        heads_(s.heads), dh_(s.head_dim()) {
+    PELAB_CHECK(k_ >= 0, "pe.shaw_k: clip distance must be >= 0, got ", k_);
+    PELAB_CHECK(s.layers >= 1, "shaw: stack needs at least one layer, got ", s.layers);
+    const int64_t R = 2 * k_ + 1;
+    const Shape shape = per_head_ ? Shape{heads_, R, dh_} : Shape{R, dh_};
+    auto make_table = [&] {
+      Tensor t = Tensor::empty(shape, s.dtype);
+      init::normal_(t, 0.0, 0.02, gen);
+      return t;
+    };
+    auto layers = register_module("layers", std::make_shared<ModuleList>());
+    for (int64_t i = 0; i < s.layers; ++i) {
+      auto holder = std::make_shared<ParamHolder>();
+      rel_k_.push_back(keys_ ? holder->add("rel_k", make_table()) : Tensor());
+      rel_v_.push_back(values_ ? holder->add("rel_v", make_table()) : Tensor());
+      layers->push_back(holder);
+    }
+  }
+  std::string name() const override { return "shaw"; }
+
+  Tensor score_term(const Tensor& q, const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross || !keys_) return Tensor();
+    check_site(site);
+    PELAB_CHECK(q.defined() && q.dim() == 4 && q.size(1) == heads_ &&
+                    q.size(2) == static_cast<int64_t>(site.q_pos->size()) && q.size(3) == dh_,
+                "shaw score_term: expected q [B, ", heads_, ", ", site.q_pos->size(), ", ", dh_,
+                "], got ", q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+    const Tensor& table = rel_k_[site.layer];
+    // [B,H,Lq,dh] @ [(H,) dh, 2k+1] -> [B,H,Lq,2k+1], scaled here (O(L·(2k+1)), not O(L²)).
+    Tensor rel = mul_scalar(matmul(q, transpose(table, -1, -2)), 1.0 / std::sqrt(double(dh_)));
+    const Tensor idx = index(*site.q_pos, *site.k_pos, q.device());
+    const int64_t B = q.size(0), Lq = idx.size(0), Lk = idx.size(1);
+    return gather(rel, 3, expand(reshape(idx, {1, 1, Lq, Lk}), {B, heads_, Lq, Lk}));
+  }
+
+  Tensor value_term(const Tensor& probs, const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross || !values_) return Tensor();
+    check_site(site);
+    PELAB_CHECK(probs.defined() && probs.dim() == 4 && probs.size(1) == heads_ &&
+                    probs.size(2) == static_cast<int64_t>(site.q_pos->size()) &&
+                    probs.size(3) == static_cast<int64_t>(site.k_pos->size()),
+                "shaw value_term: expected probs [B, ", heads_, ", ", site.q_pos->size(), ", ",
+                site.k_pos->size(), "], got ",
+                probs.defined() ? shape_str(probs.shape()) : std::string("undefined"));
+    const Tensor idx = index(*site.q_pos, *site.k_pos, probs.device());
+    Tensor w = shaw_bin(probs, idx, 2 * k_ + 1);  // [B,H,Lq,2k+1]
+    return matmul(w, rel_v_[site.layer]);         // [B,H,Lq,dh]
+  }
+
+ private:
+  struct Entry {
+    std::vector<int64_t> q, k;
+    Device device;
+    Tensor idx;
+  };
+
+  void check_site(const AttnSite& site) const {
+    PELAB_CHECK(site.q_pos && site.k_pos, "shaw: attention site without positions");
+    PELAB_CHECK(site.layer >= 0 && site.layer < static_cast<int64_t>(rel_k_.size()), "shaw: layer ",
+                site.layer, " out of range (stack has ", rel_k_.size(), " layers)");
+  }
+
+  // idx[i, j] = clip(k_pos[j] − q_pos[i], −k, k) + k, Int64 [Lq, Lk] on `dev` (cached).
+  Tensor index(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp, Device dev) {
+    for (const Entry& e : cache_)
+      if (e.device == dev && e.q == qp && e.k == kp) return e.idx;
+    const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
+    std::vector<int64_t> v(static_cast<size_t>(Lq * Lk));
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t j = 0; j < Lk; ++j) {
+        const int64_t d = kp[j] - qp[i];
+        v[i * Lk + j] = (d < -k_ ? -k_ : (d > k_ ? k_ : d)) + k_;
+      }
+    if (cache_.size() >= 4) cache_.pop_front();
+    cache_.push_back({qp, kp, dev, Tensor::from_ints(v, {Lq, Lk}, dev)});
+    return cache_.back().idx;
+  }
+
+  int64_t k_;
+  bool keys_, values_, per_head_;
+  int64_t heads_, dh_;
+  std::vector<Tensor> rel_k_, rel_v_;  // per layer (undefined when switched off)
+  std::deque<Entry> cache_;
+};
+
+}  // namespace
+
+PELAB_REGISTER_PE("shaw", [](const PEConfig& c, const StackInfo& s, Generator& g) {
+  return std::shared_ptr<PositionalEncoding>(std::make_shared<ShawPE>(c, s, g));
+});
+
+}  // namespace pelab::models

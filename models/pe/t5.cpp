@@ -1,0 +1,98 @@
+// pelab — T5 relative attention bias (Raffel et al. 2020), hook 3 (score_term), self-attention only.
+//   bias[h, i, j] = table[bucket(k_pos[j] − q_pos[i]), h], added unscaled to the scores,
+// with the canonical bucketing of t5_buckets.h: bidirectional in encoder self-attention (non-causal
+// sites), unidirectional in decoder self-attention (and any causal site). Cross-attention: no term.
+// Parameters: one table per stack "rel_bias" [num_buckets, H] shared by its layers (as in T5), or one
+// per layer "layers.<i>.rel_bias" with pe.t5_per_layer. Init: normal(0, d_model^−0.5), HF's
+// T5PreTrainedModel init with factor 1. Bucket ids [Lq, Lk] (Int64) are built on the host and cached
+// per (positions, direction, device); the bias is embedding(table, ids) [Lq, Lk, H] permuted to
+// [1, H, Lq, Lk] (a view).
+#include <cmath>
+#include <deque>
+
+#include "models/pe/pe.h"
+#include "models/pe/t5_buckets.h"
+
+namespace pelab::models {
+namespace {
+
+// A module that only holds parameters (for the "layers.<i>." prefix).
+class ParamHolder : public Module {
+ public:
+  Tensor add(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
+};
+
+class T5PE : public PositionalEncoding {
+ public:
+  T5PE(const PEConfig& cfg, const StackInfo& s, Generator& gen)
+      : num_buckets_(cfg.t5_num_buckets), max_distance_(cfg.t5_max_distance), heads_(s.heads) {
+    // Both directions must be well defined: encoder and decoder stacks differ only per site.
+    t5_check_buckets(true, num_buckets_, max_distance_);
+    t5_check_buckets(false, num_buckets_, max_distance_);
+    PELAB_CHECK(s.layers >= 1, "t5: stack needs at least one layer, got ", s.layers);
+    const double std = 1.0 / std::sqrt(static_cast<double>(s.d_model));
+    auto make_table = [&] {
+      Tensor t = Tensor::empty({num_buckets_, heads_}, s.dtype);
+      init::normal_(t, 0.0, std, gen);
+      return t;
+    };
+    if (cfg.t5_per_layer) {
+      auto layers = register_module("layers", std::make_shared<ModuleList>());
+      for (int64_t i = 0; i < s.layers; ++i) {
+        auto holder = std::make_shared<ParamHolder>();
+        tables_.push_back(holder->add("rel_bias", make_table()));
+        layers->push_back(holder);
+      }
+    } else {
+      tables_.push_back(register_parameter("rel_bias", make_table()));
+    }
+  }
+  std::string name() const override { return "t5"; }
+
+  Tensor score_term(const Tensor& q, const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross) return Tensor();
+    PELAB_CHECK(site.q_pos && site.k_pos, "t5: attention site without positions");
+    PELAB_CHECK(site.layer >= 0 && (tables_.size() == 1 || site.layer < int64_t(tables_.size())),
+                "t5: layer ", site.layer, " out of range (", tables_.size(), " tables)");
+    const Tensor& table = tables_.size() == 1 ? tables_[0] : tables_[site.layer];
+    const bool bidirectional = site.kind == AttnKind::EncoderSelf && !site.causal;
+    const Tensor ids = bucket_ids(*site.q_pos, *site.k_pos, bidirectional, table.device());
+    Tensor b = embedding(table, ids);              // [Lq, Lk, H]
+    return unsqueeze(permute(b, {2, 0, 1}), 0);    // [1, H, Lq, Lk]
+  }
+
+ private:
+  struct Entry {
+    std::vector<int64_t> q, k;
+    bool bidirectional;
+    Device device;
+    Tensor ids;
+  };
+
+  Tensor bucket_ids(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp,
+                    bool bidirectional, Device dev) {
+    for (const Entry& e : cache_)
+      if (e.bidirectional == bidirectional && e.device == dev && e.q == qp && e.k == kp)
+        return e.ids;
+    const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
+    std::vector<int64_t> v(static_cast<size_t>(Lq * Lk));
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t j = 0; j < Lk; ++j)
+        v[i * Lk + j] = t5_relative_bucket(kp[j] - qp[i], bidirectional, num_buckets_, max_distance_);
+    if (cache_.size() >= 4) cache_.pop_front();
+    cache_.push_back({qp, kp, bidirectional, dev, Tensor::from_ints(v, {Lq, Lk}, dev)});
+    return cache_.back().ids;
+  }
+
+  int64_t num_buckets_, max_distance_, heads_;
+  std::vector<Tensor> tables_;  // handles to the registered parameters
+  std::deque<Entry> cache_;
+};
+
+}  // namespace
+
+PELAB_REGISTER_PE("t5", [](const PEConfig& c, const StackInfo& s, Generator& g) {
+  return std::shared_ptr<PositionalEncoding>(std::make_shared<T5PE>(c, s, g));
+});
+
+}  // namespace pelab::models

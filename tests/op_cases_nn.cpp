@@ -1,0 +1,478 @@
+// Op-driver cases (gradient checks, float32-vs-float64 parity, non-contiguous inputs) for the
+// linear-algebra, fused-nn and indexing ops, plus OpsNN value tests against naive host references
+// and error-message tests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pelab/pelab.h"
+#include "tests/op_driver.h"
+
+namespace pelab::testing {
+namespace {
+
+using V = std::vector<Tensor>;
+
+OpCase make_case(std::string op, std::string label, std::vector<Shape> shapes,
+                 std::function<Tensor(const V&)> fn) {
+  OpCase c;
+  c.op = std::move(op);
+  c.label = std::move(label);
+  c.shapes = std::move(shapes);
+  c.fn = std::move(fn);
+  return c;
+}
+
+Tensor ints(const std::vector<int64_t>& v, const Shape& s, const Tensor& like) {
+  return Tensor::from_ints(v, s, like.device());
+}
+
+// ---------------- matmul ----------------
+PELAB_OP_CASE(make_case("matmul", "[3,4] @ [4,5]", {{3, 4}, {4, 5}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "batched [2,3,4] @ [2,4,5]", {{2, 3, 4}, {2, 4, 5}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "broadcast [2,1,3,4] @ [5,4,2]", {{2, 1, 3, 4}, {5, 4, 2}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "shared rhs [2,3,4] @ [4,5] (folded)", {{2, 3, 4}, {4, 5}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "shared lhs [3,4] @ [2,4,5]", {{3, 4}, {2, 4, 5}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "transposed lhs [4,3]^T @ [4,5]", {{4, 3}, {4, 5}},
+                        [](const V& in) { return matmul(transpose(in[0], 0, 1), in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "transposed rhs [2,3,4] @ [2,5,4]^T", {{2, 3, 4}, {2, 5, 4}},
+                        [](const V& in) { return matmul(in[0], transpose(in[1], -1, -2)); }));
+PELAB_OP_CASE(make_case("matmul", "both transposed, batched broadcast", {{2, 1, 4, 3}, {3, 5, 4}},
+                        [](const V& in) {
+                          return matmul(transpose(in[0], -1, -2), transpose(in[1], -1, -2));
+                        }));
+PELAB_OP_CASE(make_case("matmul", "permuted batch [3,2,4]->[2,3,4] @ [2,4,5]",
+                        {{3, 2, 4}, {2, 4, 5}}, [](const V& in) {
+                          return matmul(permute(in[0], {1, 0, 2}), in[1]);
+                        }));
+PELAB_OP_CASE(make_case("matmul", "1-D rhs [3,4] @ [4]", {{3, 4}, {4}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "1-D rhs batched [2,3,4] @ [4]", {{2, 3, 4}, {4}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "1-D lhs [4] @ [2,4,5]", {{4}, {2, 4, 5}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "dot [4] @ [4]", {{4}, {4}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "unit dims [1,4] @ [4,1]", {{1, 4}, {4, 1}},
+                        [](const V& in) { return matmul(in[0], in[1]); }));
+
+// ---------------- linear ----------------
+PELAB_OP_CASE(make_case("linear", "bias, x [2,3,4], W [5,4]", {{2, 3, 4}, {5, 4}, {5}},
+                        [](const V& in) { return linear(in[0], in[1], in[2]); }));
+PELAB_OP_CASE(make_case("linear", "no bias, x [3,4], W [2,4]", {{3, 4}, {2, 4}},
+                        [](const V& in) { return linear(in[0], in[1], Tensor()); }));
+PELAB_OP_CASE(make_case("linear", "1-D x [4], W [3,4], bias", {{4}, {3, 4}, {3}},
+                        [](const V& in) { return linear(in[0], in[1], in[2]); }));
+PELAB_OP_CASE(make_case("linear", "permuted x [3,2,4]->[2,3,4], transposed W",
+                        {{3, 2, 4}, {4, 5}, {5}}, [](const V& in) {
+                          return linear(permute(in[0], {1, 0, 2}), transpose(in[1], 0, 1), in[2]);
+                        }));
+
+// ---------------- softmax / log_softmax ----------------
+PELAB_OP_CASE(make_case("softmax", "axis 0 of [3,4,5]", {{3, 4, 5}},
+                        [](const V& in) { return softmax(in[0], 0); }));
+PELAB_OP_CASE(make_case("softmax", "middle axis of [3,4,5]", {{3, 4, 5}},
+                        [](const V& in) { return softmax(in[0], 1); }));
+PELAB_OP_CASE(make_case("softmax", "last axis of [3,4,5]", {{3, 4, 5}},
+                        [](const V& in) { return softmax(in[0], -1); }));
+PELAB_OP_CASE(make_case("log_softmax", "axis 0 of [3,4,5]", {{3, 4, 5}},
+                        [](const V& in) { return log_softmax(in[0], 0); }));
+PELAB_OP_CASE(make_case("log_softmax", "middle axis of [3,4,5]", {{3, 4, 5}},
+                        [](const V& in) { return log_softmax(in[0], 1); }));
+PELAB_OP_CASE(make_case("log_softmax", "last axis of [6,7]", {{6, 7}},
+                        [](const V& in) { return log_softmax(in[0], -1); }));
+
+// ---------------- cross_entropy ----------------
+PELAB_OP_CASE(make_case("cross_entropy", "[6,5] with ignored rows", {{6, 5}}, [](const V& in) {
+  return cross_entropy(in[0], ints({1, -100, 4, 0, 4, -100}, {6}, in[0]));
+}));
+PELAB_OP_CASE(
+    make_case("cross_entropy", "[2,3,4] label smoothing 0.1", {{2, 3, 4}}, [](const V& in) {
+      return cross_entropy(in[0], ints({3, 0, 1, 2, 2, 0}, {2, 3}, in[0]), -100, 0.1);
+    }));
+PELAB_OP_CASE(make_case("cross_entropy", "[5,3] smoothing 0.2, custom ignore_index 1", {{5, 3}},
+                        [](const V& in) {
+                          return cross_entropy(in[0], ints({0, 1, 2, 1, 0}, {5}, in[0]), 1, 0.2);
+                        }));
+
+// ---------------- layer_norm ----------------
+PELAB_OP_CASE(make_case("layer_norm", "affine [4,6]", {{4, 6}, {6}, {6}},
+                        [](const V& in) { return layer_norm(in[0], in[1], in[2]); }));
+PELAB_OP_CASE(make_case("layer_norm", "no affine [2,3,5]", {{2, 3, 5}},
+                        [](const V& in) { return layer_norm(in[0], Tensor(), Tensor()); }));
+PELAB_OP_CASE(make_case("layer_norm", "weight only [3,4], eps 1e-3", {{3, 4}, {4}},
+                        [](const V& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3); }));
+
+// ---------------- dropout ----------------
+PELAB_OP_CASE(make_case("dropout", "training p=0.3 [4,5]", {{4, 5}}, [](const V& in) {
+  Generator g(7);
+  return dropout(in[0], 0.3, true, g);
+}));
+PELAB_OP_CASE(make_case("dropout", "eval mode is identity", {{3, 4}}, [](const V& in) {
+  Generator g(7);
+  return mul_scalar(dropout(in[0], 0.5, false, g), 2.0);
+}));
+
+// ---------------- indexing ----------------
+PELAB_OP_CASE(make_case("index_select", "dim 0 of [5,3], repeated ids", {{5, 3}}, [](const V& in) {
+  return index_select(in[0], 0, ints({0, 2, 2, 4, 0}, {5}, in[0]));
+}));
+PELAB_OP_CASE(make_case("index_select", "dim 1 of [2,4,3], repeated ids", {{2, 4, 3}},
+                        [](const V& in) {
+                          return index_select(in[0], 1, ints({3, 1, 3}, {3}, in[0]));
+                        }));
+PELAB_OP_CASE(make_case("gather", "dim 1 of [3,4], repeated", {{3, 4}}, [](const V& in) {
+  return gather(in[0], 1, ints({0, 0, 3, 1, 2, 2, 3, 3, 0}, {3, 3}, in[0]));
+}));
+PELAB_OP_CASE(make_case("gather", "dim 0 of [4,5], smaller index [3,2]", {{4, 5}}, [](const V& in) {
+  return gather(in[0], 0, ints({3, 0, 3, 3, 1, 0}, {3, 2}, in[0]));
+}));
+PELAB_OP_CASE(make_case("embedding", "[6,4] with ids [2,3], repeated", {{6, 4}}, [](const V& in) {
+  return embedding(in[0], ints({1, 5, 1, 0, 5, 5}, {2, 3}, in[0]));
+}));
+PELAB_OP_CASE(make_case("embedding", "1-D ids", {{3, 2}}, [](const V& in) {
+  return embedding(in[0], ints({2, 2, 0, 2}, {4}, in[0]));
+}));
+
+// ---------------- value tests against naive host references ----------------
+
+Tensor randn(const Shape& s, uint64_t seed) {
+  Generator g(seed);
+  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+  for (double& x : v) x = g.normal();
+  return Tensor::from_vector(v, s, DType::Float64);
+}
+
+// Row-major multi-index of flat position i in shape s.
+std::vector<int64_t> unravel(int64_t i, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
+    idx[d] = i % s[d];
+    i /= s[d];
+  }
+  return idx;
+}
+
+// Flat position in shape s of a broadcast batch index (right-aligned; size-1 dims broadcast).
+int64_t batch_pos(const std::vector<int64_t>& bidx, const Shape& s) {
+  const size_t off = bidx.size() - s.size();
+  int64_t p = 0;
+  for (size_t d = 0; d < s.size(); ++d) p = p * s[d] + (s[d] == 1 ? 0 : bidx[off + d]);
+  return p;
+}
+
+// Naive broadcast batched matmul of rank >= 2 operands given as logical values.
+std::vector<double> naive_matmul(const Tensor& a, const Tensor& b, Shape& out_shape) {
+  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  const Shape ba(a.shape().begin(), a.shape().end() - 2),
+      bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = broadcast_shapes(ba, bb, "naive");
+  out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  const int64_t nbatch = shape_numel(batch);
+  std::vector<double> out(static_cast<size_t>(nbatch * M * N), 0.0);
+  for (int64_t q = 0; q < nbatch; ++q) {
+    const std::vector<int64_t> bidx = unravel(q, batch);
+    const int64_t pa = batch_pos(bidx, ba) * M * K, pb = batch_pos(bidx, bb) * K * N;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += va[pa + i * K + k] * vb[pb + k * N + j];
+        out[q * M * N + i * N + j] = s;
+      }
+  }
+  return out;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+}
+
+TEST(OpsNN, MatmulMatchesNaiveReference) {
+  struct Pair {
+    Tensor a, b;
+    std::string what;
+  };
+  std::vector<Pair> pairs = {
+      {randn({3, 4}, 1), randn({4, 5}, 2), "2-D"},
+      {randn({2, 1, 3, 4}, 3), randn({5, 4, 2}, 4), "broadcast batch"},
+      {randn({2, 3, 4}, 5), randn({4, 6}, 6), "shared rhs"},
+      {randn({3, 4}, 7), randn({2, 4, 6}, 8), "shared lhs"},
+      {transpose(randn({2, 4, 3}, 9), -1, -2), randn({2, 4, 5}, 10), "transposed lhs"},
+      {randn({2, 3, 4}, 11), transpose(randn({5, 4}, 12), 0, 1), "transposed rhs"},
+      {permute(randn({3, 2, 4}, 13), {1, 0, 2}), randn({2, 4, 5}, 14), "permuted batch"},
+      {expand(randn({1, 3, 4}, 15), {2, 3, 4}), randn({2, 4, 2}, 16), "expanded lhs"},
+      {slice(randn({3, 8}, 17), 1, 0, 8, 2), randn({4, 3}, 18), "strided columns"},
+  };
+  for (const Pair& p : pairs) {
+    Shape want_shape;
+    const std::vector<double> want = naive_matmul(p.a, p.b, want_shape);
+    Tensor got = matmul(p.a, p.b);
+    EXPECT_EQ(got.shape(), want_shape) << p.what;
+    expect_close(got.to_vector(), want, 1e-12, p.what);
+    // float32 path through BLAS sgemm
+    Tensor got32 = matmul(p.a.to(DType::Float32), p.b.to(DType::Float32));
+    expect_close(got32.to_vector(), want, 1e-4, p.what + " (float32)");
+  }
+  // 1-D operands: [3,4] @ [4] -> [3]; [4] @ [4,5] -> [5]; [4] @ [4] -> []
+  Tensor a = randn({3, 4}, 20), v = randn({4}, 21), b = randn({4, 5}, 22);
+  Shape s;
+  expect_close(matmul(a, v).to_vector(), naive_matmul(a, reshape(v, {4, 1}), s), 1e-12, "mat-vec");
+  EXPECT_EQ(matmul(a, v).shape(), (Shape{3}));
+  expect_close(matmul(v, b).to_vector(), naive_matmul(reshape(v, {1, 4}), b, s), 1e-12, "vec-mat");
+  EXPECT_EQ(matmul(v, b).shape(), (Shape{5}));
+  EXPECT_EQ(matmul(v, v).shape(), Shape{});
+  const std::vector<double> vv = v.to_vector();
+  double dot = 0;
+  for (double x : vv) dot += x * x;
+  EXPECT_NEAR(matmul(v, v).item(), dot, 1e-12);
+  // empty inner dimension gives zeros; empty outer dimensions give empty results
+  Tensor z = matmul(Tensor::ones({2, 0}), Tensor::ones({0, 3}));
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  for (double x : z.to_vector()) EXPECT_EQ(x, 0.0);
+  EXPECT_EQ(matmul(Tensor::ones({2, 0, 3}), Tensor::ones({3, 4})).shape(), (Shape{2, 0, 4}));
+}
+
+TEST(OpsNN, LinearMatchesMatmulPlusBias) {
+  Tensor x = randn({2, 3, 4}, 30), w = randn({5, 4}, 31), bias = randn({5}, 32);
+  Shape s;
+  const std::vector<double> xw = naive_matmul(reshape(x, {6, 4}), transpose(w, 0, 1), s);
+  const std::vector<double> bv = bias.to_vector();
+  std::vector<double> want = xw;
+  for (size_t i = 0; i < want.size(); ++i) want[i] += bv[i % 5];
+  Tensor y = linear(x, w, bias);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));
+  expect_close(y.to_vector(), want, 1e-12, "linear with bias");
+  expect_close(linear(x, w, Tensor()).to_vector(), xw, 1e-12, "linear without bias");
+  // db = column sums of the upstream gradient; dW = g^T x over all rows
+  Tensor wr = randn({5, 4}, 31).set_requires_grad(true);
+  Tensor br = randn({5}, 32).set_requires_grad(true);
+  sum(linear(x, wr, br)).backward();
+  for (double gb : br.grad().to_vector()) EXPECT_NEAR(gb, 6.0, 1e-12);
+  const std::vector<double> xv = x.to_vector(), gw = wr.grad().to_vector();
+  for (int64_t o = 0; o < 5; ++o)
+    for (int64_t i = 0; i < 4; ++i) {
+      double col = 0;
+      for (int64_t r = 0; r < 6; ++r) col += xv[r * 4 + i];
+      EXPECT_NEAR(gw[o * 4 + i], col, 1e-12);
+    }
+}
+
+TEST(OpsNN, SoftmaxAndLogSoftmaxMatchReference) {
+  Tensor x = randn({3, 4, 5}, 40);
+  const std::vector<double> xv = x.to_vector();
+  for (int64_t axis : {0, 1, 2}) {
+    const Shape sh = x.shape();
+    std::vector<double> want(xv.size()), want_log(xv.size());
+    const int64_t n = sh[axis];
+    int64_t inner = 1;
+    for (int64_t d = axis + 1; d < 3; ++d) inner *= sh[d];
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const std::vector<int64_t> idx = unravel(i, sh);
+      const int64_t base = i - idx[axis] * inner;
+      double mx = -1e300, z = 0;
+      for (int64_t k = 0; k < n; ++k) mx = std::max(mx, xv[base + k * inner]);
+      for (int64_t k = 0; k < n; ++k) z += std::exp(xv[base + k * inner] - mx);
+      want[i] = std::exp(xv[i] - mx) / z;
+      want_log[i] = xv[i] - mx - std::log(z);
+    }
+    const std::string what = "axis " + std::to_string(axis);
+    expect_close(softmax(x, axis).to_vector(), want, 1e-12, "softmax " + what);
+    expect_close(log_softmax(x, axis).to_vector(), want_log, 1e-12, "log_softmax " + what);
+    expect_close(softmax(x.to(DType::Float32), axis).to_vector(), want, 1e-5,
+                 "softmax f32 " + what);
+  }
+}
+
+TEST(OpsNN, CrossEntropyMatchesReference) {
+  const int64_t R = 5, C = 4;
+  Tensor logits = randn({R, C}, 50);
+  const std::vector<int64_t> t = {2, -100, 0, 3, 3};
+  Tensor targets = Tensor::from_ints(t, {R});
+  const std::vector<double> lv = logits.to_vector();
+  for (double s : {0.0, 0.1}) {
+    double total = 0;
+    int64_t count = 0;
+    std::vector<double> grad(lv.size(), 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      if (t[r] == -100) continue;
+      ++count;
+      double mx = -1e300, z = 0;
+      for (int64_t c = 0; c < C; ++c) mx = std::max(mx, lv[r * C + c]);
+      for (int64_t c = 0; c < C; ++c) z += std::exp(lv[r * C + c] - mx);
+      const double lse = mx + std::log(z);
+      for (int64_t c = 0; c < C; ++c) {
+        const double q = (c == t[r] ? 1.0 - s : 0.0) + s / C;
+        total -= q * (lv[r * C + c] - lse);
+        grad[r * C + c] = std::exp(lv[r * C + c] - lse) - q;
+      }
+    }
+    for (double& g : grad) g /= static_cast<double>(count);
+    Tensor lg = logits.detach().set_requires_grad(true);
+    Tensor loss = cross_entropy(lg, targets, -100, s);
+    EXPECT_EQ(loss.shape(), Shape{});
+    EXPECT_NEAR(loss.item(), total / count, 1e-12) << "smoothing " << s;
+    loss.backward();
+    expect_close(lg.grad().to_vector(), grad, 1e-12, "cross_entropy grad");
+  }
+  // every row ignored: loss 0 and zero gradient
+  Tensor lg = logits.detach().set_requires_grad(true);
+  Tensor loss = cross_entropy(lg, Tensor::from_ints({-1, -1, -1, -1, -1}, {R}), -1);
+  EXPECT_EQ(loss.item(), 0.0);
+  loss.backward();
+  for (double g : lg.grad().to_vector()) EXPECT_EQ(g, 0.0);
+}
+
+TEST(OpsNN, LayerNormMatchesReference) {
+  const int64_t R = 3, n = 6;
+  Tensor x = randn({R, n}, 60), w = randn({n}, 61), b = randn({n}, 62);
+  const std::vector<double> xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector();
+  std::vector<double> want(xv.size()), want_plain(xv.size());
+  for (int64_t r = 0; r < R; ++r) {
+    double mu = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i) mu += xv[r * n + i] / n;
+    for (int64_t i = 0; i < n; ++i) var += (xv[r * n + i] - mu) * (xv[r * n + i] - mu) / n;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xh = (xv[r * n + i] - mu) / std::sqrt(var + 1e-5);
+      want_plain[r * n + i] = xh;
+      want[r * n + i] = xh * wv[i] + bv[i];
+    }
+  }
+  expect_close(layer_norm(x, w, b).to_vector(), want, 1e-10, "affine");
+  expect_close(layer_norm(x, Tensor(), Tensor()).to_vector(), want_plain, 1e-10, "no affine");
+  // d(sum y)/d bias = number of rows; d(sum y)/d weight = column sums of x-hat
+  Tensor wr = w.detach().set_requires_grad(true), br = b.detach().set_requires_grad(true);
+  sum(layer_norm(x, wr, br)).backward();
+  for (double g : br.grad().to_vector()) EXPECT_NEAR(g, static_cast<double>(R), 1e-12);
+  const std::vector<double> gw = wr.grad().to_vector();
+  for (int64_t i = 0; i < n; ++i) {
+    double col = 0;
+    for (int64_t r = 0; r < R; ++r) col += want_plain[r * n + i];
+    EXPECT_NEAR(gw[i], col, 1e-10);
+  }
+}
+
+TEST(OpsNN, DropoutMaskScalingAndGenerator) {
+  const int64_t n = 4000;
+  const double p = 0.25;
+  Tensor x = Tensor::ones({n}, DType::Float64).set_requires_grad(true);
+  Generator g(123);
+  g.take(10);  // a non-zero starting offset
+  Tensor y = dropout(x, p, true, g);
+  EXPECT_EQ(g.offset(), 10u + static_cast<uint64_t>(n));
+  const std::vector<double> yv = y.to_vector();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = rng_uniform(123, 10 + static_cast<uint64_t>(i)) >= p;
+    EXPECT_NEAR(yv[i], keep ? 1.0 / (1.0 - p) : 0.0, 1e-12) << i;
+    kept += keep;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.03);
+  sum(y).backward();
+  expect_close(x.grad().to_vector(), yv, 1e-12, "dropout grad is the mask");
+  // eval mode and p == 0 are the identity and draw nothing
+  Generator g2(5);
+  Tensor z = randn({3, 4}, 70);
+  expect_close(dropout(z, 0.5, false, g2).to_vector(), z.to_vector(), 0, "eval");
+  expect_close(dropout(z, 0.0, true, g2).to_vector(), z.to_vector(), 0, "p=0");
+  EXPECT_EQ(g2.offset(), 0u);
+  EXPECT_THROW(dropout(z, 1.0, true, g2), Error);
+  EXPECT_THROW(dropout(z, -0.1, true, g2), Error);
+}
+
+TEST(OpsNN, IndexOpsMatchReference) {
+  Tensor a = randn({4, 3, 2}, 80);
+  const std::vector<double> av = a.to_vector();
+  // index_select along dim 1
+  Tensor sel = index_select(a, 1, Tensor::from_ints({2, 0, 2}, {3}));
+  const std::vector<double> sv = sel.to_vector();
+  const int64_t ids[3] = {2, 0, 2};
+  for (int64_t o = 0; o < 4; ++o)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t i = 0; i < 2; ++i)
+        EXPECT_EQ(sv[(o * 3 + j) * 2 + i], av[(o * 3 + ids[j]) * 2 + i]);
+  // gather along dim 0 with a smaller index
+  Tensor m = randn({4, 5}, 81);
+  const std::vector<double> mv = m.to_vector();
+  const std::vector<int64_t> gi = {3, 0, 1, 1, 2, 3};
+  Tensor gat = gather(m, 0, Tensor::from_ints(gi, {2, 3}));
+  EXPECT_EQ(gat.shape(), (Shape{2, 3}));
+  const std::vector<double> gv = gat.to_vector();
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(gv[r * 3 + c], mv[gi[r * 3 + c] * 5 + c]);
+  // embedding: values, and scatter-add of repeated ids in the gradient
+  Tensor w = randn({5, 3}, 82).set_requires_grad(true);
+  const std::vector<int64_t> tok = {4, 1, 4, 4, 0, 1};
+  Tensor e = embedding(w, Tensor::from_ints(tok, {2, 3}));
+  EXPECT_EQ(e.shape(), (Shape{2, 3, 3}));
+  const std::vector<double> wv = w.to_vector(), ev = e.to_vector();
+  for (int64_t k = 0; k < 6; ++k)
+    for (int64_t d = 0; d < 3; ++d) EXPECT_EQ(ev[k * 3 + d], wv[tok[k] * 3 + d]);
+  sum(e).backward();
+  const std::vector<double> gw = w.grad().to_vector();
+  for (int64_t v = 0; v < 5; ++v) {
+    double count = 0;
+    for (int64_t t : tok) count += (t == v);
+    for (int64_t d = 0; d < 3; ++d) EXPECT_EQ(gw[v * 3 + d], count);
+  }
+}
+
+// ---------------- errors ----------------
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OpsNN, MatmulShapeMismatchNamesBothShapes) {
+  const std::string msg = error_of([] { matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})); });
+  EXPECT_NE(msg.find("matmul"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[4, 5]"), std::string::npos) << msg;
+  EXPECT_THROW(matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 4})), Error);  // batch 2 vs 3
+  EXPECT_THROW(matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 4}, DType::Float64)), Error);
+  EXPECT_THROW(linear(Tensor::zeros({2, 3}), Tensor::zeros({4, 5}), Tensor()), Error);
+}
+
+TEST(OpsNN, EmbeddingIdOutOfRangeThrows) {
+  Tensor w = Tensor::zeros({10, 4});
+  const std::string msg = error_of([&] { embedding(w, Tensor::from_ints({1, 12}, {2})); });
+  EXPECT_NE(msg.find("embedding"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("12"), std::string::npos) << msg;
+  EXPECT_THROW(embedding(w, Tensor::from_ints({-1}, {1})), Error);
+  EXPECT_THROW(index_select(w, 0, Tensor::from_ints({10}, {1})), Error);
+  EXPECT_THROW(gather(w, 1, Tensor::from_ints({4}, {1, 1})), Error);
+}
+
+TEST(OpsNN, CrossEntropyTargetShapeMismatchThrows) {
+  Tensor logits = Tensor::zeros({4, 3});
+  const std::string msg = error_of([&] {
+    cross_entropy(logits, Tensor::from_ints({0, 1, 2}, {3}));
+  });
+  EXPECT_NE(msg.find("cross_entropy"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[4, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[3]"), std::string::npos) << msg;
+  EXPECT_THROW(cross_entropy(logits, Tensor::from_ints({0, 1, 3, 0}, {4})), Error);  // class 3
+  EXPECT_THROW(cross_entropy(logits, Tensor::zeros({4})), Error);  // float targets
+}
+
+}  // namespace
+}  // namespace pelab::testing

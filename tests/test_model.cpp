@@ -1,0 +1,722 @@
+// Tests for the transformer (models/): float64 finite-difference gradients of an attention layer and
+// of tiny seq2seq / decoder-only models for every registered PE scheme, causality, key-padding
+// masks, NoPE permutation equivariance, the sinusoidal table, the learned-APE range error, KV-cache
+// decoding vs the full forward, greedy decoding, parameter names, config validation and info.
+// Every per-scheme test loops over pe_names(), so new schemes are covered when they register.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "models/attention.h"
+#include "models/info.h"
+#include "models/model_config.h"
+#include "models/pe/pe.h"
+#include "models/transformer.h"
+#include "pelab/pelab.h"
+
+using namespace pelab;
+using namespace pelab::models;
+
+namespace {
+
+// Small settings for every scheme, so that tables are exercised at short lengths.
+PEConfig small_pe(const std::string& scheme) {
+  PEConfig pe;
+  pe.scheme = scheme;
+  pe.max_positions = 32;
+  pe.shaw_k = 3;
+  pe.t5_num_buckets = 8;
+  pe.t5_max_distance = 16;
+  return pe;
+}
+
+ModelConfig tiny(const std::string& arch, const std::string& scheme,
+                 const std::string& dtype = "float64") {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab = 11;
+  c.d_model = 8;
+  c.heads = 2;
+  c.d_ff = 16;
+  c.encoder_layers = 1;
+  c.decoder_layers = 1;
+  c.dropout = 0.0;
+  c.dtype = dtype;
+  c.init_std = 0.5;  // large enough that token content matters in the checks below
+  c.seed = 7;
+  c.pe = small_pe(scheme);
+  return c;
+}
+
+Tensor randn(const Shape& shape, Generator& gen, DType dt = DType::Float64) {
+  Tensor t = Tensor::empty(shape, dt);
+  init::normal_(t, 0.0, 1.0, gen);
+  return t;
+}
+
+Tensor random_ids(int64_t B, int64_t L, int64_t vocab, Generator& gen) {
+  std::vector<int64_t> v(static_cast<size_t>(B * L));
+  for (auto& x : v) x = static_cast<int64_t>(gen.randint(static_cast<uint64_t>(vocab)));
+  return Tensor::from_ints(v, {B, L});
+}
+
+Tensor mask_from(const std::vector<double>& v, int64_t B, int64_t L) {
+  return Tensor::from_vector(v, {B, L}, DType::Float64);
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  std::vector<double> x = a.to_vector(), y = b.to_vector();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+// Rows [0, n) along axis 1 of a [B, L, ...] tensor, as a contiguous copy.
+Tensor head_rows(const Tensor& t, int64_t n) { return slice(t, 1, 0, n).contiguous(); }
+
+struct GradTarget {
+  std::string name;
+  Tensor t;  // contiguous float64 CPU tensor requiring grad
+};
+
+// Central differences (eps 1e-6) on a subset of elements of every target: up to `nonzero`
+// elements whose analytic gradient is non-zero plus `random` uniformly drawn ones. Error measure
+// (as in the op driver): |analytic - numeric| / max(1, |numeric|) <= 1e-6.
+void grad_check(const std::function<Tensor()>& loss_fn, const std::vector<GradTarget>& targets,
+                const std::string& label, int nonzero = 3, int random = 2) {
+  for (auto g : targets) g.t.zero_grad();  // Tensor handles: copies share the impl
+  Tensor loss = loss_fn();
+  ASSERT_TRUE(std::isfinite(loss.item())) << label;
+  loss.backward();
+  Generator pick(99);
+  int checked = 0, nonzero_checked = 0;
+  for (const auto& g : targets) {
+    ASSERT_TRUE(g.t.is_contiguous() && g.t.dtype() == DType::Float64) << g.name;
+    Tensor grad = g.t.grad();
+    const int64_t n = g.t.numel();
+    std::vector<double> ga = grad.defined() ? grad.to_vector() : std::vector<double>(n, 0.0);
+    std::vector<int64_t> nz;
+    for (int64_t i = 0; i < n; ++i)
+      if (ga[i] != 0.0) nz.push_back(i);
+    std::set<int64_t> idx;
+    for (int k = 0; k < nonzero && !nz.empty(); ++k) idx.insert(nz[pick.randint(nz.size())]);
+    for (int k = 0; k < random; ++k) idx.insert(static_cast<int64_t>(pick.randint(n)));
+    double* data = g.t.data<double>();
+    for (int64_t i : idx) {
+      NoGradGuard ng;
+      const double orig = data[i], eps = 1e-6;
+      data[i] = orig + eps;
+      const double fp = loss_fn().item();
+      data[i] = orig - eps;
+      const double fm = loss_fn().item();
+      data[i] = orig;
+      const double numeric = (fp - fm) / (2 * eps);
+      const double err = std::fabs(ga[i] - numeric) / std::max(1.0, std::fabs(numeric));
+      EXPECT_LE(err, 1e-6) << label << ": " << g.name << "[" << i << "] analytic " << ga[i]
+                           << " numeric " << numeric;
+      ++checked;
+      nonzero_checked += ga[i] != 0.0;
+    }
+  }
+  EXPECT_GT(checked, 0) << label;
+  EXPECT_GT(nonzero_checked, 0) << label << ": every checked gradient was zero";
+}
+
+std::vector<GradTarget> model_targets(const Module& m) {
+  std::vector<GradTarget> out;
+  for (const auto& nt : m.named_parameters()) out.push_back({nt.first, nt.second});
+  return out;
+}
+
+// Sequence inputs shared by several tests: B = 2, row 1 padded at the end.
+struct Batch {
+  Tensor src, src_mask, tgt_in, tgt_mask, tgt_out;
+};
+Batch make_batch(int64_t vocab, Generator& gen) {
+  Batch b;
+  b.src = random_ids(2, 6, vocab, gen);
+  b.src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 6);
+  b.tgt_in = random_ids(2, 5, vocab, gen);
+  b.tgt_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 5);
+  std::vector<int64_t> out = random_ids(2, 5, vocab, gen).to_int_vector();
+  out[8] = out[9] = -100;  // padded targets ignored
+  b.tgt_out = Tensor::from_ints(out, {2, 5});
+  return b;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(ModelRegistry, BuiltinSchemesRegisteredAndUnknownNameListsValidOnes) {
+  const std::vector<std::string> names = pe_names();
+  for (const char* s : {"sinusoidal", "learned", "none"})
+    EXPECT_NE(std::find(names.begin(), names.end(), s), names.end()) << s;
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  PEConfig bad;
+  bad.scheme = "bogus";
+  Generator gen(1);
+  try {
+    make_pe(bad, StackInfo{}, gen);
+    FAIL() << "make_pe accepted an unknown scheme";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'bogus'"), std::string::npos) << msg;
+    for (const auto& n : names) EXPECT_NE(msg.find(n), std::string::npos) << msg;
+  }
+  // A second registration under a taken name is refused.
+  EXPECT_FALSE(register_pe("none", [](const PEConfig&, const StackInfo&, Generator&) {
+    return std::shared_ptr<PositionalEncoding>();
+  }));
+}
+
+TEST(ModelSinusoidal, ValuesMatchTheClosedForm) {
+  PEConfig pc;
+  pc.scheme = "sinusoidal";
+  StackInfo s;
+  s.d_model = 4;
+  s.heads = 1;
+  s.dtype = DType::Float64;
+  Generator gen(1);
+  auto pe = make_pe(pc, s, gen);
+  EXPECT_TRUE(pe->additive());
+  EXPECT_EQ(pe->num_parameters(), 0);
+  // Default range 0..2 (cached table) and an explicit position vector must agree.
+  Tensor all = pe->embed(Tensor::zeros({1, 3, 4}, DType::Float64), {0, 1, 2});
+  Tensor only2 = pe->embed(Tensor::zeros({1, 1, 4}, DType::Float64), {2});
+  const std::vector<double> expect = {std::sin(2.0), std::cos(2.0), std::sin(0.02), std::cos(0.02)};
+  std::vector<double> a = all.to_vector(), b = only2.to_vector();
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_NEAR(a[8 + j], expect[j], 1e-15) << j;
+    EXPECT_NEAR(b[j], expect[j], 1e-15) << j;
+    EXPECT_NEAR(a[j], j % 2 ? 1.0 : 0.0, 1e-15) << j;  // position 0: (0, 1, 0, 1)
+  }
+  // embed adds to x
+  Tensor x = Tensor::full({2, 1, 4}, 3.0, DType::Float64);
+  std::vector<double> c = pe->embed(x, {2}).to_vector();
+  for (int j = 0; j < 4; ++j) EXPECT_NEAR(c[4 + j], 3.0 + expect[j], 1e-15);
+}
+
+TEST(ModelLearnedPE, PastMaxPositionsRaisesTheClearError) {
+  for (const std::string arch : {"decoder", "seq2seq"}) {
+    ModelConfig c = tiny(arch, "learned");
+    c.pe.max_positions = 8;
+    Transformer m(c);
+    EXPECT_EQ(m.decoder->pe->parameter("weight").shape(), (Shape{8, 8}));
+    Generator gen(3);
+    Tensor ok = random_ids(1, 8, c.vocab, gen), too_long = random_ids(1, 9, c.vocab, gen);
+    const std::string want = "learned positional encoding: position 8 >= max_positions 8 (sequence length 9)";
+    try {
+      if (arch == "decoder")
+        m.forward_decoder(too_long, Tensor());
+      else
+        m.forward_seq2seq(too_long, Tensor(), ok, Tensor());
+      FAIL() << arch << ": no error past max_positions";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    // Exactly max_positions is fine.
+    Tensor out = arch == "decoder" ? m.forward_decoder(ok, Tensor())
+                                   : m.forward_seq2seq(ok, Tensor(), ok, Tensor());
+    EXPECT_EQ(out.size(1), 8);
+    // Greedy decoding past the table raises the same error, cached and uncached.
+    for (bool cache : {true, false}) {
+      try {
+        if (arch == "decoder")
+          greedy_decode(m, {{1, 5, 6, 7, 8}}, 10, cache, SpecialIds{0, 1, -1});
+        else
+          greedy_decode(m, ok, Tensor(), 10, cache, SpecialIds{0, 1, -1});
+        FAIL() << arch << " greedy (cache " << cache << "): no error past max_positions";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("learned positional encoding: position 8 >= "
+                                             "max_positions 8"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
+TEST(ModelAttention, GradCheckEverySchemeAndSite) {
+  for (const auto& scheme : pe_names()) {
+    for (AttnKind kind : {AttnKind::EncoderSelf, AttnKind::DecoderSelf, AttnKind::Cross}) {
+      const std::string label =
+          scheme + (kind == AttnKind::EncoderSelf ? " enc-self" : kind == AttnKind::DecoderSelf ? " dec-self" : " cross");
+      Generator gen(11);
+      StackInfo s;
+      s.kind = kind == AttnKind::EncoderSelf ? StackKind::Encoder : StackKind::Decoder;
+      s.layers = 2;
+      s.d_model = 8;
+      s.heads = 2;
+      s.dtype = DType::Float64;
+      auto pe = make_pe(small_pe(scheme), s, gen);
+      MultiHeadAttention mha(8, 2, 0.0, true, gen, DType::Float64);
+      const int64_t B = 2, Lq = 5, Lk = kind == AttnKind::Cross ? 7 : 5;
+      Tensor xq = randn({B, Lq, 8}, gen).set_requires_grad(true);
+      Tensor xk = randn({B, Lk, 8}, gen).set_requires_grad(true);
+      Tensor w = randn({B, Lq, 8}, gen);
+      // Non-trivial positions (offset 3), key padding in row 1 for non-causal sites.
+      std::vector<int64_t> qpos, kpos;
+      for (int64_t i = 0; i < Lq; ++i) qpos.push_back(3 + i);
+      for (int64_t i = 0; i < Lk; ++i) kpos.push_back(3 + i);
+      std::vector<double> km(B * Lk, 1.0);
+      if (kind != AttnKind::DecoderSelf) km[B * Lk - 1] = km[B * Lk - 2] = 0.0;
+      const bool causal = kind == AttnKind::DecoderSelf;
+      Tensor blocked = attention_mask(mask_from(km, B, Lk), Lq, Lk, causal, DType::Float64, Device::cpu());
+      AttnSite site;
+      site.kind = kind;
+      site.layer = 1;
+      site.q_pos = &qpos;
+      site.k_pos = &kpos;
+      site.causal = causal;
+      auto loss = [&] {
+        Tensor q_in = pe->embed(xq, qpos);
+        Tensor k_in = kind == AttnKind::Cross ? xk : q_in;
+        return sum(mul(mha.forward(q_in, k_in, blocked, *pe, site, gen), w));
+      };
+      std::vector<GradTarget> targets = model_targets(mha);
+      for (const auto& nt : pe->named_parameters()) targets.push_back({"pe." + nt.first, nt.second});
+      targets.push_back({"xq", xq});
+      if (kind == AttnKind::Cross) targets.push_back({"xk", xk});
+      grad_check(loss, targets, label, 4, 2);
+    }
+  }
+}
+
+TEST(ModelTransformer, GradCheckTinyModelsEveryScheme) {
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      for (const std::string norm : {"pre", "post"}) {
+        if (norm == "post" && scheme != "sinusoidal") continue;  // post-LN once is enough
+        ModelConfig c = tiny(arch, scheme);
+        c.norm = norm;
+        Transformer m(c);
+        Generator gen(5);
+        Batch b = make_batch(c.vocab, gen);
+        auto loss = [&] {
+          Tensor logits = arch == "seq2seq" ? m.forward_seq2seq(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+                                            : m.forward_decoder(b.tgt_in, b.tgt_mask);
+          return cross_entropy(logits, b.tgt_out);
+        };
+        grad_check(loss, model_targets(m), scheme + " " + arch + " " + norm + "-LN", 3, 1);
+      }
+    }
+  }
+}
+
+TEST(ModelTransformer, FutureTokensDoNotChangeEarlierOutputs) {
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny(arch, scheme));
+      Generator gen(21);
+      Tensor src = random_ids(2, 6, 11, gen);
+      Tensor a = random_ids(2, 7, 11, gen);
+      std::vector<int64_t> v = a.to_int_vector();
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t t = 4; t < 7; ++t) v[b * 7 + t] = (v[b * 7 + t] + 1 + t) % 11;
+      Tensor a2 = Tensor::from_ints(v, {2, 7});
+      auto run = [&](const Tensor& ids) {
+        return arch == "seq2seq" ? m.forward_seq2seq(src, Tensor(), ids, Tensor())
+                                 : m.forward_decoder(ids, Tensor());
+      };
+      Tensor l1 = run(a), l2 = run(a2);
+      EXPECT_LE(max_abs_diff(head_rows(l1, 4), head_rows(l2, 4)), 1e-12) << scheme << " " << arch;
+      // ...and the change is visible from position 4 on (the check above is not vacuous).
+      EXPECT_GT(max_abs_diff(l1, l2), 1e-6) << scheme << " " << arch;
+    }
+  }
+}
+
+TEST(ModelTransformer, PaddedKeysDoNotAffectRealTokens) {
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny(arch, scheme));
+      Generator gen(31);
+      // Row 1 is padded: at the end of the source, at the start of the target (left padding, so
+      // that the causal mask alone would not hide the pads from later tokens).
+      Tensor src = random_ids(2, 6, 11, gen), tgt = random_ids(2, 5, 11, gen);
+      Tensor src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 6);
+      Tensor tgt_mask = mask_from({1, 1, 1, 1, 1, 0, 0, 1, 1, 1}, 2, 5);
+      std::vector<int64_t> s2 = src.to_int_vector(), t2 = tgt.to_int_vector();
+      s2[10] = (s2[10] + 3) % 11;
+      s2[11] = (s2[11] + 5) % 11;
+      t2[5] = (t2[5] + 2) % 11;
+      t2[6] = (t2[6] + 7) % 11;
+      Tensor src2 = Tensor::from_ints(s2, {2, 6}), tgt2 = Tensor::from_ints(t2, {2, 5});
+      auto run = [&](const Tensor& s, const Tensor& t) {
+        return arch == "seq2seq" ? m.forward_seq2seq(s, src_mask, t, tgt_mask)
+                                 : m.forward_decoder(t, tgt_mask);
+      };
+      Tensor l1 = run(src, tgt), l2 = run(src2, tgt2);
+      std::vector<double> x = l1.to_vector(), y = l2.to_vector();
+      const int64_t V = 11;
+      double real_diff = 0, pad_diff = 0;
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t t = 0; t < 5; ++t)
+          for (int64_t k = 0; k < V; ++k) {
+            const size_t i = (b * 5 + t) * V + k;
+            const bool pad = b == 1 && t < 2;
+            (pad ? pad_diff : real_diff) = std::max(pad ? pad_diff : real_diff, std::fabs(x[i] - y[i]));
+          }
+      EXPECT_LE(real_diff, 1e-12) << scheme << " " << arch;
+      EXPECT_GT(pad_diff, 1e-6) << scheme << " " << arch << ": the padded tokens were not changed";
+      if (arch == "seq2seq") {
+        // The encoder outputs of real source tokens ignore the padded source tokens too.
+        Tensor e1 = m.encode(src, src_mask), e2 = m.encode(src2, src_mask);
+        EXPECT_LE(max_abs_diff(head_rows(e1, 4), head_rows(e2, 4)), 1e-12) << scheme;
+      }
+    }
+  }
+}
+
+TEST(ModelTransformer, NoPEEncoderIsPermutationEquivariant) {
+  Transformer m(tiny("seq2seq", "none"));
+  Generator gen(41);
+  Tensor src = random_ids(2, 6, 11, gen);
+  const std::vector<int64_t> perm = {3, 0, 5, 1, 4, 2};
+  std::vector<int64_t> v = src.to_int_vector(), pv(v.size());
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 6; ++i) pv[b * 6 + i] = v[b * 6 + perm[i]];
+  std::vector<double> h = m.encode(src, Tensor()).to_vector();
+  std::vector<double> hp = m.encode(Tensor::from_ints(pv, {2, 6}), Tensor()).to_vector();
+  double diff = 0, spread = 0;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t d = 0; d < 8; ++d) {
+        diff = std::max(diff, std::fabs(hp[(b * 6 + i) * 8 + d] - h[(b * 6 + perm[i]) * 8 + d]));
+        spread = std::max(spread, std::fabs(h[(b * 6 + i) * 8 + d] - h[(b * 6 + perm[i]) * 8 + d]));
+      }
+  EXPECT_LE(diff, 1e-12);
+  EXPECT_GT(spread, 1e-3);  // outputs do differ per token, so the check means something
+  // With a positional scheme the same permutation is not equivariant.
+  Transformer ms(tiny("seq2seq", "sinusoidal"));
+  std::vector<double> g = ms.encode(src, Tensor()).to_vector();
+  std::vector<double> gp = ms.encode(Tensor::from_ints(pv, {2, 6}), Tensor()).to_vector();
+  double d2 = 0;
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t d = 0; d < 8; ++d) d2 = std::max(d2, std::fabs(gp[i * 8 + d] - g[perm[i] * 8 + d]));
+  EXPECT_GT(d2, 1e-3);
+}
+
+TEST(ModelDecoding, CachedStepsMatchTheFullForwardEveryScheme) {
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny(arch, scheme));
+      m.eval();
+      Generator gen(51);
+      Tensor src = random_ids(2, 6, 11, gen), tgt = random_ids(2, 7, 11, gen);
+      Tensor src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 6);
+      NoGradGuard ng;
+      Tensor full;
+      DecoderCache cache;
+      if (arch == "seq2seq") {
+        Tensor mem = m.encode(src, src_mask);
+        full = m.decode(tgt, Tensor(), mem, src_mask);
+        cache = m.start_cache(mem, src_mask);
+      } else {
+        full = m.forward_decoder(tgt, Tensor());
+        cache = m.start_cache(2);
+      }
+      // Steps of 3, 1 and 3 tokens.
+      std::vector<Tensor> parts;
+      for (auto [a, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 4}, {4, 7}}) {
+        parts.push_back(m.decode_step(cache, slice(tgt, 1, a, e).contiguous()));
+        EXPECT_EQ(cache.offset(), e);
+      }
+      EXPECT_LE(max_abs_diff(concat(parts, 1), full), 1e-10) << scheme << " " << arch;
+    }
+  }
+}
+
+TEST(ModelDecoding, GreedyCachedEqualsUncachedEveryScheme) {
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      ModelConfig c = tiny(arch, scheme);
+      c.dropout = 0.1;  // greedy decoding must switch dropout off (eval mode) and restore the mode
+      Transformer m(c);
+      Generator gen(61);
+      Tensor src = random_ids(3, 6, 11, gen);
+      Tensor src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0}, 3, 6);
+      const std::vector<std::vector<int64_t>> prompts = {{1, 5, 6}, {1, 7, 8, 9, 4}, {1, 3, 3}};
+      auto run = [&](bool cache, SpecialIds ids) {
+        return arch == "seq2seq" ? greedy_decode(m, src, src_mask, 9, cache, ids)
+                                 : greedy_decode(m, prompts, 9, cache, ids);
+      };
+      GreedyResult ref = run(false, SpecialIds{0, 1, -1});  // no eos: 9 tokens per row
+      EXPECT_TRUE(m.is_training());
+      for (const auto& row : ref.tokens) EXPECT_EQ(row.size(), 9u) << scheme << " " << arch;
+      // Use row 0's third token as eos so that row 0 stops early.
+      const SpecialIds ids{0, 1, ref.tokens[0][2]};
+      GreedyResult a = run(false, ids), b = run(true, ids);
+      EXPECT_EQ(a.tokens, b.tokens) << scheme << " " << arch;
+      EXPECT_EQ(a.finished, b.finished) << scheme << " " << arch;
+      EXPECT_TRUE(a.finished[0]) << scheme << " " << arch;
+      EXPECT_LE(a.tokens[0].size(), 2u);
+      EXPECT_EQ(run(true, SpecialIds{0, 1, -1}).tokens, ref.tokens) << scheme << " " << arch;
+      if (arch == "decoder") {
+        // Rows are decoded independently of their batch-mates (grouping by prompt length).
+        for (size_t r = 0; r < prompts.size(); ++r)
+          EXPECT_EQ(greedy_decode(m, {prompts[r]}, 9, true, SpecialIds{0, 1, -1}).tokens[0],
+                    ref.tokens[r])
+              << scheme << " row " << r;
+      } else {
+        // The seq2seq decoding of a row does not depend on the padded source tokens.
+        std::vector<int64_t> s = src.to_int_vector();
+        s[15] = (s[15] + 1) % 11;
+        GreedyResult p = greedy_decode(m, Tensor::from_ints(s, {3, 6}), src_mask, 9, true,
+                                       SpecialIds{0, 1, -1});
+        EXPECT_EQ(p.tokens, ref.tokens) << scheme;
+      }
+    }
+  }
+}
+
+TEST(ModelTransformer, Float32MatchesFloat64EveryScheme) {
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      ModelConfig c = tiny(arch, scheme, "float32");
+      c.init_std = 0.1;
+      Transformer m32(c);
+      c.dtype = "float64";
+      Transformer m64(c);
+      Generator gen(71);
+      Batch b = make_batch(11, gen);
+      auto run = [&](Transformer& m) {
+        return arch == "seq2seq" ? m.forward_seq2seq(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+                                 : m.forward_decoder(b.tgt_in, b.tgt_mask);
+      };
+      Tensor l32 = run(m32), l64 = run(m64);
+      EXPECT_EQ(l32.dtype(), DType::Float32);
+      EXPECT_EQ(l64.dtype(), DType::Float64);
+      EXPECT_LE(max_abs_diff(l32, l64), 1e-4) << scheme << " " << arch;
+    }
+  }
+}
+
+TEST(ModelTransformer, EmbedScaleFollowsTheScheme) {
+  for (const auto& scheme : pe_names()) {
+    ModelConfig c = tiny("seq2seq", scheme);
+    Transformer m(c);
+    const double want = m.decoder->pe->additive() ? std::sqrt(8.0) : 1.0;
+    EXPECT_DOUBLE_EQ(m.decoder->embed_scale, want) << scheme;
+    EXPECT_DOUBLE_EQ(m.encoder->embed_scale, want) << scheme;
+    c.embed_scale = "none";
+    EXPECT_DOUBLE_EQ(Transformer(c).decoder->embed_scale, 1.0) << scheme;
+    c.embed_scale = "sqrt_d";
+    EXPECT_DOUBLE_EQ(Transformer(c).decoder->embed_scale, std::sqrt(8.0)) << scheme;
+  }
+  EXPECT_TRUE(Transformer(tiny("seq2seq", "sinusoidal")).decoder->pe->additive());
+  EXPECT_FALSE(Transformer(tiny("seq2seq", "none")).decoder->pe->additive());
+}
+
+TEST(ModelNames, DottedParameterNamesAsDocumented) {
+  ModelConfig c = tiny("seq2seq", "learned");
+  c.decoder_layers = 2;
+  Transformer m(c);
+  std::vector<std::string> names;
+  for (const auto& nt : m.named_parameters()) names.push_back(nt.first);
+  auto attn = [](const std::string& p) {
+    std::vector<std::string> v;
+    for (const char* l : {"q", "k", "v", "o"})
+      for (const char* t : {"weight", "bias"}) v.push_back(p + "." + l + "." + t);
+    return v;
+  };
+  auto ln = [](const std::string& p) { return std::vector<std::string>{p + ".weight", p + ".bias"}; };
+  auto ff = [](const std::string& p) {
+    return std::vector<std::string>{p + ".fc1.weight", p + ".fc1.bias", p + ".fc2.weight", p + ".fc2.bias"};
+  };
+  std::vector<std::string> expected = {"encoder.embed.weight", "encoder.pe.weight"};
+  auto append = [&](const std::vector<std::string>& v) { expected.insert(expected.end(), v.begin(), v.end()); };
+  append(attn("encoder.layers.0.self_attn"));
+  append(ln("encoder.layers.0.norm1"));
+  append(ff("encoder.layers.0.ff"));
+  append(ln("encoder.layers.0.norm2"));
+  append(ln("encoder.norm"));
+  append({"decoder.embed.weight", "decoder.pe.weight"});
+  for (const std::string l : {"0", "1"}) {
+    const std::string p = "decoder.layers." + l;
+    append(attn(p + ".self_attn"));
+    append(ln(p + ".norm1"));
+    append(attn(p + ".cross_attn"));
+    append(ln(p + ".norm2"));
+    append(ff(p + ".ff"));
+    append(ln(p + ".norm3"));
+  }
+  append(ln("decoder.norm"));
+  append({"lm_head.weight"});
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(m.parameter("decoder.layers.1.ff.fc1.weight").shape(), (Shape{16, 8}));
+  EXPECT_EQ(m.parameter("decoder.pe.weight").shape(), (Shape{32, 8}));
+  EXPECT_EQ(m.parameter("lm_head.weight").shape(), (Shape{11, 8}));
+
+  // Decoder-only, post-LN, tied, no biases: no encoder, no cross-attention, ff norm is norm2,
+  // no final norms, lm_head shares decoder.embed.weight (listed once).
+  ModelConfig d = tiny("decoder", "none");
+  d.norm = "post";
+  d.tie_embeddings = true;
+  d.bias = false;
+  Transformer md(d);
+  std::vector<std::string> dn;
+  for (const auto& nt : md.named_parameters()) dn.push_back(nt.first);
+  const std::vector<std::string> dexp = {
+      "decoder.embed.weight", "decoder.layers.0.self_attn.q.weight",
+      "decoder.layers.0.self_attn.k.weight", "decoder.layers.0.self_attn.v.weight",
+      "decoder.layers.0.self_attn.o.weight", "decoder.layers.0.norm1.weight",
+      "decoder.layers.0.norm1.bias", "decoder.layers.0.ff.fc1.weight",
+      "decoder.layers.0.ff.fc2.weight", "decoder.layers.0.norm2.weight",
+      "decoder.layers.0.norm2.bias"};
+  EXPECT_EQ(dn, dexp);
+  EXPECT_EQ(md.lm_head->weight.impl(), md.decoder->embed->weight.impl());
+
+  // Seq2seq tied: one table for encoder, decoder and lm_head, named encoder.embed.weight.
+  ModelConfig t = tiny("seq2seq", "sinusoidal");
+  t.tie_embeddings = true;
+  Transformer mt(t);
+  EXPECT_EQ(mt.decoder->embed->weight.impl(), mt.encoder->embed->weight.impl());
+  EXPECT_EQ(mt.lm_head->weight.impl(), mt.encoder->embed->weight.impl());
+  int tables = 0;
+  for (const auto& nt : mt.named_parameters())
+    tables += nt.first.find("embed") != std::string::npos || nt.first.find("lm_head") != std::string::npos;
+  EXPECT_EQ(tables, 1);
+  EXPECT_EQ(mt.num_parameters(), m.num_parameters() - 2 * 11 * 8  // two fewer tables
+                                     - 2 * 32 * 8                 // no learned PE tables
+                                     - m.decoder->layers->at<DecoderLayer>(1).num_parameters());
+}
+
+TEST(ModelConfigTest, ValidateNamesTheKey) {
+  struct Case {
+    std::function<void(ModelConfig&)> edit;
+    std::string key;
+  };
+  const std::vector<Case> cases = {
+      {[](ModelConfig& c) { c.arch = "encoder"; }, "model.arch"},
+      {[](ModelConfig& c) { c.vocab = 1; }, "model.vocab"},
+      {[](ModelConfig& c) { c.d_model = 0; }, "model.d_model"},
+      {[](ModelConfig& c) { c.heads = 3; }, "model.heads"},
+      {[](ModelConfig& c) { c.d_ff = 0; }, "model.d_ff"},
+      {[](ModelConfig& c) { c.encoder_layers = 0; }, "model.encoder_layers"},
+      {[](ModelConfig& c) { c.decoder_layers = 0; }, "model.decoder_layers"},
+      {[](ModelConfig& c) { c.dropout = 1.0; }, "model.dropout"},
+      {[](ModelConfig& c) { c.norm = "mid"; }, "model.norm"},
+      {[](ModelConfig& c) { c.norm_eps = 0; }, "model.norm_eps"},
+      {[](ModelConfig& c) { c.activation = "swish"; }, "model.activation"},
+      {[](ModelConfig& c) { c.embed_scale = "big"; }, "model.embed_scale"},
+      {[](ModelConfig& c) { c.dtype = "int64"; }, "model.dtype"},
+      {[](ModelConfig& c) { c.init_std = -1; }, "model.init_std"},
+      {[](ModelConfig& c) { c.pe.scheme = "bogus"; }, "pe.scheme"},
+  };
+  for (const auto& k : cases) {
+    ModelConfig c = tiny("seq2seq", "sinusoidal");
+    k.edit(c);
+    try {
+      c.validate();
+      FAIL() << k.key << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(k.key + ":", 0), 0u) << e.what();
+    }
+    EXPECT_THROW(Transformer m(c), Error) << k.key;
+  }
+  ModelConfig ok = tiny("decoder", "sinusoidal");
+  ok.encoder_layers = 0;  // fine without an encoder
+  EXPECT_NO_THROW(ok.validate());
+  EXPECT_NO_THROW(tiny("seq2seq", "none").validate());
+  // Wrong-arch calls are errors, not crashes.
+  Transformer dec(ok);
+  Tensor ids = Tensor::from_ints({1, 2, 3}, {1, 3});
+  EXPECT_THROW(dec.forward_seq2seq(ids, Tensor(), ids, Tensor()), Error);
+  EXPECT_THROW(dec.forward_decoder(ids, Tensor::ones({1, 4})), Error);
+  std::vector<int64_t> bad_pos = {0, 1};
+  EXPECT_THROW(dec.forward_decoder(ids, Tensor(), &bad_pos), Error);
+}
+
+TEST(ModelTransformer, ExplicitPositionsReachThePE) {
+  // Shifting every position by the same amount changes an absolute scheme's outputs but, with
+  // explicit default positions, equals the implicit call.
+  Transformer m(tiny("decoder", "sinusoidal"));
+  Generator gen(81);
+  Tensor ids = random_ids(2, 5, 11, gen);
+  std::vector<int64_t> p0 = {0, 1, 2, 3, 4}, p7 = {7, 8, 9, 10, 11};
+  Tensor a = m.forward_decoder(ids, Tensor()), b = m.forward_decoder(ids, Tensor(), &p0);
+  Tensor c = m.forward_decoder(ids, Tensor(), &p7);
+  EXPECT_LE(max_abs_diff(a, b), 0.0);
+  EXPECT_GT(max_abs_diff(a, c), 1e-6);
+  // Cached decoding with explicit positions equals the full forward at those positions.
+  NoGradGuard ng;
+  DecoderCache cache = m.start_cache(2);
+  std::vector<int64_t> first = {7, 8}, rest = {9, 10, 11};
+  Tensor s1 = m.decode_step(cache, slice(ids, 1, 0, 2).contiguous(), Tensor(), &first);
+  Tensor s2 = m.decode_step(cache, slice(ids, 1, 2, 5).contiguous(), Tensor(), &rest);
+  EXPECT_LE(max_abs_diff(concat({s1, s2}, 1), c), 1e-10);
+}
+
+TEST(ModelTraining, OverfitsOneBatchEveryScheme) {
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      ModelConfig c = tiny(arch, scheme, "float32");
+      c.d_model = 16;
+      c.d_ff = 32;
+      c.init_std = 0.02;
+      Transformer m(c);
+      Generator gen(91);
+      Batch b = make_batch(c.vocab, gen);
+      AdamW opt(m.parameters(), 1e-2);
+      double first = 0, last = 0;
+      for (int step = 0; step < 60; ++step) {
+        Tensor logits = arch == "seq2seq" ? m.forward_seq2seq(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+                                          : m.forward_decoder(b.tgt_in, b.tgt_mask);
+        Tensor loss = cross_entropy(logits, b.tgt_out);
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        (step == 0 ? first : last) = loss.item();
+      }
+      EXPECT_LT(last, 0.25 * first) << scheme << " " << arch << ": " << first << " -> " << last;
+    }
+  }
+}
+
+TEST(ModelInfo, ParameterTableSumsToTheTotal) {
+  ModelConfig c = tiny("seq2seq", "learned");
+  Transformer m(c);
+  const std::string table = parameter_table(m);
+  // Rows look like "    encoder.layers.0      1,234": name (indented by depth), then the count.
+  std::map<std::string, int64_t> rows;
+  std::istringstream lines(table);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream ls(line);
+    std::string name, count, digits;
+    ls >> name >> count;
+    for (char ch : count)
+      if (ch != ',') digits += ch;
+    if (name != "module") rows[name] = std::stoll(digits);
+  }
+  auto count_of = [&](const std::string& row) -> int64_t {
+    EXPECT_EQ(rows.count(row), 1u) << row << "\n" << table;
+    return rows.count(row) ? rows[row] : -1;
+  };
+  int64_t enc = 0, dec = 0, pe = 0;
+  for (const auto& nt : m.named_parameters()) {
+    if (nt.first.rfind("encoder.", 0) == 0) enc += nt.second.numel();
+    if (nt.first.rfind("decoder.", 0) == 0) dec += nt.second.numel();
+    if (nt.first.rfind("encoder.pe.", 0) == 0) pe += nt.second.numel();
+  }
+  EXPECT_EQ(count_of("total"), m.num_parameters());
+  EXPECT_EQ(count_of("encoder"), enc);
+  EXPECT_EQ(count_of("decoder"), dec);
+  EXPECT_EQ(count_of("encoder.pe"), pe);
+  EXPECT_EQ(count_of("lm_head"), 11 * 8);
+  EXPECT_EQ(count_of("decoder.layers.0"), m.decoder->layers->at<DecoderLayer>(0).num_parameters());
+  EXPECT_EQ(count_of("encoder") + count_of("decoder") + count_of("lm_head"), count_of("total"));
+  const std::string info = model_info(m);
+  EXPECT_NE(info.find("pe learned"), std::string::npos) << info;
+  EXPECT_NE(info.find(table), std::string::npos);
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what pelab needs from Debian's packages (only what is missing). Safe to re-run.
+#   PELAB_WITH_TORCH=1 tools/setup.sh   also installs PyTorch (to regenerate goldens / run bench vs torch)
+set -euo pipefail
+pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libhdf5-dev libyaml-cpp-dev libgtest-dev
+      gnuplot-nox fortunes python3-numpy python3-h5py)
+if [ "${PELAB_WITH_TORCH:-0}" = 1 ]; then pkgs+=(python3-torch); fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: dependencies present"

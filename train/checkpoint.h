@@ -1,0 +1,57 @@
+// pelab — HDF5 checkpoints (layout in docs/checkpoint.md).
+//
+// A checkpoint holds everything needed to continue a run bit for bit: parameters, optimizer state,
+// RNG states, data-sampler position, LR-schedule step, metrics so far, the resolved config and the
+// vocabulary. Saving is atomic (temp file, flush, fsync, rename, fsync of the directory), so a crash
+// or kill during a save leaves the previous checkpoint intact. Loading validates everything and
+// turns every HDF5 failure into a pelab::Error naming the file and dataset.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pelab/nn.h"
+#include "pelab/optim.h"
+
+namespace pelab {
+
+constexpr int64_t kCheckpointFormatVersion = 1;
+
+struct CheckpointData {
+  int64_t format_version = kCheckpointFormatVersion;
+  int64_t step = 0;                  // optimizer steps taken
+  std::string scheme;                // positional-encoding scheme
+  std::string arch;                  // seq2seq | decoder
+  std::string config_yaml;           // resolved config
+  std::string metrics_jsonl;         // metrics so far
+  std::vector<std::string> vocab;    // token strings, id order
+  std::vector<NamedTensor> params;   // dotted name -> tensor (host copies on load)
+  std::string optimizer;             // "adamw" | "sgd" | ""
+  int64_t optimizer_step = 0;
+  // state name ("exp_avg", ...) -> per-parameter tensors in params order
+  std::map<std::string, std::vector<Tensor>> optimizer_state;
+  std::map<std::string, int64_t> counters;  // rng seeds/offsets, sampler position, ...
+  std::map<std::string, double> values;     // best metric, last lr, ...
+};
+
+// Test hook: make save_checkpoint throw after N datasets (-1 = off), to prove atomicity.
+void set_checkpoint_fault_injection(int64_t fail_after_datasets);
+
+// Writes `data` to `path` atomically. Tensors may live on any device.
+void save_checkpoint(const std::string& path, const CheckpointData& data);
+
+// Reads a checkpoint (parameters and state as CPU tensors of their stored dtype).
+CheckpointData load_checkpoint(const std::string& path);
+
+// Copies checkpoint parameters into a module's parameters (any device/dtype), checking that names and
+// shapes match exactly; errors name the dataset and both shapes.
+void load_parameters(Module& module, const CheckpointData& data, const std::string& path);
+
+// Builds the CheckpointData parameter/optimizer fields from a live module and optimizer.
+void capture_parameters(const Module& module, CheckpointData& data);
+void capture_optimizer(Optimizer& opt, const std::string& kind, CheckpointData& data);
+// Restores optimizer state saved by capture_optimizer (same parameter order); checks shapes.
+void restore_optimizer(Optimizer& opt, const CheckpointData& data, const std::string& path);
+
+}  // namespace pelab

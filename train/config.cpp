@@ -1,0 +1,1198 @@
+// pelab — run configuration: the schema table, YAML loading with line-numbered errors,
+// `--set` overrides, cross-field rules, YAML serialisation and the markdown key reference.
+#include "train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+namespace pelab {
+namespace {
+
+// ---------------- small helpers ----------------
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions), case-folded.
+size_t edit_distance(const std::string& a0, const std::string& b0) {
+  const std::string a = lower(a0), b = lower(b0);
+  const size_t n = a.size(), m = b.size();
+  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (size_t i = 1; i <= n; ++i)
+    for (size_t j = 1; j <= m; ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[n][m];
+}
+
+// The closest candidate when it is close enough to be a plausible typo, else "".
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  if (best.empty()) return best;
+  const size_t limit = std::max<size_t>(2, word.size() / 3);
+  if (best_d <= limit) return best;
+  // "num_heads" -> "heads": one name containing the other also counts.
+  for (const auto& c : candidates) {
+    const std::string lw = lower(word), lc = lower(c);
+    if (lc.size() >= 3 && lw.size() >= 3 &&
+        (lw.find(lc) != std::string::npos || lc.find(lw) != std::string::npos))
+      return c;
+  }
+  return "";
+}
+
+// Shortest text that parses back to exactly `v`: "0.1", "1e-09", "1000000" (fixed notation for
+// exponents -4..15, like %g but without switching to "1e+06" for round numbers).
+std::string shortest(double v) {
+  char buf[64];
+  int p = 1;
+  for (; p <= 17; ++p) {
+    std::snprintf(buf, sizeof buf, "%.*g", p, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  const char* e = std::strchr(buf, 'e');
+  if (e) {
+    const int exp = std::atoi(e + 1);
+    if (exp >= -4 && exp <= 15) {
+      std::snprintf(buf, sizeof buf, "%.*f", std::max(0, p - 1 - exp), v);
+    }
+  }
+  return buf;
+}
+
+// Splits "1e-09" into mantissa "1" and exponent "-9" (exponent "" when there is none).
+void split_exp(const std::string& s, std::string& mant, std::string& exp) {
+  size_t e = s.find_first_of("eE");
+  mant = s.substr(0, e);
+  exp.clear();
+  if (e == std::string::npos) return;
+  std::string x = s.substr(e + 1);
+  char sign = '+';
+  if (!x.empty() && (x[0] == '+' || x[0] == '-')) sign = x[0], x = x.substr(1);
+  x.erase(0, std::min(x.find_first_not_of('0'), x.size() - 1));
+  exp = std::string(1, sign) + x;
+}
+
+// For docs and messages: "0.5", "1e-9", "10000".
+std::string fmt_num(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string mant, exp;
+  split_exp(shortest(v), mant, exp);
+  if (exp.empty()) return mant;
+  return mant + "e" + (exp[0] == '-' ? exp : exp.substr(1));
+}
+
+// For YAML output: always recognisably a float, also to YAML 1.1 readers ("1.0", "1.0e-9").
+std::string fmt_float_yaml(double v) {
+  std::string mant, exp;
+  split_exp(shortest(v), mant, exp);
+  if (mant.find('.') == std::string::npos) mant += ".0";
+  return exp.empty() ? mant : mant + "e" + exp;
+}
+
+// ---------------- where an error is ----------------
+
+struct Ctx {
+  std::string file;     // file name, or "" in --set / validate mode
+  std::string prefix;   // used instead of file:line when non-empty ("--set a.b=c", "config")
+  int key_line = -1;    // 0-based line of the key, for values without a mark (empty values)
+  std::string at(const YAML::Node& n) const {
+    if (!prefix.empty()) return prefix;
+    int line = key_line;
+    if (n.IsDefined() && !n.IsNull() && n.Mark().line >= 0) line = n.Mark().line;
+    return line >= 0 ? file + ":" + std::to_string(line + 1) : file;
+  }
+};
+
+[[noreturn]] void fail(const std::string& where, const std::string& msg) {
+  throw ConfigError(where.empty() ? msg : where + ": " + msg);
+}
+
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "an empty value";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "'" + n.Scalar() + "'";
+}
+
+// ---------------- value parsing ----------------
+
+bool parse_int(const std::string& s0, int64_t& out) {
+  std::string s = trim(s0);
+  if (s.empty()) return false;
+  size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  if (i == s.size()) return false;
+  for (size_t j = i; j < s.size(); ++j)
+    if (!std::isdigit(static_cast<unsigned char>(s[j]))) return false;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), nullptr, 10);
+  if (errno == ERANGE) return false;
+  out = v;
+  return true;
+}
+
+bool parse_float(const std::string& s0, double& out) {
+  std::string s = trim(s0);
+  if (s.empty()) return false;
+  for (char c : s)  // no hex floats, inf or nan
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.' ||
+          c == 'e' || c == 'E'))
+      return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return false;
+  out = v;
+  return true;
+}
+
+bool parse_bool(const std::string& s, bool& out) {
+  static const std::set<std::string> t = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On",
+                                          "ON"};
+  static const std::set<std::string> f = {"false", "False", "FALSE", "no",  "No", "NO",
+                                          "off",   "Off",   "OFF"};
+  if (t.count(s)) return out = true, true;
+  if (f.count(s)) return out = false, true;
+  return false;
+}
+
+bool in_range(double v, const ConfigRange& r) {
+  if (r.has_min && (r.min_exclusive ? !(v > r.min) : !(v >= r.min))) return false;
+  if (r.has_max && (r.max_exclusive ? !(v < r.max) : !(v <= r.max))) return false;
+  return true;
+}
+
+std::string choices_text(const std::vector<std::string>& c) { return join(c, ", "); }
+
+template <class T>
+struct is_int_type
+    : std::integral_constant<bool, std::is_integral<T>::value && !std::is_same<T, bool>::value> {};
+
+template <class T>
+int64_t get_int(const YAML::Node& n, const std::string& what, const ConfigRange& r,
+                const std::string& where) {
+  int64_t v = 0;
+  if (!n.IsScalar()) fail(where, what + ": expected an integer, got " + describe(n));
+  if (!parse_int(n.Scalar(), v)) {
+    double d;
+    if (parse_float(n.Scalar(), d) && std::fabs(d) < 9e18 && d == std::floor(d) &&
+        n.Scalar().find_first_of(".") != std::string::npos)
+      fail(where, what + ": expected an integer, got '" + n.Scalar() + "' (write it without '.')");
+    fail(where, what + ": expected an integer, got '" + n.Scalar() + "'");
+  }
+  if (!in_range(static_cast<double>(v), r))
+    fail(where, what + ": " + std::to_string(v) + " is out of range " + r.str());
+  if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+      v > static_cast<int64_t>(std::numeric_limits<T>::max()))
+    fail(where, what + ": " + std::to_string(v) + " does not fit in a " +
+                    std::to_string(8 * sizeof(T)) + "-bit integer");
+  return v;
+}
+
+template <class T>
+void parse_into(T& out, const YAML::Node& n, const ConfigKey& k, const Ctx& c) {
+  const std::string what = k.full_name();
+  const std::string where = c.at(n);
+  if constexpr (std::is_same<T, bool>::value) {
+    bool v = false;
+    if (!n.IsScalar() || !parse_bool(n.Scalar(), v))
+      fail(where, what + ": expected true or false, got " + describe(n));
+    out = v;
+  } else if constexpr (is_int_type<T>::value) {
+    out = static_cast<T>(get_int<T>(n, what, k.range, where));
+  } else if constexpr (std::is_same<T, double>::value) {
+    double v = 0;
+    if (!n.IsScalar()) fail(where, what + ": expected a number, got " + describe(n));
+    if (!parse_float(n.Scalar(), v))
+      fail(where, what + ": expected a finite number, got '" + n.Scalar() + "'");
+    if (!in_range(v, k.range))
+      fail(where, what + ": " + trim(n.Scalar()) + " is out of range " + k.range.str());
+    out = v;
+  } else if constexpr (std::is_same<T, std::string>::value) {
+    std::string v;
+    if (n.IsScalar())
+      v = n.Scalar();
+    else if (!n.IsNull())
+      fail(where, what + ": expected a string, got " + describe(n));
+    if (k.type == ConfigType::Enum &&
+        std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end()) {
+      std::string msg = what + ": '" + v + "' is not one of " + choices_text(k.choices);
+      std::string near = nearest(v, k.choices);
+      if (!near.empty()) msg += "; did you mean '" + near + "'?";
+      fail(where, msg);
+    }
+    out = v;
+  } else if constexpr (std::is_same<T, std::vector<int>>::value) {
+    std::vector<int> v;
+    if (n.IsSequence()) {
+      for (size_t i = 0; i < n.size(); ++i) {
+        const YAML::Node e = n[i];
+        std::string ew = c.prefix.empty() && e.Mark().line >= 0 ? c.at(e) : where;
+        v.push_back(static_cast<int>(
+            get_int<int>(e, what + "[" + std::to_string(i) + "]", k.range, ew)));
+      }
+    } else if (!n.IsNull()) {
+      fail(where, what + ": expected a list of integers like [8, 16], got " + describe(n));
+    }
+    out = v;
+  } else if constexpr (std::is_same<T, std::vector<std::string>>::value) {
+    std::vector<std::string> v;
+    if (n.IsSequence()) {
+      for (size_t i = 0; i < n.size(); ++i) {
+        const YAML::Node e = n[i];
+        if (!e.IsScalar())
+          fail(c.at(e), what + "[" + std::to_string(i) + "]: expected a string, got " +
+                            describe(e));
+        v.push_back(e.Scalar());
+      }
+    } else if (!n.IsNull()) {
+      fail(where, what + ": expected a list of strings like [a, b], got " + describe(n));
+    }
+    out = v;
+  } else if constexpr (std::is_same<T, std::map<std::string, std::string>>::value) {
+    std::map<std::string, std::string> v;
+    if (n.IsMap()) {
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (!it->first.IsScalar() || !it->second.IsScalar())
+          fail(c.at(it->first), what + ": expected name: value pairs of plain values");
+        v[it->first.Scalar()] = it->second.Scalar();
+      }
+    } else if (!n.IsNull()) {
+      fail(where, what + ": expected a mapping like {a: b}, got " + describe(n));
+    }
+    out = v;
+  } else {
+    static_assert(sizeof(T) == 0, "unsupported config field type");
+  }
+}
+
+template <class T>
+void emit_value(YAML::Emitter& e, const T& v) {
+  if constexpr (std::is_same<T, bool>::value) {
+    e << (v ? "true" : "false");
+  } else if constexpr (is_int_type<T>::value) {
+    e << static_cast<long long>(v);
+  } else if constexpr (std::is_same<T, double>::value) {
+    e << fmt_float_yaml(v);
+  } else if constexpr (std::is_same<T, std::string>::value) {
+    e << v;
+  } else if constexpr (std::is_same<T, std::vector<int>>::value ||
+                       std::is_same<T, std::vector<std::string>>::value) {
+    e << YAML::Flow << YAML::BeginSeq;
+    for (const auto& x : v) e << x;
+    e << YAML::EndSeq;
+  } else {
+    e << YAML::Flow << YAML::BeginMap;
+    for (const auto& kv : v) e << YAML::Key << kv.first << YAML::Value << kv.second;
+    e << YAML::EndMap;
+  }
+}
+
+template <class T>
+ConfigType type_of(bool has_choices) {
+  if constexpr (std::is_same<T, bool>::value) return ConfigType::Bool;
+  if constexpr (is_int_type<T>::value) return ConfigType::Int;
+  if constexpr (std::is_same<T, double>::value) return ConfigType::Float;
+  if constexpr (std::is_same<T, std::string>::value)
+    return has_choices ? ConfigType::Enum : ConfigType::String;
+  if constexpr (std::is_same<T, std::vector<int>>::value) return ConfigType::IntList;
+  if constexpr (std::is_same<T, std::vector<std::string>>::value) return ConfigType::StringList;
+  return ConfigType::Map;
+}
+
+// "[0, 1)", "(0, inf)", "[2, 65536]".
+ConfigRange parse_interval(const std::string& spec) {
+  auto bad = [&]() -> ConfigRange {
+    throw std::logic_error("config schema: bad interval '" + spec + "'");
+  };
+  std::string s = trim(spec);
+  if (s.size() < 5 || (s.front() != '[' && s.front() != '(') ||
+      (s.back() != ']' && s.back() != ')'))
+    return bad();
+  size_t comma = s.find(',');
+  if (comma == std::string::npos) return bad();
+  std::string lo = trim(s.substr(1, comma - 1)), hi = trim(s.substr(comma + 1, s.size() - comma - 2));
+  ConfigRange r;
+  double v;
+  if (lo != "-inf") {
+    if (!parse_float(lo, v)) return bad();
+    r.has_min = true, r.min = v, r.min_exclusive = s.front() == '(';
+  }
+  if (hi != "inf") {
+    if (!parse_float(hi, v)) return bad();
+    r.has_max = true, r.max = v, r.max_exclusive = s.back() == ')';
+  }
+  return r;
+}
+
+// ---------------- the schema table ----------------
+
+struct Entry {
+  ConfigKey key;
+  std::function<void(Config&, const YAML::Node&, const Ctx&)> set;
+  std::function<void(const Config&, YAML::Emitter&)> emit;
+};
+
+template <class S>
+struct Section {
+  std::vector<Entry>& out;
+  const char* section;
+  S Config::*member;
+
+  // spec: "" (no constraint), an interval "[0, 1)" for numbers and int-list elements, or
+  // "a|b|c" for the allowed values of a string (making it an enum).
+  template <class T>
+  void operator()(const char* name, T S::*field, const char* spec, const char* doc) const {
+    Entry e;
+    ConfigKey& k = e.key;
+    k.section = section;
+    k.name = name;
+    k.doc = doc;
+    const std::string sp = trim(spec);
+    const bool interval = !sp.empty() && (sp[0] == '[' || sp[0] == '(');
+    const bool choices = !sp.empty() && !interval;
+    k.type = type_of<T>(choices);
+    if (choices) {
+      if (k.type != ConfigType::Enum)
+        throw std::logic_error("config schema: choices on non-string key " + k.full_name());
+      std::stringstream ss(sp);
+      std::string c;
+      while (std::getline(ss, c, '|')) k.choices.push_back(trim(c));
+    } else if (interval) {
+      if (k.type != ConfigType::Int && k.type != ConfigType::Float &&
+          k.type != ConfigType::IntList)
+        throw std::logic_error("config schema: range on non-numeric key " + k.full_name());
+      k.range = parse_interval(sp);
+    }
+    auto m = member;
+    e.set = [m, field, k](Config& c, const YAML::Node& n, const Ctx& ctx) {
+      parse_into(c.*m.*field, n, k, ctx);
+    };
+    e.emit = [m, field](const Config& c, YAML::Emitter& em) { emit_value(em, c.*m.*field); };
+    out.push_back(std::move(e));
+  }
+};
+
+std::vector<Entry> build_entries() {
+  std::vector<Entry> v;
+  Section<TaskConfig> task{v, "task", &Config::task};
+  task("name", &TaskConfig::name, "copy|reverse|sort|duplicate|addition|count|textfile|lm",
+       "task: an algorithmic task, `textfile` (examples from task.train_file) or `lm` "
+       "(language modelling on task.corpus)");
+  task("formulation", &TaskConfig::formulation, "seq2seq|decoder",
+       "encoder-decoder pairs, or one decoder-only sequence (input, separator, output); "
+       "must equal model.arch");
+  task("num_symbols", &TaskConfig::num_symbols, "[2, 65536]",
+       "alphabet size of the algorithmic tasks (the digit base for addition)");
+  task("train_min_len", &TaskConfig::train_min_len, "[1, inf)",
+       "shortest training input length (digits per operand for addition)");
+  task("train_max_len", &TaskConfig::train_max_len, "[1, inf)", "longest training input length");
+  task("test_lengths", &TaskConfig::test_lengths, "[1, inf)",
+       "input lengths evaluated after training (length generalisation)");
+  task("train_examples", &TaskConfig::train_examples, "[0, inf)",
+       "size of a fixed training set; 0 = sample fresh examples for every batch");
+  task("num_eval_examples", &TaskConfig::num_eval_examples, "[1, inf)",
+       "examples evaluated per test length / evaluation split");
+  task("train_file", &TaskConfig::train_file, "", "textfile: path of the training examples");
+  task("valid_file", &TaskConfig::valid_file, "",
+       "textfile: path of the validation examples; \"\" = hold out task.valid_fraction");
+  task("test_files", &TaskConfig::test_files, "",
+       "textfile: extra evaluation files, each reported separately");
+  task("valid_fraction", &TaskConfig::valid_fraction, "[0, 0.5]",
+       "textfile/lm: fraction of the training data held out for validation when no valid file "
+       "is given");
+  task("tokenization", &TaskConfig::tokenization, "char|space",
+       "textfile/lm: characters or space-separated words as tokens");
+  task("corpus", &TaskConfig::corpus, "",
+       "lm: path of the text corpus; \"\" = the Debian fortunes corpus");
+  task("lm_train_len", &TaskConfig::lm_train_len, "[2, inf)",
+       "lm: training context length in tokens");
+  task("lm_eval_lengths", &TaskConfig::lm_eval_lengths, "[2, inf)",
+       "lm: context lengths evaluated (at and beyond the training length)");
+  task("seed", &TaskConfig::seed, "[0, inf)", "seed for data generation and splits");
+
+  Section<ModelConfig> model{v, "model", &Config::model};
+  model("arch", &ModelConfig::arch, "seq2seq|decoder",
+        "encoder-decoder transformer, or decoder-only (causal) transformer");
+  model("d_model", &ModelConfig::d_model, "[1, inf)", "model width");
+  model("heads", &ModelConfig::heads, "[1, inf)", "attention heads; must divide model.d_model");
+  model("d_ff", &ModelConfig::d_ff, "[1, inf)", "hidden width of the feed-forward blocks");
+  model("encoder_layers", &ModelConfig::encoder_layers, "[0, inf)",
+        "encoder layers (seq2seq; ignored by decoder-only models)");
+  model("decoder_layers", &ModelConfig::decoder_layers, "[1, inf)", "decoder layers");
+  model("dropout", &ModelConfig::dropout, "[0, 1)",
+        "dropout on embeddings, attention weights and residual branches");
+  model("norm", &ModelConfig::norm, "pre|post",
+        "LayerNorm placement: pre-norm (plus a final norm) or post-norm");
+  model("norm_eps", &ModelConfig::norm_eps, "(0, inf)", "LayerNorm epsilon");
+  model("activation", &ModelConfig::activation, "gelu|relu", "feed-forward activation");
+  model("bias", &ModelConfig::bias, "", "linear layers have bias terms");
+  model("tie_embeddings", &ModelConfig::tie_embeddings, "",
+        "share the output projection with the (target) token embedding");
+  model("embed_scale", &ModelConfig::embed_scale, "auto|sqrt_d|none",
+        "token embedding multiplier; auto = sqrt(d_model) for additive schemes (sinusoidal, "
+        "learned), else 1");
+  model("dtype", &ModelConfig::dtype, "float32|float64",
+        "parameter and activation dtype (float64 for gradient checks)");
+  model("init_std", &ModelConfig::init_std, "(0, inf)", "std of the normal weight init");
+
+  Section<PEConfig> pe{v, "pe", &Config::pe};
+  pe("scheme", &PEConfig::scheme, "sinusoidal|learned|shaw|t5|rope|alibi|none",
+     "positional encoding scheme");
+  pe("sinusoidal_base", &PEConfig::sinusoidal_base, "(1, inf)",
+     "sinusoidal: wavelength base (10000 in Vaswani et al.)");
+  pe("max_positions", &PEConfig::max_positions, "[1, inf)",
+     "learned: rows of the position table; longer inputs are an error");
+  pe("shaw_k", &PEConfig::shaw_k, "[1, inf)", "shaw: relative distances are clipped to [-k, k]");
+  pe("shaw_keys", &PEConfig::shaw_keys, "", "shaw: add relative embeddings to the keys");
+  pe("shaw_values", &PEConfig::shaw_values, "", "shaw: add relative embeddings to the values");
+  pe("shaw_per_head", &PEConfig::shaw_per_head, "",
+     "shaw: one relative table per head (else shared by all heads)");
+  pe("t5_num_buckets", &PEConfig::t5_num_buckets, "[2, inf)",
+     "t5: relative-position buckets (split between directions when bidirectional); even");
+  pe("t5_max_distance", &PEConfig::t5_max_distance, "[1, inf)",
+     "t5: distance where the log-spaced buckets end (farther shares the last bucket)");
+  pe("t5_per_layer", &PEConfig::t5_per_layer, "",
+     "t5: a bias table per layer (T5 shares one across the stack)");
+  pe("rope_base", &PEConfig::rope_base, "(1, inf)", "rope: frequency base theta");
+  pe("rope_pairing", &PEConfig::rope_pairing, "interleaved|half",
+     "rope: rotate dims (2i, 2i+1) (interleaved, RoFormer) or (i, i+d/2) (half, GPT-NeoX/LLaMA)");
+  pe("rope_fraction", &PEConfig::rope_fraction, "(0, 1]",
+     "rope: fraction of each head's dims that are rotated (the count must be even)");
+  pe("rope_scaling", &PEConfig::rope_scaling, "none|pi|ntk|dynamic_ntk|yarn",
+     "rope: context extension: position interpolation, NTK-aware base, dynamic NTK or YaRN");
+  pe("rope_scaling_factor", &PEConfig::rope_scaling_factor, "[1, inf)",
+     "rope: extension factor (target length / original length) for pe.rope_scaling");
+  pe("rope_train_length", &PEConfig::rope_train_length, "[0, inf)",
+     "rope: original context length for dynamic_ntk and yarn; 0 = the task's training length");
+  pe("yarn_beta_fast", &PEConfig::yarn_beta_fast, "(0, inf)",
+     "yarn: dims with more rotations than this over the original length are not interpolated");
+  pe("yarn_beta_slow", &PEConfig::yarn_beta_slow, "(0, inf)",
+     "yarn: dims with fewer rotations than this are fully interpolated");
+  pe("alibi_symmetric", &PEConfig::alibi_symmetric, "",
+     "alibi: encoder self-attention gets the symmetric bias -m|i-j| (false: no bias there; "
+     "causal attention always uses -m(i-j))");
+  pe("randomized_positions", &PEConfig::randomized_positions, "",
+     "randomised positions (Ruoss et al. 2023): train on sorted random positions from "
+     "[0, pe.randomized_max_position)");
+  pe("randomized_max_position", &PEConfig::randomized_max_position, "[1, inf)",
+     "randomised positions: exclusive upper bound; must cover every train/test length");
+
+  Section<TrainConfig> train{v, "train", &Config::train};
+  train("steps", &TrainConfig::steps, "[0, inf)", "optimizer steps (0 = evaluate only)");
+  train("batch_size", &TrainConfig::batch_size, "[1, inf)", "examples per micro-batch");
+  train("grad_accum", &TrainConfig::grad_accum, "[1, inf)",
+        "micro-batches accumulated per optimizer step");
+  train("optimizer", &TrainConfig::optimizer, "adamw|sgd", "optimizer");
+  train("lr", &TrainConfig::lr, "(0, inf)", "peak learning rate");
+  train("min_lr", &TrainConfig::min_lr, "[0, inf)", "final learning rate of warmup_cosine");
+  train("warmup", &TrainConfig::warmup, "[0, inf)", "linear warmup steps");
+  train("schedule", &TrainConfig::schedule, "constant|warmup_cosine|inverse_sqrt",
+        "learning-rate schedule");
+  train("weight_decay", &TrainConfig::weight_decay, "[0, inf)",
+        "decoupled weight decay (adamw) / L2 penalty (sgd)");
+  train("beta1", &TrainConfig::beta1, "[0, 1)", "adamw: first-moment decay");
+  train("beta2", &TrainConfig::beta2, "[0, 1)", "adamw: second-moment decay");
+  train("eps", &TrainConfig::eps, "(0, inf)", "adamw: denominator epsilon");
+  train("momentum", &TrainConfig::momentum, "[0, 1)", "sgd: momentum");
+  train("grad_clip", &TrainConfig::grad_clip, "[0, inf)",
+        "clip the global gradient norm to this value; 0 = off");
+  train("label_smoothing", &TrainConfig::label_smoothing, "[0, 1)", "label smoothing");
+  train("seed", &TrainConfig::seed, "[0, inf)", "seed for initialisation, dropout and batches");
+  train("threads", &TrainConfig::threads, "[0, 4096]", "CPU threads; 0 = all cores");
+  train("device", &TrainConfig::device, "", "compute device: cpu, cuda or cuda:N");
+  train("log_every", &TrainConfig::log_every, "[1, inf)", "steps between training log lines");
+  train("eval_every", &TrainConfig::eval_every, "[0, inf)",
+        "steps between validation runs; 0 = only at the end");
+  train("checkpoint_every", &TrainConfig::checkpoint_every, "[0, inf)",
+        "steps between checkpoints; 0 = only at the end");
+  train("keep_checkpoints", &TrainConfig::keep_checkpoints, "[0, inf)",
+        "newest checkpoints kept (the best one is always kept); 0 = keep all");
+  train("bucket_by_length", &TrainConfig::bucket_by_length, "",
+        "batch training examples of similar length together");
+  train("run_dir", &TrainConfig::run_dir, "", "directory that holds the run directories");
+  train("run_name", &TrainConfig::run_name, "",
+        "run directory name under train.run_dir; \"\" = the config file's stem");
+  train("resume", &TrainConfig::resume, "",
+        "\"\" = fresh run; a checkpoint path, or `latest` (newest in the run directory)");
+  train("tags", &TrainConfig::tags, "", "free-form name: value metadata recorded with the run");
+
+  Section<EvalConfig> eval{v, "eval", &Config::eval};
+  eval("batch_size", &EvalConfig::batch_size, "[1, inf)", "examples per evaluation batch");
+  eval("max_decode_len", &EvalConfig::max_decode_len, "[0, inf)",
+       "longest greedy decode; 0 = auto (2*length+8)");
+  eval("best_metric", &EvalConfig::best_metric, "exact_match|token_accuracy|loss",
+       "validation metric that selects the best checkpoint");
+  eval("save_predictions", &EvalConfig::save_predictions, "",
+       "write decoded test predictions to the run directory");
+
+  // Defaults come from the struct member initialisers.
+  const Config defaults;
+  for (auto& e : v) {
+    YAML::Emitter em;
+    e.emit(defaults, em);
+    e.key.default_text = em.c_str();
+  }
+  return v;
+}
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> v = build_entries();
+  return v;
+}
+
+const Entry* find_entry(const std::string& section, const std::string& name) {
+  for (const auto& e : entries())
+    if (e.key.section == section && e.key.name == name) return &e;
+  return nullptr;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> s;
+  for (const auto& p : config_sections()) s.push_back(p.first);
+  return s;
+}
+
+bool is_section(const std::string& s) {
+  for (const auto& p : config_sections())
+    if (p.first == s) return true;
+  return false;
+}
+
+std::string unknown_section_msg(const std::string& s) {
+  std::string msg = "unknown section '" + s + "'";
+  // A key written at the top level ("d_model: 64")?
+  for (const auto& e : entries())
+    if (e.key.name == s)
+      return msg + "; '" + s + "' is a key: did you mean '" + e.key.full_name() + "'?";
+  std::string near = nearest(s, section_names());
+  if (!near.empty()) msg += "; did you mean '" + near + "'?";
+  return msg + " (sections: " + join(section_names(), ", ") + ")";
+}
+
+std::string unknown_key_msg(const std::string& section, const std::string& name) {
+  std::string msg = "key '" + section + "." + name + "' is not a valid key";
+  // The same name in another section ("model.scheme" -> "pe.scheme").
+  for (const auto& e : entries())
+    if (lower(e.key.name) == lower(name)) return msg + "; did you mean '" + e.key.full_name() + "'?";
+  std::vector<std::string> same;
+  for (const auto& e : entries())
+    if (e.key.section == section) same.push_back(e.key.name);
+  std::string near = nearest(name, same);
+  if (!near.empty()) return msg + "; did you mean '" + section + "." + near + "'?";
+  std::vector<std::string> all;
+  for (const auto& e : entries()) all.push_back(e.key.full_name());
+  near = nearest(section + "." + name, all);
+  if (!near.empty()) return msg + "; did you mean '" + near + "'?";
+  return msg + "; valid keys in '" + section + "': " + join(same, ", ");
+}
+
+// ---------------- cross-field rules ----------------
+
+struct Violation {
+  std::string msg;                // empty = no violation
+  std::vector<std::string> keys;  // keys involved, for locating the error
+};
+
+struct Rule {
+  std::string doc;
+  std::function<Violation(const Config&)> check;
+};
+
+int max_of(const std::vector<int>& v, int init) {
+  for (int x : v) init = std::max(init, x);
+  return init;
+}
+
+// The longest input length the task will see, or 0 when unknown (textfile).
+int longest_length(const Config& c) {
+  if (c.task.name == "lm") return max_of(c.task.lm_eval_lengths, c.task.lm_train_len);
+  if (c.task.name == "textfile") return 0;
+  return max_of(c.task.test_lengths, c.task.train_max_len);
+}
+
+int training_length(const Config& c) {
+  if (c.task.name == "lm") return c.task.lm_train_len;
+  if (c.task.name == "textfile") return 0;
+  return c.task.train_max_len;
+}
+
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> r = {
+      {"model.d_model must be divisible by model.heads",
+       [](const Config& c) -> Violation {
+         if (c.model.heads > 0 && c.model.d_model % c.model.heads == 0) return {};
+         return {"model.d_model (" + std::to_string(c.model.d_model) +
+                     ") must be divisible by model.heads (" + std::to_string(c.model.heads) + ")",
+                 {"model.d_model", "model.heads"}};
+       }},
+      {"pe.scheme rope: the rotary dims, round(head dim × pe.rope_fraction) with head dim = "
+       "model.d_model / model.heads, must be even and >= 2 (> 2 for ntk and dynamic_ntk scaling)",
+       [](const Config& c) -> Violation {
+         if (c.pe.scheme != "rope" || c.model.heads <= 0) return {};
+         const int hd = c.model.d_model / c.model.heads;
+         const long r = std::lround(hd * c.pe.rope_fraction);
+         const std::vector<std::string> keys = {"pe.scheme", "model.d_model", "model.heads",
+                                                "pe.rope_fraction"};
+         const std::string dims = "model.d_model / model.heads = " +
+                                  std::to_string(c.model.d_model) + " / " +
+                                  std::to_string(c.model.heads) + " = " + std::to_string(hd);
+         if (c.pe.rope_fraction == 1.0 && (hd < 2 || hd % 2 != 0))
+           return {"pe.scheme rope needs an even head dim >= 2, but " + dims, keys};
+         if (r < 2 || r % 2 != 0)
+           return {"pe.scheme rope needs an even number (>= 2) of rotary dims, but round(head dim "
+                   "(" + dims + ") times pe.rope_fraction " + fmt_num(c.pe.rope_fraction) +
+                   ") = " + std::to_string(r), keys};
+         const std::string& m = c.pe.rope_scaling;
+         if ((m == "ntk" || m == "dynamic_ntk") && r <= 2)
+           return {"pe.rope_scaling " + m + " needs more than 2 rotary dims, but " + dims +
+                       " and pe.rope_fraction " + fmt_num(c.pe.rope_fraction) + " give 2",
+                   {"pe.rope_scaling", "model.d_model", "model.heads", "pe.rope_fraction"}};
+         return {};
+       }},
+      {"task.train_min_len <= task.train_max_len",
+       [](const Config& c) -> Violation {
+         if (c.task.train_min_len <= c.task.train_max_len) return {};
+         return {"task.train_min_len (" + std::to_string(c.task.train_min_len) +
+                     ") must be <= task.train_max_len (" + std::to_string(c.task.train_max_len) +
+                     ")",
+                 {"task.train_min_len", "task.train_max_len"}};
+       }},
+      {"task.name addition needs task.num_symbols <= 10 (the number base)",
+       [](const Config& c) -> Violation {
+         if (c.task.name != "addition" || c.task.num_symbols <= 10) return {};
+         return {"task.name addition needs task.num_symbols <= 10 (the number base), got " +
+                     std::to_string(c.task.num_symbols),
+                 {"task.name", "task.num_symbols"}};
+       }},
+      {"task.name lm needs task.formulation decoder",
+       [](const Config& c) -> Violation {
+         if (c.task.name != "lm" || c.task.formulation == "decoder") return {};
+         return {"task.name lm needs task.formulation decoder (got " + c.task.formulation + ")",
+                 {"task.name", "task.formulation"}};
+       }},
+      {"task.formulation must equal model.arch",
+       [](const Config& c) -> Violation {
+         if (c.task.formulation == c.model.arch) return {};
+         return {"task.formulation (" + c.task.formulation + ") must equal model.arch (" +
+                     c.model.arch + ")",
+                 {"task.formulation", "model.arch"}};
+       }},
+      {"task.name textfile needs task.train_file",
+       [](const Config& c) -> Violation {
+         if (c.task.name != "textfile" || !c.task.train_file.empty()) return {};
+         return {"task.name textfile needs task.train_file", {"task.name", "task.train_file"}};
+       }},
+      {"model.arch seq2seq needs model.encoder_layers >= 1",
+       [](const Config& c) -> Violation {
+         if (c.model.arch != "seq2seq" || c.model.encoder_layers >= 1) return {};
+         return {"model.arch seq2seq needs model.encoder_layers >= 1 (got " +
+                     std::to_string(c.model.encoder_layers) + ")",
+                 {"model.arch", "model.encoder_layers"}};
+       }},
+      {"train.min_lr <= train.lr",
+       [](const Config& c) -> Violation {
+         if (c.train.min_lr <= c.train.lr) return {};
+         return {"train.min_lr (" + fmt_num(c.train.min_lr) + ") must be <= train.lr (" +
+                     fmt_num(c.train.lr) + ")",
+                 {"train.min_lr", "train.lr"}};
+       }},
+      {"train.schedule warmup_cosine needs train.warmup <= train.steps; inverse_sqrt needs "
+       "train.warmup >= 1",
+       [](const Config& c) -> Violation {
+         if (c.train.schedule == "warmup_cosine" && c.train.warmup > c.train.steps)
+           return {"train.warmup (" + std::to_string(c.train.warmup) +
+                       ") must be <= train.steps (" + std::to_string(c.train.steps) +
+                       ") with train.schedule warmup_cosine",
+                   {"train.warmup", "train.steps", "train.schedule"}};
+         if (c.train.schedule == "inverse_sqrt" && c.train.warmup < 1)
+           return {"train.schedule inverse_sqrt needs train.warmup >= 1",
+                   {"train.schedule", "train.warmup"}};
+         return {};
+       }},
+      {"pe.rope_scaling other than none needs pe.scheme rope; pe.rope_scaling_factor other "
+       "than 1 needs a pe.rope_scaling",
+       [](const Config& c) -> Violation {
+         if (c.pe.rope_scaling != "none" && c.pe.scheme != "rope")
+           return {"pe.rope_scaling " + c.pe.rope_scaling + " needs pe.scheme rope (got " +
+                       c.pe.scheme + ")",
+                   {"pe.rope_scaling", "pe.scheme"}};
+         if (c.pe.rope_scaling == "none" && c.pe.rope_scaling_factor != 1.0)
+           return {"pe.rope_scaling_factor is " + fmt_num(c.pe.rope_scaling_factor) +
+                       " but pe.rope_scaling is none; choose pi, ntk, dynamic_ntk or yarn",
+                   {"pe.rope_scaling_factor", "pe.rope_scaling"}};
+         return {};
+       }},
+      {"pe.rope_scaling yarn needs pe.yarn_beta_fast > pe.yarn_beta_slow",
+       [](const Config& c) -> Violation {
+         if (c.pe.rope_scaling != "yarn" || c.pe.yarn_beta_fast > c.pe.yarn_beta_slow) return {};
+         return {"pe.yarn_beta_fast (" + fmt_num(c.pe.yarn_beta_fast) +
+                     ") must be > pe.yarn_beta_slow (" + fmt_num(c.pe.yarn_beta_slow) + ")",
+                 {"pe.yarn_beta_fast", "pe.yarn_beta_slow"}};
+       }},
+      {"pe.scheme t5 needs an even pe.t5_num_buckets and pe.t5_max_distance > "
+       "pe.t5_num_buckets / 2",
+       [](const Config& c) -> Violation {
+         if (c.pe.scheme != "t5") return {};
+         if (c.pe.t5_num_buckets % 2 != 0)
+           return {"pe.t5_num_buckets (" + std::to_string(c.pe.t5_num_buckets) +
+                       ") must be even with pe.scheme t5",
+                   {"pe.t5_num_buckets", "pe.scheme"}};
+         if (c.pe.t5_max_distance <= c.pe.t5_num_buckets / 2)
+           return {"pe.t5_max_distance (" + std::to_string(c.pe.t5_max_distance) +
+                       ") must be > pe.t5_num_buckets / 2 (" +
+                       std::to_string(c.pe.t5_num_buckets / 2) + ")",
+                   {"pe.t5_max_distance", "pe.t5_num_buckets"}};
+         return {};
+       }},
+      {"pe.scheme shaw needs pe.shaw_keys or pe.shaw_values",
+       [](const Config& c) -> Violation {
+         if (c.pe.scheme != "shaw" || c.pe.shaw_keys || c.pe.shaw_values) return {};
+         return {"pe.scheme shaw needs pe.shaw_keys or pe.shaw_values to be true",
+                 {"pe.scheme", "pe.shaw_keys", "pe.shaw_values"}};
+       }},
+      {"pe.scheme learned needs pe.max_positions >= the training length (task.train_max_len, "
+       "or task.lm_train_len for lm), and >= pe.randomized_max_position with randomised "
+       "positions",
+       [](const Config& c) -> Violation {
+         if (c.pe.scheme != "learned") return {};
+         if (c.pe.randomized_positions && c.pe.max_positions < c.pe.randomized_max_position)
+           return {"pe.max_positions (" + std::to_string(c.pe.max_positions) +
+                       ") must be >= pe.randomized_max_position (" +
+                       std::to_string(c.pe.randomized_max_position) +
+                       ") with pe.scheme learned",
+                   {"pe.max_positions", "pe.randomized_max_position"}};
+         const int need = training_length(c);
+         if (c.pe.max_positions >= need) return {};
+         const std::string k = c.task.name == "lm" ? "task.lm_train_len" : "task.train_max_len";
+         return {"pe.max_positions (" + std::to_string(c.pe.max_positions) + ") must be >= " +
+                     k + " (" + std::to_string(need) + ") with pe.scheme learned",
+                 {"pe.max_positions", k}};
+       }},
+      {"pe.randomized_positions needs a pe.scheme other than none and "
+       "pe.randomized_max_position >= every train and test length",
+       [](const Config& c) -> Violation {
+         if (!c.pe.randomized_positions) return {};
+         if (c.pe.scheme == "none")
+           return {"pe.randomized_positions needs a positional scheme (pe.scheme is none)",
+                   {"pe.randomized_positions", "pe.scheme"}};
+         const int need = longest_length(c);
+         if (c.pe.randomized_max_position >= need) return {};
+         const bool lm = c.task.name == "lm";
+         return {"pe.randomized_max_position (" + std::to_string(c.pe.randomized_max_position) +
+                     ") must be >= the longest length in " +
+                     (lm ? "task.lm_train_len / task.lm_eval_lengths"
+                         : "task.train_max_len / task.test_lengths") +
+                     " (" + std::to_string(need) + ")",
+                 {"pe.randomized_max_position",
+                  lm ? "task.lm_eval_lengths" : "task.test_lengths"}};
+       }},
+      {"train.device is cpu, cuda or cuda:N",
+       [](const Config& c) -> Violation {
+         const std::string& d = c.train.device;
+         if (d == "cpu" || d == "cuda") return {};
+         int64_t n;
+         if (d.rfind("cuda:", 0) == 0 && parse_int(d.substr(5), n) && n >= 0 &&
+             d.substr(5).find_first_of("+-") == std::string::npos)
+           return {};
+         return {"train.device '" + d + "' is not cpu, cuda or cuda:N", {"train.device"}};
+       }},
+      {"train.run_dir is not empty; train.run_name is a plain name (no '/', not . or ..)",
+       [](const Config& c) -> Violation {
+         if (c.train.run_dir.empty()) return {"train.run_dir must not be empty", {"train.run_dir"}};
+         const std::string& n = c.train.run_name;
+         if (n.find('/') != std::string::npos || n == "." || n == "..")
+           return {"train.run_name '" + n + "' must be a plain directory name", {"train.run_name"}};
+         return {};
+       }},
+  };
+  return r;
+}
+
+// ---------------- loading ----------------
+
+// Where each key was set: 0-based line in the file, or -2 for --set. Absent = default.
+using Origins = std::map<std::string, int>;
+constexpr int kFromSet = -2;
+
+void check_rules(const Config& c, const std::string& source, const Origins& origins) {
+  for (const auto& rule : rules()) {
+    Violation v = rule.check(c);
+    if (v.msg.empty()) continue;
+    int line = -1;
+    std::vector<std::string> from_set;
+    for (const auto& k : v.keys) {
+      auto it = origins.find(k);
+      if (it == origins.end()) continue;
+      if (it->second == kFromSet)
+        from_set.push_back(k);
+      else
+        line = std::max(line, it->second);
+    }
+    std::string where = source;
+    if (line >= 0) where += ":" + std::to_string(line + 1);
+    std::string msg = v.msg;
+    if (!from_set.empty()) msg += " (" + join(from_set, ", ") + " from --set)";
+    fail(where, msg);
+  }
+}
+
+void apply_one_override(Config& cfg, const std::string& arg, Origins& origins) {
+  const std::string where = "--set " + arg;
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos) fail(where, "expected section.key=value");
+  const std::string full = trim(arg.substr(0, eq)), value = arg.substr(eq + 1);
+  const size_t dot = full.find('.');
+  if (dot == std::string::npos) {
+    std::string msg = "'" + full + "' needs a section: write section.key=value";
+    for (const auto& e : entries())
+      if (e.key.name == full) {
+        msg += "; did you mean '" + e.key.full_name() + "'?";
+        break;
+      }
+    fail(where, msg);
+  }
+  const std::string section = full.substr(0, dot), name = full.substr(dot + 1);
+  if (!is_section(section)) fail(where, unknown_section_msg(section));
+  const Entry* e = find_entry(section, name);
+  if (!e) fail(where, unknown_key_msg(section, name));
+  YAML::Node node;
+  try {
+    node = YAML::Load(value);
+  } catch (const YAML::Exception& ex) {
+    fail(where, "value '" + value + "' is not valid YAML: " + ex.msg);
+  }
+  Ctx ctx;
+  ctx.prefix = where;
+  e->set(cfg, node, ctx);
+  origins[full] = kFromSet;
+}
+
+Config load_node(const YAML::Node& root, const std::string& file,
+                 const std::vector<std::string>& overrides) {
+  Config cfg;
+  cfg.source = file;
+  Origins origins;
+  Ctx ctx;
+  ctx.file = file;
+  if (root.IsDefined() && !root.IsNull()) {
+    if (!root.IsMap())
+      fail(ctx.at(root), "expected a mapping of sections (" + join(section_names(), ", ") +
+                             ") at the top level, got " + describe(root));
+    std::map<std::string, int> seen_sections;
+    for (auto sit = root.begin(); sit != root.end(); ++sit) {
+      const YAML::Node sk = sit->first;
+      const YAML::Node sv = sit->second;
+      const int sline = sk.Mark().line;
+      ctx.key_line = sline;
+      if (!sk.IsScalar()) fail(ctx.at(sk), "section names must be plain words, got " + describe(sk));
+      const std::string section = sk.Scalar();
+      if (!is_section(section)) fail(ctx.at(sk), unknown_section_msg(section));
+      if (seen_sections.count(section))
+        fail(ctx.at(sk), "section '" + section + "' appears twice (first at line " +
+                             std::to_string(seen_sections[section] + 1) + ")");
+      seen_sections[section] = sline;
+      if (sv.IsNull()) continue;  // "model:" with nothing under it
+      if (!sv.IsMap())
+        fail(ctx.at(sv), "section '" + section + "' must be a mapping of keys, got " + describe(sv));
+      for (auto kit = sv.begin(); kit != sv.end(); ++kit) {
+        const YAML::Node kk = kit->first;
+        ctx.key_line = kk.Mark().line;
+        if (!kk.IsScalar())
+          fail(ctx.at(kk), "keys in '" + section + "' must be plain words, got " + describe(kk));
+        const std::string name = kk.Scalar(), full = section + "." + name;
+        const Entry* e = find_entry(section, name);
+        if (!e) fail(ctx.at(kk), unknown_key_msg(section, name));
+        if (origins.count(full))
+          fail(ctx.at(kk), "key '" + full + "' appears twice (first at line " +
+                               std::to_string(origins[full] + 1) + ")");
+        e->set(cfg, kit->second, ctx);
+        origins[full] = kk.Mark().line;
+      }
+    }
+  }
+  for (const auto& o : overrides) apply_one_override(cfg, o, origins);
+  check_rules(cfg, file, origins);
+  return cfg;
+}
+
+Config load_text(const std::string& text, const std::string& source,
+                 const std::vector<std::string>& overrides) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& ex) {
+    std::string where = source;
+    if (!ex.mark.is_null() && ex.mark.line >= 0) where += ":" + std::to_string(ex.mark.line + 1);
+    fail(where, "YAML syntax error: " + ex.msg);
+  } catch (const YAML::Exception& ex) {
+    fail(source, "YAML error: " + ex.msg);
+  }
+  if (docs.size() > 1) {
+    const int line = docs[1].Mark().line;
+    std::string where = source;
+    if (line >= 0) where += ":" + std::to_string(line + 1);
+    // Without a "---" after some content, yaml-cpp started the second document because a line is
+    // indented less than the first one: that is an indentation mistake, not a second document.
+    bool content = false, separator = false;
+    std::string l;
+    std::istringstream in(text);
+    for (int i = 0; i <= line && std::getline(in, l); ++i) {
+      const std::string t = trim(l);
+      if (t.rfind("---", 0) == 0 || t.rfind("...", 0) == 0)
+        separator = separator || content;
+      else if (!t.empty() && t[0] != '#' && t[0] != '%')
+        content = true;
+    }
+    if (line >= 0 && !separator)
+      fail(where, "YAML syntax error: this line is indented differently from the lines above");
+    fail(where, "expected one YAML document, found " + std::to_string(docs.size()));
+  }
+  return load_node(docs.empty() ? YAML::Node() : docs[0], source, overrides);
+}
+
+std::string emit_text(const Entry& e, const Config& c) {
+  YAML::Emitter em;
+  e.emit(c, em);
+  return em.c_str();
+}
+
+}  // namespace
+
+// ---------------- public API ----------------
+
+std::string ConfigRange::str() const {
+  if (empty()) return "";
+  return std::string(has_min && !min_exclusive ? "[" : "(") + (has_min ? fmt_num(min) : "-inf") +
+         ", " + (has_max ? fmt_num(max) : "inf") + (has_max && !max_exclusive ? "]" : ")");
+}
+
+const std::vector<std::pair<std::string, std::string>>& config_sections() {
+  static const std::vector<std::pair<std::string, std::string>> s = {
+      {"task", "what to learn: the task, its lengths and data"},
+      {"model", "the transformer"},
+      {"pe", "the positional encoding scheme and its options"},
+      {"train", "optimisation, logging, checkpoints and the run directory"},
+      {"eval", "evaluation and decoding"},
+  };
+  return s;
+}
+
+const std::vector<ConfigKey>& config_schema() {
+  static const std::vector<ConfigKey> keys = [] {
+    std::vector<ConfigKey> k;
+    for (const auto& e : entries()) k.push_back(e.key);
+    return k;
+  }();
+  return keys;
+}
+
+const std::vector<std::string>& config_cross_field_rules() {
+  static const std::vector<std::string> docs = [] {
+    std::vector<std::string> d;
+    for (const auto& r : rules()) d.push_back(r.doc);
+    return d;
+  }();
+  return docs;
+}
+
+const char* config_type_name(ConfigType t) {
+  switch (t) {
+    case ConfigType::Int: return "int";
+    case ConfigType::Float: return "float";
+    case ConfigType::Bool: return "bool";
+    case ConfigType::String: return "string";
+    case ConfigType::Enum: return "enum";
+    case ConfigType::IntList: return "list of int";
+    case ConfigType::StringList: return "list of string";
+    case ConfigType::Map: return "map";
+  }
+  return "?";
+}
+
+bool operator==(const Config& a, const Config& b) {
+  for (const auto& e : entries())
+    if (emit_text(e, a) != emit_text(e, b)) return false;
+  return true;
+}
+bool operator!=(const Config& a, const Config& b) { return !(a == b); }
+
+std::ostream& operator<<(std::ostream& os, const Config& c) { return os << config_to_yaml(c); }
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(path + ": cannot open config file (it is a directory)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open config file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  Config cfg = load_text(ss.str(), path, overrides);
+  if (cfg.train.run_name.empty()) cfg.train.run_name = derive_run_name(path);
+  return cfg;
+}
+
+Config load_config_string(const std::string& yaml, const std::string& source,
+                          const std::vector<std::string>& overrides) {
+  return load_text(yaml, source, overrides);
+}
+
+void apply_overrides(Config& cfg, const std::vector<std::string>& overrides) {
+  Config tmp = cfg;
+  Origins origins;
+  for (const auto& o : overrides) apply_one_override(tmp, o, origins);
+  check_rules(tmp, cfg.source.empty() ? "config" : cfg.source, origins);
+  cfg = tmp;
+}
+
+void validate_config(const Config& cfg) {
+  Ctx ctx;
+  ctx.prefix = cfg.source.empty() ? "config" : cfg.source;
+  Config scratch;
+  for (const auto& e : entries()) {
+    // Re-read every value through its parser: one code path for ranges and allowed values.
+    e.set(scratch, YAML::Load(emit_text(e, cfg)), ctx);
+  }
+  check_rules(cfg, ctx.prefix, {});
+}
+
+std::string config_to_yaml(const Config& cfg, bool with_docs) {
+  YAML::Emitter em;
+  em << YAML::BeginMap;
+  for (const auto& sec : config_sections()) {
+    em << YAML::Key << sec.first << YAML::Value << YAML::BeginMap;
+    for (const auto& e : entries()) {
+      if (e.key.section != sec.first) continue;
+      em << YAML::Key << e.key.name << YAML::Value;
+      e.emit(cfg, em);
+      if (with_docs) em << YAML::Comment(e.key.doc);
+    }
+    em << YAML::EndMap;
+  }
+  em << YAML::EndMap;
+  if (!em.good()) throw ConfigError("config: cannot serialise to YAML: " + em.GetLastError());
+  return "# pelab resolved config: every key, defaults filled in\n" + std::string(em.c_str()) +
+         "\n";
+}
+
+std::string config_value_text(const Config& cfg, const std::string& full_key) {
+  const size_t dot = full_key.find('.');
+  const std::string section = full_key.substr(0, dot);
+  if (dot == std::string::npos || !is_section(section))
+    throw ConfigError(full_key + ": " + (dot == std::string::npos
+                                             ? std::string("expected section.key")
+                                             : unknown_section_msg(section)));
+  const std::string name = full_key.substr(dot + 1);
+  const Entry* e = find_entry(section, name);
+  if (!e) throw ConfigError(unknown_key_msg(section, name));
+  return emit_text(*e, cfg);
+}
+
+std::string config_reference_markdown() {
+  auto cell = [](std::string s) {
+    std::string out;
+    for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+    return out;
+  };
+  std::ostringstream md;
+  md << "# pelab configuration reference\n\n"
+     << "Generated from the schema in `train/config.cpp` by `config_reference_markdown()`; do not "
+        "edit by hand.\n\n"
+     << "A config file is YAML with the sections " << [] {
+          std::vector<std::string> s;
+          for (const auto& p : config_sections()) s.push_back("`" + p.first + "`");
+          return join(s, ", ");
+        }()
+     << ". Every key is optional; missing keys take the defaults below. Unknown sections or keys, "
+        "wrong types, out-of-range numbers and unknown enum values are errors naming the file "
+        "and line.\n\n"
+     << "Override any key on the command line with `--set section.key=value` (repeatable, "
+        "applied after the file, validated the same way; the value is YAML: "
+        "`--set task.test_lengths=[8,64]`, `--set train.tags={group: a}`).\n\n"
+     << "Ranges: `[a, b)` includes a and excludes b; for lists the range bounds every element.\n";
+  for (const auto& sec : config_sections()) {
+    md << "\n## `" << sec.first << "`\n\n" << sec.second << ".\n\n"
+       << "| Key | Type | Default | Allowed | Description |\n"
+       << "|---|---|---|---|---|\n";
+    for (const auto& k : config_schema()) {
+      if (k.section != sec.first) continue;
+      std::string allowed;
+      if (k.type == ConfigType::Enum) {
+        std::vector<std::string> c;
+        for (const auto& x : k.choices) c.push_back("`" + x + "`");
+        allowed = join(c, ", ");
+      } else if (!k.range.empty()) {
+        allowed = (k.type == ConfigType::IntList ? "each in " : "") + k.range.str();
+      } else if (k.type == ConfigType::Bool) {
+        allowed = "true, false";
+      }
+      md << "| `" << k.full_name() << "` | " << config_type_name(k.type) << " | `"
+         << cell(k.default_text) << "` | " << cell(allowed) << " | " << cell(k.doc) << " |\n";
+    }
+  }
+  md << "\n## Cross-field rules\n\nChecked after the file and all `--set` overrides:\n\n";
+  for (const auto& r : config_cross_field_rules()) md << "- " << r << "\n";
+  return md.str();
+}
+
+int head_dim(const Config& cfg) {
+  if (cfg.model.heads <= 0 || cfg.model.d_model % cfg.model.heads != 0)
+    throw ConfigError("config: model.d_model (" + std::to_string(cfg.model.d_model) +
+                      ") must be divisible by model.heads (" + std::to_string(cfg.model.heads) +
+                      ")");
+  return cfg.model.d_model / cfg.model.heads;
+}
+
+int rope_rotary_dims(const Config& cfg) {
+  const long r = std::lround(head_dim(cfg) * cfg.pe.rope_fraction);
+  if (r < 2 || r % 2 != 0)
+    throw ConfigError("config: round(head dim " + std::to_string(head_dim(cfg)) +
+                      " times pe.rope_fraction " + fmt_num(cfg.pe.rope_fraction) + ") = " +
+                      std::to_string(r) + " is not an even number of rotary dims >= 2");
+  return static_cast<int>(r);
+}
+
+std::string derive_run_name(const std::string& config_path) {
+  std::string stem = std::filesystem::path(config_path).stem().string();
+  return stem.empty() || stem == "." || stem == ".." ? "run" : stem;
+}
+
+}  // namespace pelab

@@ -1,0 +1,198 @@
+// pelab — run configuration: typed structs, the schema that describes every key, the YAML loader
+// with `--set section.key=value` overrides, cross-field validation, YAML serialisation (for run
+// directories and checkpoints) and the markdown key reference (docs/config.md).
+//
+// The schema is one table in config.cpp: each row names a section, a key, the struct member it
+// fills and its range / allowed values and doc string; type and default come from the member
+// itself (the defaults below), so adding a key is one struct field plus one table row.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pelab {
+
+// Every configuration problem: one line, starting with "FILE:LINE: " (or "--set ...: ").
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(const std::string& what) : std::runtime_error(what) {}
+};
+
+struct TaskConfig {
+  std::string name = "reverse";       // copy|reverse|sort|duplicate|addition|count|textfile|lm
+  std::string formulation = "seq2seq";  // seq2seq|decoder
+  int num_symbols = 10;
+  int train_min_len = 1;
+  int train_max_len = 16;
+  std::vector<int> test_lengths = {8, 16, 24, 32};
+  int64_t train_examples = 0;  // 0 = sample fresh examples every batch
+  int num_eval_examples = 200;
+  std::string train_file;
+  std::string valid_file;
+  std::vector<std::string> test_files;
+  double valid_fraction = 0.05;
+  std::string tokenization = "char";  // char|space
+  std::string corpus;                 // "" = default Debian fortunes corpus
+  int lm_train_len = 64;
+  std::vector<int> lm_eval_lengths = {64, 128};
+  int64_t seed = 1234;
+};
+
+struct ModelConfig {
+  std::string arch = "seq2seq";  // seq2seq|decoder
+  int d_model = 64;
+  int heads = 4;
+  int d_ff = 256;
+  int encoder_layers = 2;
+  int decoder_layers = 2;
+  double dropout = 0.0;
+  std::string norm = "pre";         // pre|post
+  double norm_eps = 1e-5;
+  std::string activation = "gelu";  // gelu|relu
+  bool bias = true;
+  bool tie_embeddings = false;
+  std::string embed_scale = "auto";  // auto|sqrt_d|none
+  std::string dtype = "float32";     // float32|float64
+  double init_std = 0.02;
+};
+
+struct PEConfig {
+  std::string scheme = "sinusoidal";  // sinusoidal|learned|shaw|t5|rope|alibi|none
+  double sinusoidal_base = 10000.0;
+  int max_positions = 512;
+  int shaw_k = 16;
+  bool shaw_keys = true;
+  bool shaw_values = true;
+  bool shaw_per_head = false;
+  int t5_num_buckets = 32;
+  int t5_max_distance = 128;
+  bool t5_per_layer = false;
+  double rope_base = 10000.0;
+  std::string rope_pairing = "half";  // interleaved|half
+  double rope_fraction = 1.0;
+  std::string rope_scaling = "none";  // none|pi|ntk|dynamic_ntk|yarn
+  double rope_scaling_factor = 1.0;
+  int rope_train_length = 0;  // 0 = the task's training length
+  double yarn_beta_fast = 32.0;
+  double yarn_beta_slow = 1.0;
+  bool alibi_symmetric = true;
+  bool randomized_positions = false;
+  int randomized_max_position = 1024;
+};
+
+struct TrainConfig {
+  int64_t steps = 2000;
+  int batch_size = 64;
+  int grad_accum = 1;
+  std::string optimizer = "adamw";  // adamw|sgd
+  double lr = 1e-3;
+  double min_lr = 1e-5;
+  int64_t warmup = 100;
+  std::string schedule = "warmup_cosine";  // constant|warmup_cosine|inverse_sqrt
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.98;
+  double eps = 1e-9;
+  double momentum = 0.9;
+  double grad_clip = 1.0;
+  double label_smoothing = 0.0;
+  int64_t seed = 1;
+  int threads = 2;
+  std::string device = "cpu";
+  int log_every = 50;
+  int eval_every = 500;
+  int checkpoint_every = 500;
+  int keep_checkpoints = 3;
+  bool bucket_by_length = false;
+  std::string run_dir = "runs";
+  std::string run_name;  // "" = derived from the config file name
+  std::string resume;    // "" = fresh run; a checkpoint path, or "latest"
+  std::map<std::string, std::string> tags;
+};
+
+struct EvalConfig {
+  int batch_size = 64;
+  int max_decode_len = 0;  // 0 = auto: 2*length+8
+  std::string best_metric = "exact_match";  // exact_match|token_accuracy|loss
+  bool save_predictions = false;
+};
+
+struct Config {
+  TaskConfig task;
+  ModelConfig model;
+  PEConfig pe;
+  TrainConfig train;
+  EvalConfig eval;
+  // Where this config came from (a path, "<string>", ...); metadata, not a schema key.
+  std::string source;
+};
+
+// Equality over every schema key (not `source`).
+bool operator==(const Config& a, const Config& b);
+bool operator!=(const Config& a, const Config& b);
+// Prints config_to_yaml(c) (also makes gtest show configs readably).
+std::ostream& operator<<(std::ostream& os, const Config& c);
+
+// ---------------- schema (read-only description) ----------------
+enum class ConfigType { Int, Float, Bool, String, Enum, IntList, StringList, Map };
+
+struct ConfigRange {  // for numbers; for int lists it bounds every element
+  bool has_min = false, min_exclusive = false;
+  double min = 0;
+  bool has_max = false, max_exclusive = false;
+  double max = 0;
+  bool empty() const { return !has_min && !has_max; }
+  std::string str() const;  // "[0, 1)", "[1, inf)", "" when unbounded
+};
+
+struct ConfigKey {
+  std::string section, name;
+  ConfigType type;
+  std::vector<std::string> choices;  // Enum values
+  ConfigRange range;
+  std::string default_text;  // the default as YAML text ("64", "[8, 16]", "\"\"")
+  std::string doc;
+  std::string full_name() const { return section + "." + name; }
+};
+
+// Sections in file order, with one-line docs.
+const std::vector<std::pair<std::string, std::string>>& config_sections();
+// Every key, in section and table order.
+const std::vector<ConfigKey>& config_schema();
+// Cross-field rules as one-line descriptions (rendered in the reference).
+const std::vector<std::string>& config_cross_field_rules();
+const char* config_type_name(ConfigType t);  // "int", "float", "list of int", ...
+
+// ---------------- loading ----------------
+// Reads a YAML file (missing sections/keys take their defaults), applies `overrides` (each
+// "section.key=value", value parsed as a YAML scalar or flow list/map), validates every key and
+// the cross-field rules and returns the resolved config. An empty train.run_name becomes the
+// file's stem ("configs/rope.yaml" -> "rope"). Throws ConfigError.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from YAML text; `source` names it in messages (e.g. "run/config.yaml"). run_name is kept.
+Config load_config_string(const std::string& yaml, const std::string& source = "<string>",
+                          const std::vector<std::string>& overrides = {});
+// Applies "section.key=value" overrides to an already loaded config, then re-validates it.
+void apply_overrides(Config& cfg, const std::vector<std::string>& overrides);
+// Checks every key's range / allowed values and the cross-field rules of a config built in code.
+void validate_config(const Config& cfg);
+
+// ---------------- output ----------------
+// The resolved config as YAML: every section and key in schema order. With `with_docs`, each key
+// carries its doc string as a trailing comment. load_config_string(config_to_yaml(c)) == c.
+std::string config_to_yaml(const Config& cfg, bool with_docs = false);
+// One key's value as YAML text ("64", "rope", "[8, 16]"); throws ConfigError on an unknown key.
+std::string config_value_text(const Config& cfg, const std::string& full_key);
+// Markdown reference: per section a table of key, type, default, range/values and doc, plus the
+// cross-field rules and the override syntax. docs/config.md is this text.
+std::string config_reference_markdown();
+
+// ---------------- derived values shared by model code ----------------
+int head_dim(const Config& cfg);           // model.d_model / model.heads
+int rope_rotary_dims(const Config& cfg);   // round(head_dim * pe.rope_fraction): even, >= 2
+std::string derive_run_name(const std::string& config_path);  // file stem, "run" if empty
+
+}  // namespace pelab
