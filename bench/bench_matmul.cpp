@@ -37,7 +37,8 @@ int main() {
   const int threads = 2;
   pelab::set_num_threads(threads);
   std::printf("pelab matmul vs cblas_sgemm, float32, %d threads (median GFLOP/s)\n", threads);
-  std::printf("%6s %8s %12s %12s %8s %10s\n", "n", "reps", "pelab", "cblas", "ratio", "max|diff|");
+  std::printf("%6s %8s %12s %12s %8s %11s %10s\n", "n", "calls", "pelab", "cblas", "ratio",
+              "best-ratio", "max|diff|");
   bool ok = true;
   for (int64_t n : {128, 512, 1024}) {
     pelab::Tensor a = random_matrix(n, 1), b = random_matrix(n, 2);
@@ -62,7 +63,7 @@ int main() {
     for (int w = 0; w < 3; ++w) run_cblas();
     const double one = std::max((now_s() - t0) / 3, 1e-7);
     const int inner = std::max(1, static_cast<int>(0.02 / one));
-    const int reps = 15;
+    const int reps = 21;
     std::vector<double> tp, tc;
     for (int r = 0; r < reps; ++r) {
       t0 = now_s();
@@ -77,8 +78,11 @@ int main() {
     const float* po = out.data<float>();
     for (int64_t i = 0; i < n * n; ++i) diff = std::max(diff, std::fabs(double(po[i]) - c[i]));
     const double ratio = gp / gc;
-    std::printf("%6lld %8d %12.1f %12.1f %8.3f %10.2e\n", static_cast<long long>(n), reps * inner,
-                gp, gc, ratio, diff);
+    // best-of ratio: less sensitive to other processes on a shared machine
+    const double best = *std::min_element(tc.begin(), tc.end()) /
+                        *std::min_element(tp.begin(), tp.end());
+    std::printf("%6lld %8d %12.1f %12.1f %8.3f %11.3f %10.2e\n", static_cast<long long>(n),
+                reps * inner, gp, gc, ratio, best, diff);
     if (n >= 512 && ratio < 0.95) ok = false;
     if (diff > 1e-3 * std::sqrt(static_cast<double>(n))) ok = false;
   }

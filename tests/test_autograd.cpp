@@ -132,6 +132,21 @@ TEST(Autograd, DetachStopsGradientAndSharesStorage) {
   expect_near(x.grad().to_vector(), {std::exp(1.0), std::exp(2.0)});
 }
 
+TEST(Autograd, GraphIsFreedWithoutBackward) {
+  // Ops that save their own output must not form a cycle output -> node -> closure -> output.
+  std::weak_ptr<Node> node;
+  std::weak_ptr<TensorImpl> out;
+  Tensor x = leaf({0.5, 1.5}, {2});
+  {
+    Tensor y = div(sqrt(exp(tanh(sigmoid(x)))), rdiv_scalar(2.0, x));
+    EXPECT_TRUE(y.requires_grad());
+    node = y.grad_fn();
+    out = y.impl_ptr();
+  }
+  EXPECT_TRUE(node.expired());
+  EXPECT_TRUE(out.expired());
+}
+
 TEST(Autograd, LeafGradientIsAnIndependentCopy) {
   Tensor x = leaf({1, 2, 3, 4}, {2, 2});
   Tensor g = Tensor::from_vector({1, 2, 3, 4}, {2, 2}, DType::Float64);

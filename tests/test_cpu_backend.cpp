@@ -35,7 +35,9 @@ std::vector<double> randv(int64_t n, uint64_t seed, double lo = -2.0, double hi 
   for (int64_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * rng_uniform(seed, i);
   return v;
 }
-std::vector<float> to_f(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> to_f(const std::vector<double>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 
 // offset of a multi-index under strides
 int64_t offset_of(const Shape& idx, const Shape& st) {
@@ -58,30 +60,40 @@ void for_all(const Shape& shape, const std::function<void(const Shape&)>& f) {
 
 double ref_binary(BinaryOp op, double a, double b) {
   switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
-    case BinaryOp::Max: return std::max(a, b);
-    case BinaryOp::Min: return std::min(a, b);
-    case BinaryOp::Eq: return a == b ? 1 : 0;
-    case BinaryOp::Ne: return a != b ? 1 : 0;
-    case BinaryOp::Lt: return a < b ? 1 : 0;
-    case BinaryOp::Gt: return a > b ? 1 : 0;
-    case BinaryOp::TanhGrad: return a * (1 - b * b);
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return a / b;
+    case BinaryOp::Max:
+      return std::max(a, b);
+    case BinaryOp::Min:
+      return std::min(a, b);
+    case BinaryOp::Eq:
+      return a == b ? 1 : 0;
+    case BinaryOp::Ne:
+      return a != b ? 1 : 0;
+    case BinaryOp::Lt:
+      return a < b ? 1 : 0;
+    case BinaryOp::Gt:
+      return a > b ? 1 : 0;
+    case BinaryOp::TanhGrad:
+      return a * (1 - b * b);
   }
   return 0;
 }
 
-const BinaryOp kAllBinary[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div,
-                               BinaryOp::Max, BinaryOp::Min, BinaryOp::Eq,  BinaryOp::Ne,
+const BinaryOp kAllBinary[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul,     BinaryOp::Div,
+                               BinaryOp::Max, BinaryOp::Min, BinaryOp::Eq,      BinaryOp::Ne,
                                BinaryOp::Lt,  BinaryOp::Gt,  BinaryOp::TanhGrad};
 
 // a: a permuted [4,3,5] buffer viewed as [5,3,4]... general strided view; b broadcast along axes.
 template <class T>
-void check_binary_strided(DType dt, const Shape& out_shape, const View& a_tmpl,
-                          const View& b_tmpl, const std::vector<T>& abuf,
-                          const std::vector<T>& bbuf) {
+void check_binary_strided(DType dt, const Shape& out_shape, const View& a_tmpl, const View& b_tmpl,
+                          const std::vector<T>& abuf, const std::vector<T>& bbuf) {
   CpuBackend be;
   for (BinaryOp op : kAllBinary) {
     std::vector<T> out(shape_numel(out_shape), T(-7));
@@ -121,7 +133,8 @@ TEST(CpuBackendElementwise, BinaryStridedAndBroadcastMatchNaive) {
   check_binary_strided<double>(DType::Float64, shape, av, bv, a2, b2);
   // scalar on the left with a contiguous right operand
   std::vector<double> a3 = {0.75}, b3 = randv(60, 4, 0.5, 2.0);
-  check_binary_strided<double>(DType::Float64, shape, mk(a3.data(), DType::Float64, shape, {0, 0, 0}),
+  check_binary_strided<double>(DType::Float64, shape,
+                               mk(a3.data(), DType::Float64, shape, {0, 0, 0}),
                                mk(b3.data(), DType::Float64, shape), a3, b3);
 }
 
@@ -167,7 +180,9 @@ TEST(CpuBackendElementwise, UnaryFormulasFloatAndDouble) {
     bool positive_only;
   };
   auto gelu = [&](double x) { return 0.5 * x * (1 + std::erf(x / s2)); };
-  auto gelu_t = [&](double x) { return 0.5 * x * (1 + std::tanh(k0 * (x + 0.044715 * x * x * x))); };
+  auto gelu_t = [&](double x) {
+    return 0.5 * x * (1 + std::tanh(k0 * (x + 0.044715 * x * x * x)));
+  };
   std::vector<Case> cases = {
       {UnaryOp::Neg, 0, [](double x) { return -x; }, false},
       {UnaryOp::Exp, 0, [](double x) { return std::exp(x); }, false},
@@ -189,7 +204,8 @@ TEST(CpuBackendElementwise, UnaryFormulasFloatAndDouble) {
       {UnaryOp::RDivScalar, 2.0, [](double x) { return 2.0 / x; }, true},
       {UnaryOp::Step, 0, [](double x) { return x > 0 ? 1.0 : 0.0; }, false},
       // analytic derivatives, checked against central differences of the forward formulas
-      {UnaryOp::GeluGrad, 0, [&](double x) { return (gelu(x + 1e-5) - gelu(x - 1e-5)) / 2e-5; }, false},
+      {UnaryOp::GeluGrad, 0, [&](double x) { return (gelu(x + 1e-5) - gelu(x - 1e-5)) / 2e-5; },
+       false},
       {UnaryOp::GeluTanhGrad, 0,
        [&](double x) { return (gelu_t(x + 1e-5) - gelu_t(x - 1e-5)) / 2e-5; }, false},
   };
@@ -200,7 +216,8 @@ TEST(CpuBackendElementwise, UnaryFormulasFloatAndDouble) {
     std::vector<double> od(n);
     std::vector<float> inf = to_f(in), of(n);
     be.unary(c.op, mk(od.data(), DType::Float64, {n}), mk(in.data(), DType::Float64, {n}), c.alpha);
-    be.unary(c.op, mk(of.data(), DType::Float32, {n}), mk(inf.data(), DType::Float32, {n}), c.alpha);
+    be.unary(c.op, mk(of.data(), DType::Float32, {n}), mk(inf.data(), DType::Float32, {n}),
+             c.alpha);
     double e64 = 0, e32 = 0;
     for (int64_t i = 0; i < n; ++i) {
       const double r = c.ref(in[i]);
@@ -215,7 +232,8 @@ TEST(CpuBackendElementwise, UnaryFormulasFloatAndDouble) {
   }
   // sigmoid stays finite and exact at the extremes; exp handles +-inf
   std::vector<float> ext = {-200.f, 200.f, -INFINITY, INFINITY}, r(4);
-  be.unary(UnaryOp::Sigmoid, mk(r.data(), DType::Float32, {4}), mk(ext.data(), DType::Float32, {4}), 0);
+  be.unary(UnaryOp::Sigmoid, mk(r.data(), DType::Float32, {4}), mk(ext.data(), DType::Float32, {4}),
+           0);
   EXPECT_EQ(r[0], 0.f);
   EXPECT_EQ(r[1], 1.f);
   be.unary(UnaryOp::Exp, mk(r.data(), DType::Float32, {4}), mk(ext.data(), DType::Float32, {4}), 0);
@@ -243,7 +261,8 @@ TEST(CpuBackendElementwise, CopyFillWhereAxpyStrided) {
         for (int64_t b = 0; b < B; ++b)
           ASSERT_EQ(d3[(p * A + a) * B + b], static_cast<double>(s3[(p * B + b) * A + a]));
     std::vector<float> big = to_f(randv(300 * 200, 13)), bt(300 * 200);
-    be.copy(mk(bt.data(), DType::Float32, {200, 300}), mk(big.data(), DType::Float32, {200, 300}, {1, 200}));
+    be.copy(mk(bt.data(), DType::Float32, {200, 300}),
+            mk(big.data(), DType::Float32, {200, 300}, {1, 200}));
     for (int64_t a = 0; a < 200; ++a)
       for (int64_t b = 0; b < 300; ++b) ASSERT_EQ(bt[a * 300 + b], big[b * 200 + a]);
   }
@@ -267,15 +286,16 @@ TEST(CpuBackendElementwise, CopyFillWhereAxpyStrided) {
   EXPECT_EQ(wo, (std::vector<float>{-1e9f, 2, 3, -1e9f, -1e9f, 6}));
   // axpy with a row-broadcast x
   std::vector<double> acc(8, 1.0), x = {1, 2};
-  be.axpy(mk(acc.data(), DType::Float64, {4, 2}), mk(x.data(), DType::Float64, {4, 2}, {0, 1}), 0.5);
+  be.axpy(mk(acc.data(), DType::Float64, {4, 2}), mk(x.data(), DType::Float64, {4, 2}, {0, 1}),
+          0.5);
   for (int i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(acc[i], 1.0 + 0.5 * x[i % 2]);
 }
 
 // ---------------------------------------------------------------------------------------------
 TEST(CpuBackendReduce, SumMatchesNaiveForAllLayouts) {
   CpuBackend be;
-  const std::vector<std::array<int64_t, 3>> shapes = {
-      {3, 7, 1}, {1, 50000, 1}, {4, 5, 6}, {2, 3000, 33}, {1, 10, 3000}, {5, 1, 4}};
+  const std::vector<std::array<int64_t, 3>> shapes = {{3, 7, 1},     {1, 50000, 1}, {4, 5, 6},
+                                                      {2, 3000, 33}, {1, 10, 3000}, {5, 1, 4}};
   for (const auto& s : shapes) {
     const int64_t O = s[0], N = s[1], I = s[2];
     auto xd = randv(O * N * I, 21);
@@ -303,8 +323,7 @@ TEST(CpuBackendReduce, SumMatchesNaiveForAllLayouts) {
 TEST(CpuBackendReduce, MaxArgmaxTakesFirstIndexOnTies) {
   CpuBackend be;
   // [2, 4, 3]: ties along n
-  std::vector<float> x = {1, 5, 2,  3, 5, 2,  3, 0, 9,  1, 5, 9,
-                          0, 0, 0,  0, 0, 0,  -1, 4, 0, 2, 4, 0};
+  std::vector<float> x = {1, 5, 2, 3, 5, 2, 3, 0, 9, 1, 5, 9, 0, 0, 0, 0, 0, 0, -1, 4, 0, 2, 4, 0};
   std::vector<float> out(6);
   std::vector<int64_t> arg(6, -1);
   be.reduce(ReduceOp::Max, mk(out.data(), DType::Float32, {2, 3}), arg.data(),
@@ -341,14 +360,15 @@ TEST(CpuBackendNN, SoftmaxRowsAndInnerLayout) {
     auto xd = randv(O * N * inner, 41, -5, 5);
     auto xf = to_f(xd);
     std::vector<float> y(xf.size()), ly(xf.size());
-    be.softmax(mk(y.data(), DType::Float32, {O, N, inner}), mk(xf.data(), DType::Float32, {O, N, inner}),
-               O, N, inner, false);
+    be.softmax(mk(y.data(), DType::Float32, {O, N, inner}),
+               mk(xf.data(), DType::Float32, {O, N, inner}), O, N, inner, false);
     be.softmax(mk(ly.data(), DType::Float32, {O, N, inner}),
                mk(xf.data(), DType::Float32, {O, N, inner}), O, N, inner, true);
     for (int64_t o = 0; o < O; ++o)
       for (int64_t i = 0; i < inner; ++i) {
         double mx = -1e300, s = 0, total = 0;
-        for (int64_t j = 0; j < N; ++j) mx = std::max(mx, static_cast<double>(xf[(o * N + j) * inner + i]));
+        for (int64_t j = 0; j < N; ++j)
+          mx = std::max(mx, static_cast<double>(xf[(o * N + j) * inner + i]));
         for (int64_t j = 0; j < N; ++j) s += std::exp(xf[(o * N + j) * inner + i] - mx);
         for (int64_t j = 0; j < N; ++j) {
           const int64_t k = (o * N + j) * inner + i;
@@ -362,9 +382,11 @@ TEST(CpuBackendNN, SoftmaxRowsAndInnerLayout) {
     // backward vs the formulas y * (g - sum(g y)) and g - softmax * sum(g)
     auto g = to_f(randv(xf.size(), 42));
     std::vector<float> gi(xf.size()), gl(xf.size());
-    be.softmax_backward(mk(gi.data(), DType::Float32, {O, N, inner}), mk(g.data(), DType::Float32, {O, N, inner}),
+    be.softmax_backward(mk(gi.data(), DType::Float32, {O, N, inner}),
+                        mk(g.data(), DType::Float32, {O, N, inner}),
                         mk(y.data(), DType::Float32, {O, N, inner}), O, N, inner, false);
-    be.softmax_backward(mk(gl.data(), DType::Float32, {O, N, inner}), mk(g.data(), DType::Float32, {O, N, inner}),
+    be.softmax_backward(mk(gl.data(), DType::Float32, {O, N, inner}),
+                        mk(g.data(), DType::Float32, {O, N, inner}),
                         mk(ly.data(), DType::Float32, {O, N, inner}), O, N, inner, true);
     for (int64_t o = 0; o < O; ++o)
       for (int64_t i = 0; i < inner; ++i) {
@@ -387,7 +409,8 @@ TEST(CpuBackendNN, LayerNormForwardAndBackwardMatchNaive) {
   CpuBackend be;
   const int64_t R = 37, N = 24;
   const double eps = 1e-5;
-  auto x = randv(R * N, 51, -3, 3), w = randv(N, 52, 0.5, 1.5), b = randv(N, 53), gy = randv(R * N, 54);
+  auto x = randv(R * N, 51, -3, 3), w = randv(N, 52, 0.5, 1.5), b = randv(N, 53),
+       gy = randv(R * N, 54);
   std::vector<double> y(R * N), mean(R), rstd(R), gx(R * N), gw(N, 99), gb(N, 99);
   View xv = mk(x.data(), DType::Float64, {R, N});
   be.layer_norm(mk(y.data(), DType::Float64, {R, N}), mk(mean.data(), DType::Float64, {R}),
@@ -419,9 +442,10 @@ TEST(CpuBackendNN, LayerNormForwardAndBackwardMatchNaive) {
     }
   }
   be.layer_norm_backward(mk(gx.data(), DType::Float64, {R, N}), mk(gw.data(), DType::Float64, {N}),
-                         mk(gb.data(), DType::Float64, {N}), mk(gy.data(), DType::Float64, {R, N}), xv,
-                         mk(mean.data(), DType::Float64, {R}), mk(rstd.data(), DType::Float64, {R}),
-                         mk(w.data(), DType::Float64, {N}), R, N);
+                         mk(gb.data(), DType::Float64, {N}), mk(gy.data(), DType::Float64, {R, N}),
+                         xv, mk(mean.data(), DType::Float64, {R}),
+                         mk(rstd.data(), DType::Float64, {R}), mk(w.data(), DType::Float64, {N}), R,
+                         N);
   for (int64_t k = 0; k < R * N; ++k) EXPECT_NEAR(gx[k], rgx[k], 1e-10);
   for (int64_t i = 0; i < N; ++i) {
     EXPECT_NEAR(gw[i], rgw[i], 1e-10);
@@ -431,8 +455,8 @@ TEST(CpuBackendNN, LayerNormForwardAndBackwardMatchNaive) {
   auto xf = to_f(x);
   std::vector<float> yf(R * N), mf(R), rf(R);
   be.layer_norm(mk(yf.data(), DType::Float32, {R, N}), mk(mf.data(), DType::Float32, {R}),
-                mk(rf.data(), DType::Float32, {R}), mk(xf.data(), DType::Float32, {R, N}), View{}, View{},
-                R, N, eps);
+                mk(rf.data(), DType::Float32, {R}), mk(xf.data(), DType::Float32, {R, N}), View{},
+                View{}, R, N, eps);
   for (int64_t r = 0; r < R; ++r)
     for (int64_t i = 0; i < N; ++i)
       EXPECT_NEAR(yf[r * N + i], (x[r * N + i] - mean[r]) * rstd[r], 2e-5);
@@ -447,8 +471,8 @@ TEST(CpuBackendNN, CrossEntropySmoothingIgnoreMatchesNaive) {
   std::vector<double> loss(R, 9), lse(R), grad(R * C, 9);
   View lv = mk(logits.data(), DType::Float64, {R, C});
   View tv = mk(t.data(), DType::Int64, {R});
-  be.cross_entropy(mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}), lv, tv,
-                   R, C, ignore, s);
+  be.cross_entropy(mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}), lv,
+                   tv, R, C, ignore, s);
   be.cross_entropy_backward(mk(grad.data(), DType::Float64, {R, C}), lv,
                             mk(lse.data(), DType::Float64, {R}), tv, R, C, ignore, s, scale);
   for (int64_t r = 0; r < R; ++r) {
@@ -472,8 +496,8 @@ TEST(CpuBackendNN, CrossEntropySmoothingIgnoreMatchesNaive) {
   // a target outside [0, C) that is not ignore_index throws, naming the op, row and value
   t[4] = C;
   try {
-    be.cross_entropy(mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}), lv, tv,
-                     R, C, ignore, s);
+    be.cross_entropy(mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}), lv,
+                     tv, R, C, ignore, s);
     FAIL() << "expected pelab::Error";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -482,10 +506,10 @@ TEST(CpuBackendNN, CrossEntropySmoothingIgnoreMatchesNaive) {
     EXPECT_NE(msg.find("11"), std::string::npos) << msg;
   }
   t[4] = -1;
-  EXPECT_THROW(be.cross_entropy_backward(mk(grad.data(), DType::Float64, {R, C}), lv,
-                                         mk(lse.data(), DType::Float64, {R}), tv, R, C, ignore, s,
-                                         scale),
-               Error);
+  EXPECT_THROW(
+      be.cross_entropy_backward(mk(grad.data(), DType::Float64, {R, C}), lv,
+                                mk(lse.data(), DType::Float64, {R}), tv, R, C, ignore, s, scale),
+      Error);
 }
 
 TEST(CpuBackendNN, IndexOpsMatchNaiveAndCheckBounds) {
@@ -495,8 +519,9 @@ TEST(CpuBackendNN, IndexOpsMatchNaiveAndCheckBounds) {
   std::vector<int64_t> idx = {4, 0, 4, 2};
   // index_select
   std::vector<double> out(O * NJ * I);
-  be.index_select(mk(out.data(), DType::Float64, {O, NJ, I}), mk(in.data(), DType::Float64, {O, NI, I}),
-                  mk(idx.data(), DType::Int64, {NJ}), O, NI, NJ, I);
+  be.index_select(mk(out.data(), DType::Float64, {O, NJ, I}),
+                  mk(in.data(), DType::Float64, {O, NI, I}), mk(idx.data(), DType::Int64, {NJ}), O,
+                  NI, NJ, I);
   for (int64_t o = 0; o < O; ++o)
     for (int64_t j = 0; j < NJ; ++j)
       for (int64_t i = 0; i < I; ++i)
@@ -504,8 +529,9 @@ TEST(CpuBackendNN, IndexOpsMatchNaiveAndCheckBounds) {
   // index_add with a repeated index accumulates both
   std::vector<double> acc(O * NI * I, 1.0), ref(O * NI * I, 1.0);
   auto src = randv(O * NJ * I, 72);
-  be.index_add(mk(acc.data(), DType::Float64, {O, NI, I}), mk(src.data(), DType::Float64, {O, NJ, I}),
-               mk(idx.data(), DType::Int64, {NJ}), O, NI, NJ, I);
+  be.index_add(mk(acc.data(), DType::Float64, {O, NI, I}),
+               mk(src.data(), DType::Float64, {O, NJ, I}), mk(idx.data(), DType::Int64, {NJ}), O,
+               NI, NJ, I);
   for (int64_t o = 0; o < O; ++o)
     for (int64_t j = 0; j < NJ; ++j)
       for (int64_t i = 0; i < I; ++i) ref[(o * NI + idx[j]) * I + i] += src[(o * NJ + j) * I + i];
@@ -517,7 +543,8 @@ TEST(CpuBackendNN, IndexOpsMatchNaiveAndCheckBounds) {
   be.gather(mk(g.data(), DType::Float64, {O, NJ, I}), mk(in.data(), DType::Float64, {O, NI, I}),
             mk(gidx.data(), DType::Int64, {O, NJ, I}), O, NI, NJ, I);
   std::vector<double> sacc(O * NI * I, 0.0), sref(O * NI * I, 0.0);
-  be.scatter_add(mk(sacc.data(), DType::Float64, {O, NI, I}), mk(src.data(), DType::Float64, {O, NJ, I}),
+  be.scatter_add(mk(sacc.data(), DType::Float64, {O, NI, I}),
+                 mk(src.data(), DType::Float64, {O, NJ, I}),
                  mk(gidx.data(), DType::Int64, {O, NJ, I}), O, NI, NJ, I);
   for (int64_t o = 0; o < O; ++o)
     for (int64_t j = 0; j < NJ; ++j)
@@ -541,24 +568,36 @@ TEST(CpuBackendNN, IndexOpsMatchNaiveAndCheckBounds) {
     }
   };
   std::vector<double> before = acc;
-  expect_msg([&] {
-    be.index_select(mk(out.data(), DType::Float64, {O, NJ, I}), mk(in.data(), DType::Float64, {O, NI, I}),
-                    mk(bad.data(), DType::Int64, {NJ}), O, NI, NJ, I);
-  }, "index_select");
-  expect_msg([&] {
-    be.index_add(mk(acc.data(), DType::Float64, {O, NI, I}), mk(src.data(), DType::Float64, {O, NJ, I}),
-                 mk(bad.data(), DType::Int64, {NJ}), O, NI, NJ, I);
-  }, "index_add");
+  expect_msg(
+      [&] {
+        be.index_select(mk(out.data(), DType::Float64, {O, NJ, I}),
+                        mk(in.data(), DType::Float64, {O, NI, I}),
+                        mk(bad.data(), DType::Int64, {NJ}), O, NI, NJ, I);
+      },
+      "index_select");
+  expect_msg(
+      [&] {
+        be.index_add(mk(acc.data(), DType::Float64, {O, NI, I}),
+                     mk(src.data(), DType::Float64, {O, NJ, I}), mk(bad.data(), DType::Int64, {NJ}),
+                     O, NI, NJ, I);
+      },
+      "index_add");
   EXPECT_EQ(acc, before);
   gidx[5] = 5;
-  expect_msg([&] {
-    be.gather(mk(g.data(), DType::Float64, {O, NJ, I}), mk(in.data(), DType::Float64, {O, NI, I}),
-              mk(gidx.data(), DType::Int64, {O, NJ, I}), O, NI, NJ, I);
-  }, "gather");
-  expect_msg([&] {
-    be.scatter_add(mk(sacc.data(), DType::Float64, {O, NI, I}), mk(src.data(), DType::Float64, {O, NJ, I}),
-                   mk(gidx.data(), DType::Int64, {O, NJ, I}), O, NI, NJ, I);
-  }, "scatter_add");
+  expect_msg(
+      [&] {
+        be.gather(mk(g.data(), DType::Float64, {O, NJ, I}),
+                  mk(in.data(), DType::Float64, {O, NI, I}),
+                  mk(gidx.data(), DType::Int64, {O, NJ, I}), O, NI, NJ, I);
+      },
+      "gather");
+  expect_msg(
+      [&] {
+        be.scatter_add(mk(sacc.data(), DType::Float64, {O, NI, I}),
+                       mk(src.data(), DType::Float64, {O, NJ, I}),
+                       mk(gidx.data(), DType::Int64, {O, NJ, I}), O, NI, NJ, I);
+      },
+      "scatter_add");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -571,7 +610,8 @@ void check_gemm(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   const int64_t lda = a_cols + 2, ldb = b_cols + 1, ldc = N + 3;
   const int64_t sA = shareA ? 0 : a_rows * lda, sB = shareB ? 0 : b_rows * ldb, sC = M * ldc;
-  auto A = randv((shareA ? 1 : batch) * a_rows * lda, 81), B = randv((shareB ? 1 : batch) * b_rows * ldb, 82);
+  auto A = randv((shareA ? 1 : batch) * a_rows * lda, 81),
+       B = randv((shareB ? 1 : batch) * b_rows * ldb, 82);
   auto C0 = randv(batch * sC, 83);
   std::vector<T> a(A.begin(), A.end()), b(B.begin(), B.end()), c(C0.begin(), C0.end());
   const double alpha = 0.5, beta = -1.25;
@@ -597,15 +637,15 @@ TEST(CpuBackendBlas, GemmTransposesAndBatchStridesMatchNaive) {
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       check_gemm<double>(DType::Float64, ta, tb, 5, 7, 3, 1, false, false, 1e-12);
-      check_gemm<double>(DType::Float64, ta, tb, 4, 6, 9, 5, false, true, 1e-12);   // shared B
-      check_gemm<float>(DType::Float32, ta, tb, 3, 8, 6, 4, true, false, 1e-5);     // shared A
+      check_gemm<double>(DType::Float64, ta, tb, 4, 6, 9, 5, false, true, 1e-12);    // shared B
+      check_gemm<float>(DType::Float32, ta, tb, 3, 8, 6, 4, true, false, 1e-5);      // shared A
       check_gemm<float>(DType::Float32, ta, tb, 70, 65, 72, 3, false, false, 1e-4);  // large path
     }
   // K == 0 scales C by beta
   CpuBackend be;
   std::vector<double> c = {1, 2, 3, 4};
-  be.gemm(DType::Float64, false, false, 2, 2, 0, 1.0, nullptr, 1, 0, nullptr, 2, 0, 3.0, c.data(), 2,
-          0, 1);
+  be.gemm(DType::Float64, false, false, 2, 2, 0, 1.0, nullptr, 1, 0, nullptr, 2, 0, 3.0, c.data(),
+          2, 0, 1);
   EXPECT_EQ(c, (std::vector<double>{3, 6, 9, 12}));
 }
 
@@ -619,8 +659,8 @@ TEST(CpuBackendOptim, AdamWAndSgdOneStepMatchHandFormula) {
   const int t = 3;
   const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
   be.adamw_step(mk(p.data(), DType::Float64, {n}), mk(g.data(), DType::Float64, {n}),
-                mk(m.data(), DType::Float64, {n}), mk(v.data(), DType::Float64, {n}), lr, b1, b2, eps,
-                wd, bc1, bc2);
+                mk(m.data(), DType::Float64, {n}), mk(v.data(), DType::Float64, {n}), lr, b1, b2,
+                eps, wd, bc1, bc2);
   for (int64_t i = 0; i < n; ++i) {
     double pp = p0[i] - lr * wd * p0[i];
     const double mm = b1 * m0[i] + (1 - b1) * g[i];
@@ -650,8 +690,8 @@ TEST(CpuBackendOptim, AdamWAndSgdOneStepMatchHandFormula) {
   }
   // plain SGD without momentum ignores the (absent) buffer
   std::vector<double> q = p0;
-  be.sgd_step(mk(q.data(), DType::Float64, {n}), mk(g.data(), DType::Float64, {n}), View{}, 0.5, 0, 0,
-              0, false, true);
+  be.sgd_step(mk(q.data(), DType::Float64, {n}), mk(g.data(), DType::Float64, {n}), View{}, 0.5, 0,
+              0, 0, false, true);
   for (int64_t i = 0; i < n; ++i) EXPECT_DOUBLE_EQ(q[i], p0[i] - 0.5 * g[i]);
 }
 
@@ -701,16 +741,19 @@ TEST(CpuBackendDeterminism, RepeatedRunsAreBitIdenticalWithTwoThreads) {
     be.layer_norm(mk(y.data(), DType::Float32, {R, N}), mk(mean.data(), DType::Float32, {R}),
                   mk(rstd.data(), DType::Float32, {R}), mk(x.data(), DType::Float32, {R, N}),
                   mk(w.data(), DType::Float32, {N}), View{}, R, N, 1e-5);
-    be.layer_norm_backward(mk(gx.data(), DType::Float32, {R, N}), mk(gw.data(), DType::Float32, {N}),
-                           mk(gb.data(), DType::Float32, {N}), mk(gy.data(), DType::Float32, {R, N}),
-                           mk(x.data(), DType::Float32, {R, N}), mk(mean.data(), DType::Float32, {R}),
-                           mk(rstd.data(), DType::Float32, {R}), mk(w.data(), DType::Float32, {N}), R, N);
+    be.layer_norm_backward(
+        mk(gx.data(), DType::Float32, {R, N}), mk(gw.data(), DType::Float32, {N}),
+        mk(gb.data(), DType::Float32, {N}), mk(gy.data(), DType::Float32, {R, N}),
+        mk(x.data(), DType::Float32, {R, N}), mk(mean.data(), DType::Float32, {R}),
+        mk(rstd.data(), DType::Float32, {R}), mk(w.data(), DType::Float32, {N}), R, N);
     be.reduce(ReduceOp::Sum, mk(sum.data(), DType::Float32, {N}), nullptr,
               mk(gy.data(), DType::Float32, {R, N}), 1, R, N);
-    be.softmax(mk(sm.data(), DType::Float32, {R, N}), mk(x.data(), DType::Float32, {R, N}), R, N, 1, false);
+    be.softmax(mk(sm.data(), DType::Float32, {R, N}), mk(x.data(), DType::Float32, {R, N}), R, N, 1,
+               false);
     const double ss = be.sum_squares(mk(gx.data(), DType::Float32, {R * N}));
     std::vector<float> all;
-    for (const auto* v : {&y, &gx, &gw, &gb, &sum, &sm}) all.insert(all.end(), v->begin(), v->end());
+    for (const auto* v : {&y, &gx, &gw, &gb, &sum, &sm})
+      all.insert(all.end(), v->begin(), v->end());
     all.push_back(static_cast<float>(ss));
     return all;
   };

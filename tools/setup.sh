@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libhdf5-dev libyaml-cpp-dev libgtest-dev
       gnuplot-nox fortunes python3-numpy python3-h5py)
-if [ "${PELAB_WITH_TORCH:-0}" = 1 ]; then pkgs+=(python3-torch); fi
+if [ "${PELAB_WITH_TORCH:-0}" = 1 ]; then pkgs+=(python3-torch python3-yaml); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

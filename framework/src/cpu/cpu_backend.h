@@ -122,7 +122,7 @@ inline float fsel(bool c, float a, float b) {
 // Cephes-style expf: range reduction by ln2, degree-6 polynomial, exponent by bit construction.
 inline float fast_expf(float x) {
   const float lo = -88.3762626647949f, hi = 88.7228317260742f;
-  const bool under = x < lo, over = x > hi;
+  const bool under = x<lo, over = x> hi;
   const float xc = fsel(under, lo, fsel(over, hi, x));  // NaN passes through, fixed below
   // round-to-nearest via the 1.5 * 2^23 trick (vectorises, unlike floor under -ftrapping-math)
   const float fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -177,31 +177,58 @@ template <class T>
 inline T sel(bool c, T a, T b) {
   return c ? a : b;
 }
-template <> inline float sel<float>(bool c, float a, float b) { return fsel(c, a, b); }
+template <>
+inline float sel<float>(bool c, float a, float b) {
+  return fsel(c, a, b);
+}
 
-template <class T> inline T vexp(T x) { return std::exp(x); }
-template <> inline float vexp<float>(float x) { return fast_expf(x); }
-template <class T> inline T vtanh(T x) { return std::tanh(x); }
-template <> inline float vtanh<float>(float x) { return fast_tanhf(x); }
-template <class T> inline T verf(T x) { return std::erf(x); }
-template <> inline float verf<float>(float x) { return fast_erff(x); }
+template <class T>
+inline T vexp(T x) {
+  return std::exp(x);
+}
+template <>
+inline float vexp<float>(float x) {
+  return fast_expf(x);
+}
+template <class T>
+inline T vtanh(T x) {
+  return std::tanh(x);
+}
+template <>
+inline float vtanh<float>(float x) {
+  return fast_tanhf(x);
+}
+template <class T>
+inline T verf(T x) {
+  return std::erf(x);
+}
+template <>
+inline float verf<float>(float x) {
+  return fast_erff(x);
+}
 
 // Function (not macro) dtype dispatch, so lambda bodies may contain #pragma omp.
 template <class F>
 auto dispatch_float(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
   switch (dt) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    default: break;
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    default:
+      break;
   }
   fail(op, ": expected a floating dtype, got ", dtype_name(dt));
 }
 template <class F>
 auto dispatch_all(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
   switch (dt) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::Int64: return f(int64_t{});
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::Int64:
+      return f(int64_t{});
   }
   fail(op, ": bad dtype ", static_cast<int>(dt));
 }
@@ -223,8 +250,14 @@ inline void sqrt_inplace(double* x, int64_t n) {
 }
 
 // Accumulator type: double for floating types, int64 for Int64.
-template <class T> struct Acc { using type = double; };
-template <> struct Acc<int64_t> { using type = int64_t; };
+template <class T>
+struct Acc {
+  using type = double;
+};
+template <>
+struct Acc<int64_t> {
+  using type = int64_t;
+};
 
 }  // namespace cpu
 }  // namespace pelab

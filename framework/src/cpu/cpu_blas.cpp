@@ -46,8 +46,8 @@ void CpuBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t 
                       double alpha, const void* A, int64_t lda, int64_t strideA, const void* B,
                       int64_t ldb, int64_t strideB, double beta, void* C, int64_t ldc,
                       int64_t strideC, int64_t batch) {
-  PELAB_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "gemm: bad sizes M=", M, " N=", N, " K=",
-              K, " batch=", batch);
+  PELAB_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "gemm: bad sizes M=", M, " N=", N, " K=", K,
+              " batch=", batch);
   if (M == 0 || N == 0 || batch == 0) return;
   // Stored shapes: A is (transA ? K x M : M x K), B is (transB ? N x K : K x N).
   const int64_t a_rows = transA ? K : M, a_cols = transA ? M : K;

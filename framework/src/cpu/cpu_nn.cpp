@@ -747,7 +747,7 @@ void CpuBackend::sgd_step(const View& param, const View& grad, const View& momen
       const T lr_ = lrt, wd_ = wd, mu_ = mu, damp_ = damp;
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
       for (int64_t i = 0; i < n; ++i) {
-        const T d = gp[i] + wd_ * pp[i];  // wd == 0 adds an exact zero
+        const T d = gp[i] + wd_ * pp[i];                   // wd == 0 adds an exact zero
         const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
         bp[i] = b;
         pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);

@@ -14,8 +14,8 @@ namespace {
 
 using cpu::Acc;
 
-constexpr int64_t kBlock1 = 8192;    // elements per block along n when inner == 1
-constexpr int64_t kBlockN = 65536;   // elements per block (rows x inner) when inner > 1
+constexpr int64_t kBlock1 = 8192;   // elements per block along n when inner == 1
+constexpr int64_t kBlockN = 65536;  // elements per block (rows x inner) when inner > 1
 constexpr int64_t kInnerChunk = 1024;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

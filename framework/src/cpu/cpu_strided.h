@@ -1,6 +1,6 @@
 // pelab — CPU strided iteration (internal): views are aligned to one shape, size-1 axes dropped and
-// adjacent axes merged wherever every operand allows, then the flat element range is split statically
-// over OpenMP threads and handed to a kernel as runs along the innermost axis.
+// adjacent axes merged wherever every operand allows, then the flat element range is split
+// statically over OpenMP threads and handed to a kernel as runs along the innermost axis.
 #pragma once
 #include <omp.h>
 
@@ -16,7 +16,7 @@ constexpr int kMaxDims = 16;
 
 template <int N>
 struct Layout {
-  int nd = 0;                  // rank after collapsing (0: a single element)
+  int nd = 0;  // rank after collapsing (0: a single element)
   int64_t numel = 1;
   int64_t shape[kMaxDims] = {};
   int64_t st[N][kMaxDims] = {};  // element strides per operand
@@ -25,8 +25,8 @@ struct Layout {
   int64_t inner_stride(int k) const { return nd == 0 ? 1 : st[k][nd - 1]; }
 };
 
-// Builds the collapsed layout of N views over `shape`. Views whose rank/shape differ from `shape` are
-// broadcast to it with numpy rules (size-1 or missing axes get stride 0).
+// Builds the collapsed layout of N views over `shape`. Views whose rank/shape differ from `shape`
+// are broadcast to it with numpy rules (size-1 or missing axes get stride 0).
 template <int N>
 Layout<N> make_layout(const Shape& shape, const View* const (&views)[N], const char* op) {
   Layout<N> L;
@@ -35,8 +35,8 @@ Layout<N> make_layout(const Shape& shape, const View* const (&views)[N], const c
     const View& v = *views[k];
     PELAB_CHECK(v.shape.size() == v.strides.size(), op, ": view rank mismatch (shape ",
                 shape_str(v.shape), ", strides ", shape_str(v.strides), ")");
-    PELAB_CHECK(static_cast<int>(v.shape.size()) <= R, op, ": cannot broadcast ", shape_str(v.shape),
-                " to ", shape_str(shape));
+    PELAB_CHECK(static_cast<int>(v.shape.size()) <= R, op, ": cannot broadcast ",
+                shape_str(v.shape), " to ", shape_str(shape));
     L.base[k] = static_cast<char*>(v.data);
   }
   for (int64_t d : shape) L.numel *= d;

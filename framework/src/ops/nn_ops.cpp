@@ -1,5 +1,5 @@
-// pelab — fused nn ops on top of the backend's fused kernels: softmax / log_softmax along any axis,
-// cross-entropy with ignore_index and label smoothing, layer norm over the last axis, and
+// pelab — fused nn ops on top of the backend's fused kernels: softmax / log_softmax along any
+// axis, cross-entropy with ignore_index and label smoothing, layer norm over the last axis, and
 // inverted dropout with a counter-based mask; each with its backward pass.
 #include <memory>
 #include <vector>

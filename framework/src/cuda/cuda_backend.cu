@@ -1,0 +1,376 @@
+// pelab — CUDA backend core: device selection and cuBLAS handle, the caching allocator (size-bucketed
+// free lists over cudaMalloc), host<->device copies, synchronisation, the device error record for
+// index bounds, and GEMM through cublas{S,D}gemmStridedBatched (row-major operands mapped to
+// column-major by swapping them; default math mode, so float32 never uses TF32).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/cuda_common.cuh"
+
+namespace pelab {
+namespace cuda {
+namespace {
+
+const char* blas_status(cublasStatus_t s) { return cublasGetStatusString(s); }
+
+template <class... Ctx>
+void check_blas(cublasStatus_t s, const char* call, const Ctx&... ctx) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  fail("cublas: ", call, " failed: ", blas_status(s), ctx...);
+}
+#define PELAB_CUBLAS_CALL(call, ...) check_blas((call), #call, ##__VA_ARGS__)
+
+// ---------------- caching allocator ----------------
+// Block sizes are rounded to buckets: 512-byte steps up to 1 MiB, then 8 buckets per power of two
+// (at most 12.5% slack). Freed blocks go to the free list of their bucket and are reused by any
+// request of the same bucket; nothing is returned to the driver until empty_cache() or an
+// out-of-memory retry. Single stream, so a block freed while a queued kernel still reads it can only
+// be reused by work queued after that kernel.
+struct Allocator {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_lists;
+  size_t cached = 0, allocated = 0, peak = 0;
+
+  static size_t bucket(size_t n) {
+    if (n <= 512) return 512;
+    if (n <= (size_t(1) << 20)) return (n + 511) / 512 * 512;
+    size_t p = size_t(1) << 20;
+    while (p * 2 <= n) p *= 2;
+    const size_t step = p / 8;
+    return (n + step - 1) / step * step;
+  }
+
+  void* allocate(size_t nbytes) {
+    const size_t sz = bucket(nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = free_lists.find(sz);
+      if (it != free_lists.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached -= sz;
+        allocated += sz;
+        peak = std::max(peak, allocated);
+        return p;
+      }
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, sz);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      release_all();  // give cached blocks back to the driver and retry once
+      e = cudaMalloc(&p, sz);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      cudaGetLastError();
+      fail("cuda allocate: cudaMalloc of ", sz, " bytes (", nbytes, " requested) failed: ",
+           cudaGetErrorName(e), ": ", cudaGetErrorString(e), " (cuda:0 has ", free_b, " of ",
+           total_b, " bytes free; pelab holds ", allocated, " bytes in use, ", cached, " cached)");
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    allocated += sz;
+    peak = std::max(peak, allocated);
+    return p;
+  }
+
+  // Never throws: called from Storage destructors.
+  void deallocate(void* p, size_t nbytes) noexcept {
+    if (!p) return;
+    const size_t sz = bucket(nbytes);
+    try {
+      std::lock_guard<std::mutex> lock(mu);
+      free_lists[sz].push_back(p);
+      cached += sz;
+      allocated -= std::min(allocated, sz);
+    } catch (...) {
+      cudaFree(p);  // bookkeeping failed (out of host memory): give the block back instead
+    }
+  }
+
+  // Frees every cached block; returns the first CUDA error (cudaFree synchronises the device).
+  cudaError_t release_all() {
+    std::vector<void*> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& kv : free_lists)
+        for (void* p : kv.second) blocks.push_back(p);
+      free_lists.clear();
+      cached = 0;
+    }
+    cudaError_t first = cudaSuccess;
+    for (void* p : blocks) {
+      const cudaError_t e = cudaFree(p);
+      if (e != cudaSuccess && first == cudaSuccess) first = e;
+    }
+    return first;
+  }
+};
+
+// Backend-wide state. Never destroyed: storages released during static destruction must still
+// find a live allocator, and CUDA handles must not be torn down after the runtime unloads.
+struct State {
+  Allocator alloc;
+  cublasHandle_t blas = nullptr;
+  DeviceError* rec = nullptr;  // device memory
+  int* dirty = nullptr;        // mapped host memory (host pointer), or null
+  int* dirty_dev = nullptr;    // its device-side address
+  bool sync_checks = false;
+  std::once_flag init;
+};
+State& state() {
+  static State* s = new State();
+  return *s;
+}
+
+void init_state() {
+  State& s = state();
+  PELAB_CUDA_CALL(cudaSetDevice(0), " (selecting cuda:0)");
+  PELAB_CUBLAS_CALL(cublasCreate(&s.blas), " (creating the cuBLAS handle on cuda:0)");
+  // Default math: float32 GEMMs keep full float32 precision (no TF32), float64 is exact IEEE.
+  PELAB_CUBLAS_CALL(cublasSetMathMode(s.blas, CUBLAS_DEFAULT_MATH));
+  PELAB_CUBLAS_CALL(cublasSetPointerMode(s.blas, CUBLAS_POINTER_MODE_HOST));
+  PELAB_CUBLAS_CALL(cublasSetStream(s.blas, 0));
+  PELAB_CUDA_CALL(cudaMalloc(reinterpret_cast<void**>(&s.rec), sizeof(DeviceError)),
+                  " (device error record)");
+  PELAB_CUDA_CALL(cudaMemset(s.rec, 0, sizeof(DeviceError)), " (device error record)");
+  void* h = nullptr;
+  if (cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped) == cudaSuccess) {
+    void* d = nullptr;
+    if (cudaHostGetDevicePointer(&d, h, 0) == cudaSuccess) {
+      s.dirty = static_cast<int*>(h);
+      s.dirty_dev = static_cast<int*>(d);
+      *s.dirty = 0;
+    } else {
+      cudaFreeHost(h);
+    }
+  }
+  cudaGetLastError();  // a failed mapped allocation only disables the fast "nothing pending" path
+  const char* env = std::getenv("PELAB_CUDA_SYNC_CHECKS");
+  s.sync_checks = env && *env && std::strcmp(env, "0") != 0;
+  PELAB_CUDA_CALL(cudaDeviceSynchronize(), " (initialising the CUDA backend)");
+}
+
+const char* error_op(int code) {
+  switch (code) {
+    case kIndexSelect: return "index_select";
+    case kIndexAdd: return "index_add";
+    case kGather: return "gather";
+    case kScatterAdd: return "scatter_add";
+    default: return "cuda index kernel";
+  }
+}
+
+}  // namespace
+
+ErrorSink error_sink() { return {state().rec, state().dirty_dev}; }
+
+void check_device_errors() {
+  State& s = state();
+  if (s.dirty && *static_cast<volatile int*>(s.dirty) == 0) return;
+  DeviceError h{};
+  PELAB_CUDA_CALL(cudaMemcpy(&h, s.rec, sizeof(h), cudaMemcpyDeviceToHost),
+                  " (reading the device error record)");
+  if (h.code == kNoError) {
+    if (s.dirty) *s.dirty = 0;
+    return;
+  }
+  PELAB_CUDA_CALL(cudaMemset(s.rec, 0, sizeof(DeviceError)), " (resetting the device error record)");
+  if (s.dirty) *s.dirty = 0;
+  fail(error_op(h.code), ": index ", h.value, " at position ", h.pos, " is out of range [0, ",
+       h.limit, ") (detected on cuda:0)");
+}
+
+void after_index_kernel() {
+  if (!state().sync_checks) return;
+  PELAB_CUDA_CALL(cudaDeviceSynchronize(), " (sync index check)");
+  check_device_errors();
+}
+
+void* raw_alloc(size_t nbytes) { return state().alloc.allocate(nbytes); }
+void raw_free(void* p, size_t nbytes) { state().alloc.deallocate(p, nbytes); }
+
+}  // namespace cuda
+
+using namespace cuda;
+
+CudaBackend::CudaBackend() { std::call_once(state().init, init_state); }
+
+void* CudaBackend::allocate(size_t nbytes) { return state().alloc.allocate(nbytes); }
+
+void CudaBackend::deallocate(void* p, size_t nbytes) { state().alloc.deallocate(p, nbytes); }
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  PELAB_CUDA_CALL(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice), " (", nbytes,
+                  " bytes host -> cuda:0)");
+  check_device_errors();
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  PELAB_CUDA_CALL(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost), " (", nbytes,
+                  " bytes cuda:0 -> host)");
+  check_device_errors();
+}
+
+void CudaBackend::synchronize() {
+  PELAB_CUDA_CALL(cudaDeviceSynchronize());
+  check_device_errors();
+}
+
+void CudaBackend::empty_cache() {
+  PELAB_CUDA_CALL(cudaDeviceSynchronize(), " (empty_cache)");
+  check_device_errors();
+  PELAB_CUDA_CALL(state().alloc.release_all(), " (empty_cache: cudaFree of cached blocks)");
+}
+
+size_t CudaBackend::cached_bytes() {
+  Allocator& a = state().alloc;
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.cached;
+}
+
+size_t CudaBackend::allocated_bytes() {
+  Allocator& a = state().alloc;
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.allocated;
+}
+
+size_t CudaBackend::peak_bytes() {
+  Allocator& a = state().alloc;
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.peak;
+}
+
+void CudaBackend::reset_peak_bytes() {
+  Allocator& a = state().alloc;
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.peak = a.allocated;
+}
+
+std::string CudaBackend::device_name() {
+  cudaDeviceProp prop;
+  PELAB_CUDA_CALL(cudaGetDeviceProperties(&prop, 0));
+  std::ostringstream os;
+  os << prop.name << " (sm_" << prop.major << prop.minor << ", "
+     << (prop.totalGlobalMem >> 20) << " MiB)";
+  return os.str();
+}
+
+void CudaBackend::set_sync_checks(bool on) { state().sync_checks = on; }
+bool CudaBackend::sync_checks() { return state().sync_checks; }
+
+// =====================================================================================
+// GEMM. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
+// with row stride ld is the column-major transpose with leading dimension ld: so cuBLAS gets B as its
+// first operand and A as its second, with the same transpose flags, sizes (N, M, K) and strides.
+namespace {
+
+template <class T>
+cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, int n,
+                            int m, int k, const T* alpha, const T* B, int ldb, long long sb,
+                            const T* A, int lda, long long sa, const T* beta, T* C, int ldc,
+                            long long sc, int batch) {
+  if constexpr (sizeof(T) == 4) {
+    return cublasSgemmStridedBatched(h, ob, oa, n, m, k, alpha, B, ldb, sb, A, lda, sa, beta, C,
+                                     ldc, sc, batch);
+  } else {
+    return cublasDgemmStridedBatched(h, ob, oa, n, m, k, alpha, B, ldb, sb, A, lda, sa, beta, C,
+                                     ldc, sc, batch);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                       double alpha, const void* A, int64_t lda, int64_t strideA, const void* B,
+                       int64_t ldb, int64_t strideB, double beta, void* C, int64_t ldc,
+                       int64_t strideC, int64_t batch) {
+  PELAB_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "gemm: bad sizes M=", M, " N=", N, " K=",
+              K, " batch=", batch);
+  if (M == 0 || N == 0 || batch == 0) return;
+  const int64_t a_rows = transA ? K : M, a_cols = transA ? M : K;
+  const int64_t b_rows = transB ? N : K, b_cols = transB ? K : N;
+  if (a_rows <= 1) lda = std::max<int64_t>(lda, std::max<int64_t>(a_cols, 1));
+  if (b_rows <= 1) ldb = std::max<int64_t>(ldb, std::max<int64_t>(b_cols, 1));
+  if (M <= 1) ldc = std::max<int64_t>(ldc, N);
+  PELAB_CHECK(lda >= std::max<int64_t>(a_cols, 1) && ldb >= std::max<int64_t>(b_cols, 1) &&
+                  ldc >= std::max<int64_t>(N, 1),
+              "gemm: leading dimensions too small (M=", M, " N=", N, " K=", K, " lda=", lda,
+              " ldb=", ldb, " ldc=", ldc, ", transA=", transA, ", transB=", transB, ")");
+  PELAB_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
+                  ldb <= INT32_MAX && ldc <= INT32_MAX,
+              "gemm: sizes exceed the cuBLAS integer range (M=", M, " N=", N, " K=", K, ")");
+  if (K == 0 || alpha == 0.0) {
+    // C = beta * C for every batch entry (beta == 0 overwrites, even NaN); a shared C (strideC 0)
+    // is scaled once per entry, in order, as the CPU backend does.
+    View c;
+    c.data = C;
+    c.dtype = dtype;
+    const bool shared = strideC == 0 && batch > 1;
+    c.shape = shared ? Shape{M, N} : Shape{batch, M, N};
+    c.strides = shared ? Shape{ldc, 1} : Shape{strideC, ldc, 1};
+    for (int64_t i = 0; i < (shared ? batch : 1); ++i) {
+      if (beta == 0.0) {
+        fill(c, 0.0);
+      } else if (beta != 1.0) {
+        unary(UnaryOp::MulScalar, c, c, beta);
+      }
+    }
+    return;
+  }
+  const cublasOperation_t oa = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t ob = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasHandle_t h = state().blas;
+  dispatch_float(dtype, "gemm", [&](auto tag) {
+    using T = decltype(tag);
+    const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+    const T* a = static_cast<const T*>(A);
+    const T* b = static_cast<const T*>(B);
+    T* c = static_cast<T*>(C);
+    auto ctx = [&](int64_t first, int64_t count) {
+      std::ostringstream os;
+      os << " (" << dtype_name(dtype) << " M=" << M << " N=" << N << " K=" << K
+         << " transA=" << transA << " transB=" << transB << " lda=" << lda << " ldb=" << ldb
+         << " ldc=" << ldc << " strides " << strideA << "/" << strideB << "/" << strideC
+         << " batch " << first << "+" << count << " of " << batch << ")";
+      return os.str();
+    };
+    if (strideC == 0 && batch > 1) {
+      // One shared output: the products accumulate into it in batch order.
+      for (int64_t i = 0; i < batch; ++i) {
+        const cublasStatus_t st =
+            gemm_batched<T>(h, ob, oa, static_cast<int>(N), static_cast<int>(M),
+                            static_cast<int>(K), &al, b + i * strideB, static_cast<int>(ldb), 0,
+                            a + i * strideA, static_cast<int>(lda), 0, &be, c,
+                            static_cast<int>(ldc), 0, 1);
+        if (st != CUBLAS_STATUS_SUCCESS) check_blas(st, "cublas<T>gemmStridedBatched", ctx(i, 1));
+      }
+    } else {
+      constexpr int64_t kMaxBatch = INT32_MAX;
+      for (int64_t i0 = 0; i0 < batch; i0 += kMaxBatch) {
+        const int64_t nb = std::min(kMaxBatch, batch - i0);
+        const cublasStatus_t st = gemm_batched<T>(
+            h, ob, oa, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &al,
+            b + i0 * strideB, static_cast<int>(ldb), strideB, a + i0 * strideA,
+            static_cast<int>(lda), strideA, &be, c + i0 * strideC, static_cast<int>(ldc), strideC,
+            static_cast<int>(nb));
+        if (st != CUBLAS_STATUS_SUCCESS) check_blas(st, "cublas<T>gemmStridedBatched", ctx(i0, nb));
+      }
+    }
+    check_launch("gemm", ctx(0, batch));
+  });
+}
+
+}  // namespace pelab

@@ -1,0 +1,812 @@
+// pelab — CUDA fused NN kernels: softmax / log-softmax (+ backward), layer norm (+ backward, with
+// grad_weight/grad_bias as fixed-order two-pass partial sums), fused cross-entropy (+ backward; targets
+// validated on the host), index_select / index_add / gather / scatter_add (accumulation parallel over
+// (outer, inner) only, j in order per chunk, bounds via the device error record), counter-based random
+// fills and dropout masks (the CPU's rng functions, so masks are identical on both devices), and the
+// AdamW / SGD steps. Row statistics of Float32 data accumulate in double, as on the CPU.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "cuda/cuda_common.cuh"
+#include "pelab/random.h"
+
+namespace pelab {
+namespace {
+
+using cuda::ceil_div;
+using cuda::check_dtype;
+using cuda::check_rows;
+using cuda::grid_for;
+using cuda::kThreads;
+using cuda::row_threads;
+
+std::string rows_ctx(int64_t outer, int64_t n, int64_t inner, DType dt) {
+  std::ostringstream os;
+  os << " ([" << outer << ", " << n << ", " << inner << "] " << dtype_name(dt) << ")";
+  return os.str();
+}
+
+// ---------------- softmax ----------------
+template <class T>
+__global__ void softmax_rows(T* y, const T* x, int64_t outer, int64_t n, bool log) {
+  __shared__ T smax[256];
+  __shared__ double ssum[256];
+  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+    const T* xr = x + o * n;
+    T* yr = y + o * n;
+    T m = xr[0];
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+    m = cuda::block_max<T>(m, smax);
+    double s = 0;
+    if (!log) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const T e = cuda::dexp(xr[j] - m);
+        yr[j] = e;
+        s += static_cast<double>(e);
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        s += static_cast<double>(cuda::dexp(xr[j] - m));
+    }
+    s = cuda::block_sum<double>(s, ssum);
+    if (!log) {
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] *= inv;  // own elements only
+    } else {
+      const T shift = static_cast<T>(static_cast<double>(m) + ::log(s));
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] = xr[j] - shift;
+    }
+  }
+}
+
+template <class T>
+__global__ void softmax_cols(T* y, const T* x, int64_t outer, int64_t n, int64_t inner, bool log) {
+  PELAB_KERNEL_LOOP(t, outer * inner) {
+    const int64_t o = t / inner, i = t % inner;
+    const T* xc = x + o * n * inner + i;
+    T* yc = y + o * n * inner + i;
+    T m = xc[0];
+    for (int64_t j = 1; j < n; ++j) m = xc[j * inner] > m ? xc[j * inner] : m;
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const T e = cuda::dexp(xc[j * inner] - m);
+      if (!log) yc[j * inner] = e;
+      s += static_cast<double>(e);
+    }
+    if (log) {
+      const T f = static_cast<T>(static_cast<double>(m) + ::log(s));
+      for (int64_t j = 0; j < n; ++j) yc[j * inner] = xc[j * inner] - f;
+    } else {
+      const T f = static_cast<T>(1.0 / s);
+      for (int64_t j = 0; j < n; ++j) yc[j * inner] *= f;
+    }
+  }
+}
+
+template <class T>
+__global__ void softmax_bwd_rows(T* gi, const T* g, const T* y, int64_t outer, int64_t n, bool log) {
+  __shared__ double ssum[256];
+  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+    const T* gr = g + o * n;
+    const T* yr = y + o * n;
+    T* w = gi + o * n;
+    double s = 0;
+    if (!log) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        s += static_cast<double>(gr[j]) * static_cast<double>(yr[j]);
+    } else {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += static_cast<double>(gr[j]);
+    }
+    const T d = static_cast<T>(cuda::block_sum<double>(s, ssum));
+    if (!log) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) w[j] = yr[j] * (gr[j] - d);
+    } else {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) w[j] = gr[j] - cuda::dexp(yr[j]) * d;
+    }
+  }
+}
+
+template <class T>
+__global__ void softmax_bwd_cols(T* gi, const T* g, const T* y, int64_t outer, int64_t n,
+                                 int64_t inner, bool log) {
+  PELAB_KERNEL_LOOP(t, outer * inner) {
+    const int64_t o = t / inner, i = t % inner;
+    const int64_t base = o * n * inner + i;
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = base + j * inner;
+      s += log ? static_cast<double>(g[k]) : static_cast<double>(g[k]) * static_cast<double>(y[k]);
+    }
+    const T d = static_cast<T>(s);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = base + j * inner;
+      gi[k] = log ? g[k] - cuda::dexp(y[k]) * d : y[k] * (g[k] - d);
+    }
+  }
+}
+
+// ---------------- layer norm ----------------
+template <class T>
+__global__ void layer_norm_rows(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b,
+                                int64_t rows, int64_t n, double eps) {
+  __shared__ double sm[256];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(xr[i]);
+    const double mu = cuda::block_sum<double>(s, sm) / static_cast<double>(n);
+    double q = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const double d = static_cast<double>(xr[i]) - mu;
+      q += d * d;
+    }
+    q = cuda::block_sum<double>(q, sm);
+    const double rs = 1.0 / ::sqrt(q / static_cast<double>(n) + eps);
+    if (threadIdx.x == 0) {
+      mean[r] = static_cast<T>(mu);
+      rstd[r] = static_cast<T>(rs);
+    }
+    const T m = static_cast<T>(mu), k = static_cast<T>(rs);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      T v = (xr[i] - m) * k;
+      if (w) v = v * w[i];
+      if (b) v = v + b[i];
+      yr[i] = v;
+    }
+  }
+}
+
+// gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w
+template <class T>
+__global__ void layer_norm_bwd_rows(T* gx, const T* gy, const T* x, const T* mean, const T* rstd,
+                                    const T* w, int64_t rows, int64_t n) {
+  __shared__ double sm[256];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * n;
+    const T* gr = gy + r * n;
+    const T m = mean[r], k = rstd[r];
+    double s1 = 0, s2 = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const T g = w ? gr[i] * w[i] : gr[i];
+      s1 += static_cast<double>(g);
+      s2 += static_cast<double>(g * ((xr[i] - m) * k));
+    }
+    s1 = cuda::block_sum<double>(s1, sm);
+    s2 = cuda::block_sum<double>(s2, sm);
+    const T a = static_cast<T>(s1 / static_cast<double>(n));
+    const T c = static_cast<T>(s2 / static_cast<double>(n));
+    T* out = gx + r * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const T g = w ? gr[i] * w[i] : gr[i];
+      out[i] = k * (g - a - (xr[i] - m) * k * c);
+    }
+  }
+}
+
+// Pass 1: per (row block, column) partial sums of gy * xhat and gy, in double.
+template <class T>
+__global__ void layer_norm_param_partials(double* pw, double* pb, const T* gy, const T* x,
+                                          const T* mean, const T* rstd, int64_t rows, int64_t n,
+                                          int64_t nb, int64_t rb) {
+  PELAB_KERNEL_LOOP(t, nb * n) {
+    const int64_t blk = t / n, i = t % n;
+    const int64_t r1 = min(rows, (blk + 1) * rb);
+    double sw = 0, sb = 0;
+    for (int64_t r = blk * rb; r < r1; ++r) {
+      const double g = static_cast<double>(gy[r * n + i]);
+      sw += g * static_cast<double>((x[r * n + i] - mean[r]) * rstd[r]);
+      sb += g;
+    }
+    pw[t] = sw;
+    pb[t] = sb;
+  }
+}
+
+// Pass 2: per column, the row-block partials in block order.
+template <class T>
+__global__ void layer_norm_param_final(T* gw, T* gb, const double* pw, const double* pb, int64_t n,
+                                       int64_t nb) {
+  PELAB_KERNEL_LOOP(i, n) {
+    double sw = 0, sb = 0;
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      sw += pw[blk * n + i];
+      sb += pb[blk * n + i];
+    }
+    if (gw) gw[i] = static_cast<T>(sw);
+    if (gb) gb[i] = static_cast<T>(sb);
+  }
+}
+
+// ---------------- cross-entropy ----------------
+template <class T>
+__global__ void cross_entropy_rows(T* lp, T* ep, const T* xp, const int64_t* tg, int64_t rows,
+                                   int64_t C, int64_t ignore_index, double s) {
+  __shared__ T smax[256];
+  __shared__ double ssum[256];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = xp + r * C;
+    T m = x[0];
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) m = x[i] > m ? x[i] : m;
+    m = cuda::block_max<T>(m, smax);
+    double se = 0;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) se += static_cast<double>(cuda::dexp(x[i] - m));
+    se = cuda::block_sum<double>(se, ssum);
+    const double l = static_cast<double>(m) + ::log(se);
+    const int64_t t = tg[r];
+    if (t == ignore_index) {  // uniform over the block
+      if (threadIdx.x == 0) {
+        ep[r] = static_cast<T>(l);
+        lp[r] = T(0);
+      }
+      continue;
+    }
+    double dot = (1.0 - s) * static_cast<double>(x[t]);
+    if (s != 0.0) {
+      double sx = 0;
+      for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sx += static_cast<double>(x[i]);
+      sx = cuda::block_sum<double>(sx, ssum);
+      dot += s / static_cast<double>(C) * sx;
+    }
+    if (threadIdx.x == 0) {
+      ep[r] = static_cast<T>(l);
+      lp[r] = static_cast<T>(l - dot);
+    }
+  }
+}
+
+template <class T>
+__global__ void cross_entropy_bwd(T* gp, const T* xp, const T* ep, const int64_t* tg, int64_t rows,
+                                  int64_t C, int64_t ignore_index, T sc, T off, T hit) {
+  PELAB_KERNEL_LOOP(e, rows * C) {
+    const int64_t r = e / C, i = e % C;
+    const int64_t t = tg[r];
+    if (t == ignore_index) {
+      gp[e] = T(0);
+      continue;
+    }
+    T g = sc * cuda::dexp(xp[e] - ep[r]) - off;
+    if (i == t) g -= hit;
+    gp[e] = g;
+  }
+}
+
+// Copies the targets to the host and throws (as the CPU backend does) for a target outside [0, C)
+// that is not ignore_index. Synchronous, so a pending index error is reported first.
+void check_targets_host(const View& targets, int64_t rows, int64_t C, int64_t ignore_index) {
+  if (rows == 0) return;
+  std::vector<int64_t> t(static_cast<size_t>(rows));
+  PELAB_CUDA_CALL(cudaMemcpy(t.data(), targets.data, sizeof(int64_t) * rows, cudaMemcpyDeviceToHost),
+                  " (cross_entropy: reading ", rows, " targets)");
+  cuda::check_device_errors();
+  for (int64_t r = 0; r < rows; ++r)
+    PELAB_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < C), "cross_entropy: target ", t[r],
+                " at row ", r, " is out of range [0, ", C, ") and is not ignore_index (",
+                ignore_index, ")");
+}
+
+// ---------------- indexing ----------------
+template <class T>
+__global__ void index_select_kernel(T* out, const T* in, const int64_t* ix, int64_t outer,
+                                    int64_t n_in, int64_t n_idx, int64_t inner,
+                                    cuda::ErrorSink sink) {
+  PELAB_KERNEL_LOOP(e, outer * n_idx * inner) {
+    const int64_t i = e % inner, j = (e / inner) % n_idx, o = e / (inner * n_idx);
+    const int64_t v = ix[j];
+    if (v < 0 || v >= n_in) {
+      cuda::report_error(sink, cuda::kIndexSelect, j, v, n_in);
+      out[e] = T(0);
+      continue;
+    }
+    out[e] = in[(o * n_in + v) * inner + i];
+  }
+}
+
+template <class T>
+__global__ void gather_kernel(T* out, const T* in, const int64_t* ix, int64_t outer, int64_t n_in,
+                              int64_t n_idx, int64_t inner, cuda::ErrorSink sink) {
+  PELAB_KERNEL_LOOP(e, outer * n_idx * inner) {
+    const int64_t i = e % inner, o = e / (inner * n_idx);
+    const int64_t v = ix[e];
+    if (v < 0 || v >= n_in) {
+      cuda::report_error(sink, cuda::kGather, e, v, n_in);
+      out[e] = T(0);
+      continue;
+    }
+    out[e] = in[(o * n_in + v) * inner + i];
+  }
+}
+
+// Accumulation into acc[o, idx, i] from src[o, j, i], j in [j0, j1) in order. `per_element` selects
+// scatter_add (idx[o, j, i]) over index_add (idx[j]). One thread per (o, chunk, i): threads never
+// share a destination, so there are no atomics and the order is fixed. With nc > 1 chunks the
+// thread adds into its own slice of `part` ([outer, nc, n_in, inner], zeroed), which
+// accumulate_partials then adds to acc in chunk order.
+template <class T, bool per_element>
+__global__ void accumulate_kernel(T* acc, T* part, const T* src, const int64_t* ix, int64_t outer,
+                                  int64_t n_in, int64_t n_idx, int64_t inner, int64_t nc,
+                                  int64_t chunk, cuda::ErrorSink sink, int code) {
+  PELAB_KERNEL_LOOP(t, outer * nc * inner) {
+    const int64_t i = t % inner, c = (t / inner) % nc, o = t / (inner * nc);
+    T* dst = part ? part + (o * nc + c) * n_in * inner : acc + o * n_in * inner;
+    const int64_t j1 = min(n_idx, (c + 1) * chunk);
+    for (int64_t j = c * chunk; j < j1; ++j) {
+      const int64_t pos = per_element ? (o * n_idx + j) * inner + i : j;
+      const int64_t v = ix[pos];
+      if (v < 0 || v >= n_in) {
+        cuda::report_error(sink, code, pos, v, n_in);
+        continue;
+      }
+      dst[v * inner + i] += src[(o * n_idx + j) * inner + i];
+    }
+  }
+}
+
+template <class T>
+__global__ void accumulate_partials(T* acc, const T* part, int64_t outer, int64_t n_in,
+                                    int64_t inner, int64_t nc) {
+  PELAB_KERNEL_LOOP(t, outer * n_in * inner) {
+    const int64_t i = t % inner, r = (t / inner) % n_in, o = t / (inner * n_in);
+    T a = acc[t];
+    for (int64_t c = 0; c < nc; ++c) a += part[((o * nc + c) * n_in + r) * inner + i];
+    acc[t] = a;
+  }
+}
+
+// Shared driver of index_add / scatter_add. The chunk count depends only on the shape.
+template <class T, bool per_element>
+void accumulate(T* acc, const T* src, const int64_t* ix, int64_t outer, int64_t n_in, int64_t n_idx,
+                int64_t inner, int code, const char* op) {
+  const int64_t cols = outer * inner;
+  if (cols == 0 || n_idx == 0) return;
+  int64_t nc = 1;
+  if (cols < 16384 && n_idx > 64) {
+    nc = std::min(ceil_div(n_idx, 32), ceil_div(65536, cols));
+    const int64_t slice = outer * n_in * inner;  // partial elements per chunk
+    while (nc > 1 && nc * slice > (int64_t(64) << 20)) nc /= 2;
+  }
+  const int64_t chunk = ceil_div(n_idx, nc);
+  nc = ceil_div(n_idx, chunk);
+  std::ostringstream ctx;
+  ctx << " ([" << outer << ", " << n_in << "/" << n_idx << ", " << inner << "], " << nc
+      << " chunks)";
+  if (nc == 1) {
+    accumulate_kernel<T, per_element><<<grid_for(cols), kThreads>>>(
+        acc, nullptr, src, ix, outer, n_in, n_idx, inner, 1, n_idx, cuda::error_sink(), code);
+    cuda::check_launch(op, ctx.str());
+  } else {
+    const int64_t np = outer * nc * n_in * inner;
+    cuda::DeviceBuffer part(sizeof(T) * np);
+    PELAB_CUDA_CALL(cudaMemsetAsync(part.as<T>(), 0, sizeof(T) * np, 0), ctx.str());
+    accumulate_kernel<T, per_element><<<grid_for(cols * nc), kThreads>>>(
+        acc, part.as<T>(), src, ix, outer, n_in, n_idx, inner, nc, chunk, cuda::error_sink(), code);
+    cuda::check_launch(op, ctx.str());
+    accumulate_partials<T><<<grid_for(outer * n_in * inner), kThreads>>>(acc, part.as<T>(), outer,
+                                                                        n_in, inner, nc);
+    cuda::check_launch(op, ctx.str());
+  }
+  cuda::after_index_kernel();
+}
+
+// ---------------- randomness ----------------
+template <class T>
+__global__ void dropout_kernel(T* m, int64_t n, double p, T keep, uint64_t seed, uint64_t offset) {
+  PELAB_KERNEL_LOOP(i, n) {
+    m[i] = rng_uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? keep : T(0);
+  }
+}
+
+template <class T>
+__global__ void uniform_kernel(T* o, int64_t n, double lo, double w, uint64_t seed,
+                               uint64_t offset) {
+  PELAB_KERNEL_LOOP(i, n) {
+    o[i] = static_cast<T>(lo + w * rng_uniform(seed, offset + static_cast<uint64_t>(i)));
+  }
+}
+
+template <class T>
+__global__ void normal_kernel(T* o, int64_t n, double mean, double std, uint64_t seed,
+                              uint64_t offset) {
+  PELAB_KERNEL_LOOP(i, n) {
+    o[i] = static_cast<T>(mean + std * rng_normal(seed, offset + static_cast<uint64_t>(i)));
+  }
+}
+
+// ---------------- optimizers ----------------
+// PyTorch AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+// p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+template <class T>
+__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T ob1, T b2,
+                             T ob2, T step, T inv_bc2_sqrt, T e) {
+  PELAB_KERNEL_LOOP(i, n) {
+    const T gi = g[i];
+    const T mi = b1 * m[i] + ob1 * gi;
+    m[i] = mi;
+    const T vi = b2 * v[i] + ob2 * gi * gi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step * mi / (cuda::dsqrt(vi) * inv_bc2_sqrt + e);
+  }
+}
+
+template <class T>
+__global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T wd, T mu, T damp,
+                           bool use_mom, bool first, bool nesterov) {
+  PELAB_KERNEL_LOOP(i, n) {
+    const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
+    if (!use_mom) {
+      p[i] -= lr * d;
+    } else {
+      const T b = first ? d : mu * buf[i] + damp * d;  // PyTorch: buffer = d on the first step
+      buf[i] = b;
+      p[i] -= lr * (nesterov ? d + mu * b : b);
+    }
+  }
+}
+
+}  // namespace
+
+// =====================================================================================
+void CudaBackend::softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+                          bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  const int64_t total = outer * n * inner;
+  check_rows(in, total, op, "input");
+  check_rows(out, total, op, "output");
+  check_dtype(out, in.dtype, op, "output");
+  if (total == 0) return;
+  cuda::dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out.data);
+    const T* x = static_cast<const T*>(in.data);
+    if (inner == 1) {
+      softmax_rows<T><<<grid_for(outer, 1), row_threads(n)>>>(y, x, outer, n, log);
+    } else {
+      softmax_cols<T><<<grid_for(outer * inner), kThreads>>>(y, x, outer, n, inner, log);
+    }
+    cuda::check_launch(op, rows_ctx(outer, n, inner, in.dtype));
+  });
+}
+
+void CudaBackend::softmax_backward(const View& grad_in, const View& grad_out, const View& y,
+                                   int64_t outer, int64_t n, int64_t inner, bool log) {
+  const char* op = log ? "log_softmax_backward" : "softmax_backward";
+  const int64_t total = outer * n * inner;
+  check_rows(grad_in, total, op, "grad_in");
+  check_rows(grad_out, total, op, "grad_out");
+  check_rows(y, total, op, "y");
+  check_dtype(grad_out, y.dtype, op, "grad_out");
+  check_dtype(grad_in, y.dtype, op, "grad_in");
+  if (total == 0) return;
+  cuda::dispatch_float(y.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* gi = static_cast<T*>(grad_in.data);
+    const T* g = static_cast<const T*>(grad_out.data);
+    const T* yy = static_cast<const T*>(y.data);
+    if (inner == 1) {
+      softmax_bwd_rows<T><<<grid_for(outer, 1), row_threads(n)>>>(gi, g, yy, outer, n, log);
+    } else {
+      softmax_bwd_cols<T><<<grid_for(outer * inner), kThreads>>>(gi, g, yy, outer, n, inner, log);
+    }
+    cuda::check_launch(op, rows_ctx(outer, n, inner, y.dtype));
+  });
+}
+
+// =====================================================================================
+void CudaBackend::layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
+                             const View& weight, const View& bias, int64_t rows, int64_t n,
+                             double eps) {
+  const char* op = "layer_norm";
+  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
+  check_rows(x, rows * n, op, "x");
+  check_rows(y, rows * n, op, "y");
+  check_rows(mean, rows, op, "mean");
+  check_rows(rstd, rows, op, "rstd");
+  for (const View* v : {&y, &mean, &rstd}) check_dtype(*v, x.dtype, op, "output");
+  if (weight.data) {
+    check_rows(weight, n, op, "weight");
+    check_dtype(weight, x.dtype, op, "weight");
+  }
+  if (bias.data) {
+    check_rows(bias, n, op, "bias");
+    check_dtype(bias, x.dtype, op, "bias");
+  }
+  if (rows == 0) return;
+  cuda::dispatch_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_rows<T><<<grid_for(rows, 1), row_threads(n)>>>(
+        static_cast<T*>(y.data), static_cast<T*>(mean.data), static_cast<T*>(rstd.data),
+        static_cast<const T*>(x.data), static_cast<const T*>(weight.data),
+        static_cast<const T*>(bias.data), rows, n, eps);
+    cuda::check_launch(op, rows_ctx(rows, n, 1, x.dtype));
+  });
+}
+
+void CudaBackend::layer_norm_backward(const View& grad_x, const View& grad_weight,
+                                      const View& grad_bias, const View& grad_y, const View& x,
+                                      const View& mean, const View& rstd, const View& weight,
+                                      int64_t rows, int64_t n) {
+  const char* op = "layer_norm_backward";
+  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
+  check_rows(x, rows * n, op, "x");
+  check_rows(grad_y, rows * n, op, "grad_y");
+  check_rows(mean, rows, op, "mean");
+  check_rows(rstd, rows, op, "rstd");
+  check_dtype(grad_y, x.dtype, op, "grad_y");
+  check_dtype(mean, x.dtype, op, "mean");
+  check_dtype(rstd, x.dtype, op, "rstd");
+  if (grad_x.data) {
+    check_rows(grad_x, rows * n, op, "grad_x");
+    check_dtype(grad_x, x.dtype, op, "grad_x");
+  }
+  if (weight.data) {
+    check_rows(weight, n, op, "weight");
+    check_dtype(weight, x.dtype, op, "weight");
+  }
+  for (const View* v : {&grad_weight, &grad_bias}) {
+    if (v->data) {
+      check_rows(*v, n, op, "grad_weight/grad_bias");
+      check_dtype(*v, x.dtype, op, "grad_weight/grad_bias");
+    }
+  }
+  const std::string ctx = rows_ctx(rows, n, 1, x.dtype);
+  cuda::dispatch_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data);
+    const T* gy = static_cast<const T*>(grad_y.data);
+    const T* mp = static_cast<const T*>(mean.data);
+    const T* rp = static_cast<const T*>(rstd.data);
+    const T* w = static_cast<const T*>(weight.data);
+    T* gx = static_cast<T*>(grad_x.data);
+    T* gw = static_cast<T*>(grad_weight.data);
+    T* gb = static_cast<T*>(grad_bias.data);
+    if (gx && rows > 0) {
+      layer_norm_bwd_rows<T><<<grid_for(rows, 1), row_threads(n)>>>(gx, gy, xp, mp, rp, w, rows, n);
+      cuda::check_launch(op, ctx);
+    }
+    if (gw || gb) {
+      // row blocks fixed by the shape; each (block, column) writes its own partial sums
+      const int64_t rb = std::max<int64_t>(8, ceil_div(rows, 256));
+      const int64_t nb = ceil_div(rows, rb);
+      if (nb == 0) {
+        if (gw) PELAB_CUDA_CALL(cudaMemsetAsync(gw, 0, sizeof(T) * n, 0), ctx);
+        if (gb) PELAB_CUDA_CALL(cudaMemsetAsync(gb, 0, sizeof(T) * n, 0), ctx);
+        return;
+      }
+      cuda::DeviceBuffer part(sizeof(double) * 2 * nb * n);
+      double* pw = part.as<double>();
+      double* pb = pw + nb * n;
+      layer_norm_param_partials<T><<<grid_for(nb * n), kThreads>>>(pw, pb, gy, xp, mp, rp, rows,
+                                                                    n, nb, rb);
+      cuda::check_launch(op, ctx);
+      layer_norm_param_final<T><<<grid_for(n), kThreads>>>(gw, gb, pw, pb, n, nb);
+      cuda::check_launch(op, ctx);
+    }
+  });
+}
+
+// =====================================================================================
+void CudaBackend::cross_entropy(const View& loss_rows, const View& lse, const View& logits,
+                                const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
+                                double smoothing) {
+  const char* op = "cross_entropy";
+  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
+  check_rows(logits, rows * C, op, "logits");
+  check_rows(targets, rows, op, "targets");
+  check_rows(loss_rows, rows, op, "loss_rows");
+  check_rows(lse, rows, op, "lse");
+  check_dtype(targets, DType::Int64, op, "targets");
+  check_dtype(loss_rows, logits.dtype, op, "loss_rows");
+  check_dtype(lse, logits.dtype, op, "lse");
+  check_targets_host(targets, rows, C, ignore_index);
+  if (rows == 0) return;
+  cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    cross_entropy_rows<T><<<grid_for(rows, 1), row_threads(C)>>>(
+        static_cast<T*>(loss_rows.data), static_cast<T*>(lse.data),
+        static_cast<const T*>(logits.data), static_cast<const int64_t*>(targets.data), rows, C,
+        ignore_index, smoothing);
+    cuda::check_launch(op, rows_ctx(rows, C, 1, logits.dtype));
+  });
+}
+
+void CudaBackend::cross_entropy_backward(const View& grad_logits, const View& logits,
+                                         const View& lse, const View& targets, int64_t rows,
+                                         int64_t C, int64_t ignore_index, double smoothing,
+                                         double scale) {
+  const char* op = "cross_entropy_backward";
+  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
+  check_rows(logits, rows * C, op, "logits");
+  check_rows(grad_logits, rows * C, op, "grad_logits");
+  check_rows(targets, rows, op, "targets");
+  check_rows(lse, rows, op, "lse");
+  check_dtype(targets, DType::Int64, op, "targets");
+  check_dtype(grad_logits, logits.dtype, op, "grad_logits");
+  check_dtype(lse, logits.dtype, op, "lse");
+  check_targets_host(targets, rows, C, ignore_index);
+  if (rows == 0) return;
+  cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T sc = static_cast<T>(scale);
+    const T off = static_cast<T>(scale * smoothing / static_cast<double>(C));
+    const T hit = static_cast<T>(scale * (1.0 - smoothing));
+    cross_entropy_bwd<T><<<grid_for(rows * C), kThreads>>>(
+        static_cast<T*>(grad_logits.data), static_cast<const T*>(logits.data),
+        static_cast<const T*>(lse.data), static_cast<const int64_t*>(targets.data), rows, C,
+        ignore_index, sc, off, hit);
+    cuda::check_launch(op, rows_ctx(rows, C, 1, logits.dtype));
+  });
+}
+
+// =====================================================================================
+void CudaBackend::index_select(const View& out, const View& in, const View& idx, int64_t outer,
+                               int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "index_select";
+  check_rows(in, outer * n_in * inner, op, "input");
+  check_rows(out, outer * n_idx * inner, op, "output");
+  check_rows(idx, n_idx, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(out, in.dtype, op, "output");
+  const int64_t total = outer * n_idx * inner;
+  if (total == 0) return;
+  cuda::dispatch_all(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    index_select_kernel<T><<<grid_for(total), kThreads>>>(
+        static_cast<T*>(out.data), static_cast<const T*>(in.data),
+        static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner, cuda::error_sink());
+    cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx, " indices");
+  });
+  cuda::after_index_kernel();
+}
+
+void CudaBackend::index_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                            int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "index_add";
+  check_rows(acc, outer * n_in * inner, op, "accumulator");
+  check_rows(src, outer * n_idx * inner, op, "source");
+  check_rows(idx, n_idx, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(src, acc.dtype, op, "source");
+  cuda::dispatch_all(acc.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    accumulate<T, false>(static_cast<T*>(acc.data), static_cast<const T*>(src.data),
+                         static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner,
+                         cuda::kIndexAdd, op);
+  });
+}
+
+void CudaBackend::gather(const View& out, const View& in, const View& idx, int64_t outer,
+                         int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "gather";
+  const int64_t total = outer * n_idx * inner;
+  check_rows(in, outer * n_in * inner, op, "input");
+  check_rows(out, total, op, "output");
+  check_rows(idx, total, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(out, in.dtype, op, "output");
+  if (total == 0) return;
+  cuda::dispatch_all(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    gather_kernel<T><<<grid_for(total), kThreads>>>(
+        static_cast<T*>(out.data), static_cast<const T*>(in.data),
+        static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner, cuda::error_sink());
+    cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx, " indices");
+  });
+  cuda::after_index_kernel();
+}
+
+void CudaBackend::scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                              int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "scatter_add";
+  const int64_t total = outer * n_idx * inner;
+  check_rows(acc, outer * n_in * inner, op, "accumulator");
+  check_rows(src, total, op, "source");
+  check_rows(idx, total, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(src, acc.dtype, op, "source");
+  cuda::dispatch_all(acc.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    accumulate<T, true>(static_cast<T*>(acc.data), static_cast<const T*>(src.data),
+                        static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner,
+                        cuda::kScatterAdd, op);
+  });
+}
+
+// =====================================================================================
+void CudaBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) {
+  const char* op = "dropout_mask";
+  PELAB_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
+  check_rows(mask, mask.numel(), op, "mask");
+  const int64_t n = mask.numel();
+  if (n == 0) return;
+  cuda::dispatch_float(mask.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    dropout_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(mask.data), n, p, keep, seed,
+                                                 offset);
+    cuda::check_launch(op, " (", n, " elements)");
+  });
+}
+
+void CudaBackend::random_uniform(const View& out, double lo, double hi, uint64_t seed,
+                                 uint64_t offset) {
+  const char* op = "random_uniform";
+  check_rows(out, out.numel(), op, "output");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cuda::dispatch_float(out.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    uniform_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(out.data), n, lo, hi - lo, seed,
+                                                 offset);
+    cuda::check_launch(op, " (", n, " elements)");
+  });
+}
+
+void CudaBackend::random_normal(const View& out, double mean, double std, uint64_t seed,
+                                uint64_t offset) {
+  const char* op = "random_normal";
+  check_rows(out, out.numel(), op, "output");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cuda::dispatch_float(out.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    normal_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(out.data), n, mean, std, seed,
+                                                offset);
+    cuda::check_launch(op, " (", n, " elements)");
+  });
+}
+
+// =====================================================================================
+void CudaBackend::adamw_step(const View& param, const View& grad, const View& m, const View& v,
+                             double lr, double beta1, double beta2, double eps, double weight_decay,
+                             double bias_correction1, double bias_correction2) {
+  const char* op = "adamw_step";
+  const int64_t n = param.numel();
+  check_rows(param, n, op, "param");
+  check_rows(grad, n, op, "grad");
+  check_rows(m, n, op, "exp_avg");
+  check_rows(v, n, op, "exp_avg_sq");
+  for (const View* x : {&grad, &m, &v}) check_dtype(*x, param.dtype, op, "state");
+  PELAB_CHECK(bias_correction1 > 0 && bias_correction2 > 0, op,
+              ": bias corrections must be positive, got ", bias_correction1, " and ",
+              bias_correction2);
+  if (n == 0) return;
+  cuda::dispatch_float(param.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    adamw_kernel<T><<<grid_for(n), kThreads>>>(
+        static_cast<T*>(param.data), static_cast<const T*>(grad.data), static_cast<T*>(m.data),
+        static_cast<T*>(v.data), n, static_cast<T>(1.0 - lr * weight_decay),
+        static_cast<T>(beta1), static_cast<T>(1.0 - beta1), static_cast<T>(beta2),
+        static_cast<T>(1.0 - beta2), static_cast<T>(lr / bias_correction1),
+        static_cast<T>(1.0 / std::sqrt(bias_correction2)), static_cast<T>(eps));
+    cuda::check_launch(op, " (", n, " elements ", dtype_name(param.dtype), ")");
+  });
+}
+
+void CudaBackend::sgd_step(const View& param, const View& grad, const View& momentum_buf,
+                           double lr, double momentum, double dampening, double weight_decay,
+                           bool nesterov, bool first_step) {
+  const char* op = "sgd_step";
+  const int64_t n = param.numel();
+  check_rows(param, n, op, "param");
+  check_rows(grad, n, op, "grad");
+  check_dtype(grad, param.dtype, op, "grad");
+  const bool use_mom = momentum != 0.0;
+  if (use_mom) {
+    check_rows(momentum_buf, n, op, "momentum_buffer");
+    check_dtype(momentum_buf, param.dtype, op, "momentum_buffer");
+  }
+  if (n == 0) return;
+  cuda::dispatch_float(param.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    sgd_kernel<T><<<grid_for(n), kThreads>>>(
+        static_cast<T*>(param.data), static_cast<const T*>(grad.data),
+        static_cast<T*>(momentum_buf.data), n, static_cast<T>(lr), static_cast<T>(weight_decay),
+        static_cast<T>(momentum), static_cast<T>(1.0 - dampening), use_mom, first_step, nesterov);
+    cuda::check_launch(op, " (", n, " elements ", dtype_name(param.dtype), ")");
+  });
+}
+
+}  // namespace pelab

@@ -1,0 +1,244 @@
+// pelab — command-line tests: run the built `pelab` binary (PELAB_BINARY) for every verb, its
+// --help, and every validation error path; each error must be one clear line "pelab: error: ..." on
+// stderr with a non-zero exit status.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class CLITest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("pelab_cli_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ASSERT_TRUE(fs::exists(PELAB_BINARY)) << "build the pelab target first: " << PELAB_BINARY;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `pelab ARGS` (ARGS already shell-quoted where needed) with `input` on stdin.
+  Result pelab(const std::string& args, const std::string& input = "") {
+    const fs::path in = dir_ / "stdin.txt", out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    std::ofstream(in) << input;
+    const std::string cmd = quote(PELAB_BINARY) + " " + args + " <" + quote(in.string()) + " >" +
+                            quote(out.string()) + " 2>" + quote(err.string());
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // A tiny, fast config (a few steps of a 1+1-layer model).
+  std::string tiny_config(const std::string& name = "tiny.yaml", const std::string& extra = "") {
+    return write(name,
+                 "task:\n  name: reverse\n  num_symbols: 4\n  train_max_len: 4\n"
+                 "  test_lengths: [3, 6]\n  num_eval_examples: 4\n"
+                 "model:\n  d_model: 16\n  heads: 2\n  d_ff: 32\n  encoder_layers: 1\n"
+                 "  decoder_layers: 1\n"
+                 "train:\n  steps: 4\n  batch_size: 4\n  warmup: 1\n  log_every: 2\n"
+                 "  eval_every: 2\n  checkpoint_every: 2\n  threads: 1\n  run_dir: " +
+                     (dir_ / "runs").string() + "\n" + extra);
+  }
+
+  // Asserts a failed run printed exactly one "pelab: error: " line containing every `needle`.
+  void expect_error(const Result& r, const std::vector<std::string>& needles) {
+    EXPECT_NE(r.rc, 0);
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.rfind("pelab: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+    for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << " in " << r.err;
+  }
+
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(CLITest, HelpAndVersionForEveryVerb) {
+  Result top = pelab("--help");
+  EXPECT_EQ(top.rc, 0);
+  for (const char* verb : {"train", "eval", "generate", "info", "config-reference", "demo"}) {
+    EXPECT_NE(top.out.find(std::string("  ") + verb), std::string::npos) << verb;
+    Result h = pelab(std::string(verb) + " --help");
+    EXPECT_EQ(h.rc, 0) << verb;
+    EXPECT_EQ(h.out.rfind(std::string("usage: pelab ") + verb, 0), 0u) << h.out;
+    EXPECT_TRUE(h.err.empty()) << h.err;
+  }
+  Result v = pelab("--version");
+  EXPECT_EQ(v.rc, 0);
+  EXPECT_EQ(v.out.rfind("pelab ", 0), 0u);
+  Result none = pelab("");
+  EXPECT_EQ(none.rc, 2);
+  EXPECT_NE(none.err.find("usage: pelab"), std::string::npos);
+}
+
+TEST_F(CLITest, ConfigReferenceIsDocsConfigMd) {
+  Result r = pelab("config-reference");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("pe.scheme"), std::string::npos);
+  EXPECT_EQ(r.out, slurp(fs::path(PELAB_SOURCE_DIR) / "docs" / "config.md"))
+      << "docs/config.md is out of date: pelab config-reference > docs/config.md";
+}
+
+TEST_F(CLITest, TrainEvalGenerateInfoResume) {
+  const std::string cfg = tiny_config("tiny.yaml", "pe:\n  scheme: rope\n");
+  Result t = pelab("train " + quote(cfg));
+  ASSERT_EQ(t.rc, 0) << t.err;
+  const fs::path run = dir_ / "runs" / "tiny";
+  for (const char* f : {"config.yaml", "metrics.jsonl", "metrics.csv", "eval.json", "eval.csv",
+                        "train.log", "checkpoints/step_4.h5", "checkpoints/best.h5"})
+    EXPECT_TRUE(fs::exists(run / f)) << f;
+  // Not a terminal: plain periodic lines every train.log_every steps, the same as train.log.
+  EXPECT_NE(t.err.find("step 2/4 loss "), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("step 4/4 loss "), std::string::npos) << t.err;
+  EXPECT_EQ(t.err.find('\r'), std::string::npos);
+  EXPECT_NE(slurp(run / "train.log").find("step 2/4 loss "), std::string::npos);
+  EXPECT_NE(t.out.find("len_6"), std::string::npos);
+
+  // eval of the run directory, and of the config (same run), with eval-time RoPE scaling.
+  Result e = pelab("eval " + quote(run.string()));
+  ASSERT_EQ(e.rc, 0) << e.err;
+  EXPECT_NE(e.out.find("checkpoints/best.h5 (step "), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("len_3"), std::string::npos);
+  Result e2 = pelab("eval " + quote(cfg) + " --checkpoint last --set pe.rope_scaling=yarn " +
+                    "--set pe.rope_scaling_factor=2 --set task.test_lengths=[8] --out " +
+                    quote((dir_ / "ev").string()));
+  ASSERT_EQ(e2.rc, 0) << e2.err;
+  EXPECT_NE(e2.out.find("len_8"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ / "ev" / "eval.json"));
+  EXPECT_NE(slurp(dir_ / "ev" / "eval.csv").find("len_8,8,4,"), std::string::npos);
+
+  // generate: one output line per input line, symbols of the task's vocabulary only.
+  Result g = pelab("generate " + quote(run.string()), "0123\n21\n3\n");
+  ASSERT_EQ(g.rc, 0) << g.err;
+  std::istringstream lines(g.out);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    EXPECT_EQ(line.find_first_not_of("0123"), std::string::npos) << line;
+  }
+  EXPECT_EQ(n, 3);
+  expect_error(pelab("generate " + quote(run.string()), "01x\n"), {"unknown symbol 'x'"});
+
+  Result i = pelab("info " + quote(cfg));
+  ASSERT_EQ(i.rc, 0) << i.err;
+  EXPECT_NE(i.out.find("total"), std::string::npos);
+  EXPECT_NE(i.out.find("encoder.layers.0"), std::string::npos);
+  EXPECT_NE(i.out.find("pe: rope"), std::string::npos);
+
+  // A fresh run into the same directory is refused; --stop-after + --resume continue a run.
+  expect_error(pelab("train " + quote(cfg)), {"already holds a run", "--resume"});
+  Result s = pelab("train " + quote(cfg) + " --set train.run_name=part --stop-after 2");
+  ASSERT_EQ(s.rc, 0) << s.err;
+  EXPECT_NE(s.err.find("stopped at step 2"), std::string::npos) << s.err;
+  Result r = pelab("train " + quote(cfg) + " --resume " + quote((dir_ / "runs" / "part").string()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("resumed"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(run / "eval.json"), slurp(dir_ / "runs" / "part" / "eval.json"));
+}
+
+TEST_F(CLITest, ConfigErrorsAreOneLineWithFileAndLine) {
+  // Unknown key, with a suggestion and FILE:LINE.
+  const std::string bad_key = write("bad_key.yaml", "model:\n  d_modle: 32\n");
+  expect_error(pelab("train " + quote(bad_key)),
+               {bad_key + ":2", "d_modle", "did you mean 'model.d_model'"});
+  // Wrong type.
+  const std::string bad_type = write("bad_type.yaml", "train:\n  steps: many\n");
+  expect_error(pelab("train " + quote(bad_type)), {bad_type + ":2", "train.steps"});
+  // Out of range.
+  const std::string bad_range = write("bad_range.yaml", "model:\n  dropout: 1.5\n");
+  expect_error(pelab("info " + quote(bad_range)), {bad_range + ":2", "model.dropout"});
+  // Missing config file.
+  expect_error(pelab("train " + quote((dir_ / "missing.yaml").string())),
+               {"missing.yaml", "cannot open"});
+  // Bad --set: no '=', unknown key, bad value.
+  const std::string cfg = tiny_config();
+  expect_error(pelab("info " + quote(cfg) + " --set model.d_model"), {"--set model.d_model"});
+  expect_error(pelab("info " + quote(cfg) + " --set pe.schem=rope"),
+               {"--set pe.schem=rope", "did you mean 'pe.scheme'"});
+  expect_error(pelab("info " + quote(cfg) + " --set pe.scheme=bogus"), {"pe.scheme", "bogus"});
+  // --set without its value.
+  expect_error(pelab("info " + quote(cfg) + " --set"), {"--set needs a value"});
+}
+
+TEST_F(CLITest, UsageAndRunErrorsAreOneLine) {
+  Result v = pelab("trian x.yaml");
+  expect_error(v, {"unknown command 'trian'", "did you mean 'train'"});
+  EXPECT_EQ(v.rc, 2);
+  expect_error(pelab("train"), {"train: missing CONFIG"});
+  const std::string cfg = tiny_config();
+  expect_error(pelab("train " + quote(cfg) + " --bogus"), {"unknown option '--bogus'"});
+  expect_error(pelab("train " + quote(cfg) + " --stop-after -3"), {"--stop-after"});
+  // Missing data file.
+  const std::string tf = tiny_config("tf.yaml", "");
+  expect_error(pelab("train " + quote(tf) + " --set task.name=textfile --set task.train_file=" +
+                     quote((dir_ / "nope.tsv").string())),
+               {"nope.tsv"});
+  // eval / generate of a missing run directory; resume of a missing directory.
+  expect_error(pelab("eval " + quote((dir_ / "no_run").string())),
+               {"no such config file or run directory"});
+  expect_error(pelab("generate " + quote((dir_ / "no_run").string())),
+               {"no such config file or run directory"});
+  expect_error(pelab("train " + quote(cfg) + " --resume " + quote((dir_ / "no_run").string())),
+               {"--resume", "no_run", "no such run directory"});
+  // eval of a config whose run has no checkpoint yet.
+  expect_error(pelab("eval " + quote(cfg)), {"no checkpoint"});
+}
+
+TEST_F(CLITest, CorruptAndMismatchedCheckpoints) {
+  const std::string cfg = tiny_config();
+  ASSERT_EQ(pelab("train " + quote(cfg)).rc, 0);
+  const fs::path run = dir_ / "runs" / "tiny";
+  // Shape mismatch and scheme mismatch: the checkpoint error names the file and dataset.
+  expect_error(pelab("eval " + quote(run.string()) + " --set model.d_ff=64"),
+               {"checkpoint", "best.h5", "params/", "shape"});
+  expect_error(pelab("eval " + quote(run.string()) + " --set pe.scheme=t5"),
+               {"checkpoint", "pe.scheme sinusoidal", "t5"});
+  // A corrupt checkpoint (not HDF5) and a truncated one.
+  std::ofstream(run / "checkpoints" / "best.h5", std::ios::trunc) << "this is not hdf5";
+  expect_error(pelab("eval " + quote(run.string())), {"best.h5"});
+  expect_error(pelab("generate " + quote(run.string()), "12\n"), {"best.h5"});
+  const std::string good = slurp(run / "checkpoints" / "step_4.h5");
+  std::ofstream(run / "checkpoints" / "step_4.h5", std::ios::trunc | std::ios::binary)
+      << good.substr(0, good.size() / 2);
+  expect_error(pelab("eval " + quote(run.string()) + " --checkpoint last"), {"step_4.h5"});
+  expect_error(pelab("train " + quote(cfg) + " --resume " + quote(run.string())), {"step_4.h5"});
+}

@@ -1,0 +1,454 @@
+// pelab — trainer tests (train/trainer.h, train/evaluate.h, train/task_data.h): bit-for-bit
+// determinism and exact resume, sane evaluation metrics, randomized positions, cached vs uncached
+// decoding in evaluation, learned positions beyond max_positions, the lm and textfile tasks.
+// Every run is tiny (a few steps of a 1+1-layer model) so that the suite stays fast under ASan.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pelab/pelab.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/evaluate.h"
+#include "train/metrics.h"
+#include "train/model_from_config.h"
+#include "train/task_data.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace pelab;
+
+namespace {
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("pelab_trainer_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A tiny seq2seq reverse run: 1+1 layers, d_model 16, batch 8.
+  Config tiny(const std::string& name, const std::vector<std::string>& sets = {}) {
+    std::vector<std::string> all = {
+        "task.name=reverse",        "task.num_symbols=4",      "task.train_min_len=1",
+        "task.train_max_len=5",     "task.test_lengths=[3, 7]", "task.num_eval_examples=6",
+        "model.d_model=16",         "model.heads=2",           "model.d_ff=32",
+        "model.encoder_layers=1",   "model.decoder_layers=1",  "train.steps=6",
+        "train.batch_size=8",       "train.warmup=2",          "train.log_every=1",
+        "train.eval_every=2",       "train.checkpoint_every=3", "train.threads=1",
+        "train.run_dir=" + dir_.string(), "train.run_name=" + name, "eval.batch_size=4"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    return load_config_string("", "<test>", all);
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  static TrainOptions quiet() {
+    TrainOptions o;
+    o.progress = 2;
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// metrics.jsonl rows without the timing fields.
+std::vector<MetricRow> rows_without_timing(const fs::path& run) {
+  std::vector<MetricRow> out;
+  for (MetricRow r : parse_metrics_jsonl(slurp(run / "metrics.jsonl"), "metrics")) {
+    MetricRow k;
+    for (auto& f : r.fields)
+      if (f.first != "elapsed_s" && f.first != "tokens_per_s") k.fields.push_back(f);
+    out.push_back(k);
+  }
+  return out;
+}
+
+void expect_rows_equal(const std::vector<MetricRow>& a, const std::vector<MetricRow>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].json(), b[i].json()) << "row " << i;
+}
+
+// Every parameter and optimizer buffer of two checkpoints is bit-identical.
+void expect_same_state(const std::string& pa, const std::string& pb) {
+  CheckpointData a = load_checkpoint(pa), b = load_checkpoint(pb);
+  EXPECT_EQ(a.step, b.step);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    EXPECT_EQ(a.params[i].first, b.params[i].first);
+    EXPECT_EQ(a.params[i].second.to_vector(), b.params[i].second.to_vector()) << a.params[i].first;
+  }
+  EXPECT_EQ(a.optimizer_step, b.optimizer_step);
+  ASSERT_EQ(a.optimizer_state.size(), b.optimizer_state.size());
+  for (const auto& [name, ts] : a.optimizer_state) {
+    const auto& tb = b.optimizer_state.at(name);
+    ASSERT_EQ(ts.size(), tb.size());
+    for (size_t i = 0; i < ts.size(); ++i) EXPECT_EQ(ts[i].to_vector(), tb[i].to_vector()) << name;
+  }
+  for (const char* c : {"data_position", "model_rng_offset", "randpos_rng_offset", "best_step"})
+    EXPECT_EQ(a.counters.at(c), b.counters.at(c)) << c;
+  EXPECT_EQ(a.values.at("best_metric"), b.values.at("best_metric"));
+}
+
+}  // namespace
+
+TEST_F(TrainerTest, SameConfigGivesIdenticalMetricsAndParameters) {
+  // Dropout and randomized positions exercise both generators; grad_accum the data position.
+  const std::vector<std::string> sets = {"model.dropout=0.1", "pe.randomized_positions=true",
+                                         "pe.randomized_max_position=40", "train.grad_accum=2"};
+  TrainResult a = train(tiny("a", sets), quiet());
+  TrainResult b = train(tiny("b", sets), quiet());
+  ASSERT_TRUE(a.finished && b.finished);
+  const auto ra = rows_without_timing(a.run_dir), rb = rows_without_timing(b.run_dir);
+  EXPECT_EQ(ra.size(), 6u + 3u);  // a train row every step, an eval row every 2 steps
+  expect_rows_equal(ra, rb);
+  expect_same_state(a.last_checkpoint, b.last_checkpoint);
+  EXPECT_EQ(slurp(fs::path(a.run_dir) / "eval.json"), slurp(fs::path(b.run_dir) / "eval.json"));
+  // A different seed changes the run.
+  TrainResult c = train(tiny("c", {"model.dropout=0.1", "train.seed=2"}), quiet());
+  EXPECT_NE(rows_without_timing(c.run_dir)[0].json(), ra[0].json());
+}
+
+TEST_F(TrainerTest, ResumedRunEqualsUninterruptedRunBitForBit) {
+  const std::vector<std::string> sets = {
+      "model.dropout=0.1", "pe.randomized_positions=true", "pe.randomized_max_position=40",
+      "train.grad_accum=2", "train.log_every=2", "train.checkpoint_every=4", "train.steps=6"};
+  TrainResult full = train(tiny("full", sets), quiet());
+  ASSERT_TRUE(full.finished);
+
+  TrainOptions stop = quiet();
+  stop.stop_after = 3;  // not a multiple of log_every: the partial loss window is checkpointed
+  TrainResult part = train(tiny("part", sets), stop);
+  EXPECT_FALSE(part.finished);
+  EXPECT_EQ(part.step, 3);
+  EXPECT_TRUE(fs::exists(fs::path(part.run_dir) / "checkpoints" / "step_3.h5"));
+
+  TrainOptions resume = quiet();
+  resume.resume = part.run_dir;
+  TrainResult done = train(tiny("part", sets), resume);
+  ASSERT_TRUE(done.finished);
+  EXPECT_EQ(done.step, 6);
+  expect_rows_equal(rows_without_timing(full.run_dir), rows_without_timing(done.run_dir));
+  expect_same_state((fs::path(full.run_dir) / "checkpoints" / "step_6.h5").string(),
+                    (fs::path(done.run_dir) / "checkpoints" / "step_6.h5").string());
+  EXPECT_EQ(slurp(fs::path(full.run_dir) / "eval.json"), slurp(fs::path(done.run_dir) / "eval.json"));
+  // metrics.csv is rebuilt from the checkpoint's rows on resume: same non-timing columns.
+  auto strip = [](const std::string& csv) {
+    std::string out, line;
+    std::istringstream in(csv);
+    while (std::getline(in, line)) {
+      std::stringstream ls(line);
+      std::string cell;
+      for (int c = 0; std::getline(ls, cell, ','); ++c)
+        if (c != 6 && c != 7) out += cell + ",";
+      out += "\n";
+    }
+    return out;
+  };
+  EXPECT_EQ(strip(slurp(fs::path(full.run_dir) / "metrics.csv")),
+            strip(slurp(fs::path(done.run_dir) / "metrics.csv")));
+}
+
+TEST_F(TrainerTest, ResumeRejectsAChangedModelAndMissingRuns) {
+  TrainOptions stop = quiet();
+  stop.stop_after = 2;
+  TrainResult part = train(tiny("r"), stop);
+  TrainOptions resume = quiet();
+  resume.resume = part.run_dir;
+  try {
+    train(tiny("r", {"model.d_model=32"}), resume);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.d_model is 32 but the run was trained with 16"),
+              std::string::npos)
+        << e.what();
+  }
+  resume.resume = (dir_ / "missing").string();
+  try {
+    train(tiny("r"), resume);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no such run directory"), std::string::npos) << e.what();
+  }
+  // A fresh run into an existing run directory needs --overwrite.
+  try {
+    train(tiny("r"), quiet());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainerTest, EvalMetricsAreSaneAndExactMatchAgreesWithPredictions) {
+  // copy over 2 symbols, lengths 1..3: learnable in a few dozen steps.
+  Config cfg = tiny("copy", {"task.name=copy", "task.num_symbols=2", "task.train_max_len=3",
+                             "task.test_lengths=[2, 3, 6]", "task.num_eval_examples=16",
+                             "train.steps=120", "train.warmup=10", "train.lr=0.01",
+                             "train.batch_size=16", "train.log_every=40", "train.eval_every=60",
+                             "train.checkpoint_every=0", "eval.save_predictions=true"});
+  TrainResult r = train(cfg, quiet());
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(r.final_eval.size(), 4u);  // valid + 3 test lengths
+  EXPECT_EQ(r.final_eval[0].split, "valid");
+  EXPECT_EQ(r.final_eval[3].split, "len_6");
+  for (const auto& e : r.final_eval) {
+    ASSERT_TRUE(e.available()) << e.split;
+    EXPECT_EQ(e.examples, 16);
+    EXPECT_GT(e.loss, 0.0);
+    EXPECT_NEAR(e.perplexity, std::exp(e.loss), 1e-12 * e.perplexity);
+    EXPECT_GE(e.token_accuracy, 0.0);
+    EXPECT_LE(e.token_accuracy, 1.0);
+    EXPECT_GE(e.exact_match, 0.0);
+    EXPECT_LE(e.exact_match, 1.0);
+  }
+  // In distribution the tiny model has learned to copy.
+  EXPECT_GE(r.final_eval[1].exact_match, 0.9);
+  EXPECT_GE(r.final_eval[1].token_accuracy, 0.9);
+  // exact_match is the fraction of predictions equal to their target.
+  Config cfg2 = load_config((fs::path(r.run_dir) / "config.yaml").string());
+  LoadedModel lm = load_model(cfg2, r.last_checkpoint);
+  EvalOptions eo;
+  eo.keep_predictions = true;
+  for (size_t s = 0; s < lm.data->tests().size(); ++s) {
+    EvalResult e = evaluate_set(*lm.model, *lm.data, lm.data->tests()[s], cfg2, eo);
+    ASSERT_EQ(e.predictions.size(), 16u);
+    int correct = 0;
+    for (const auto& p : e.predictions) {
+      EXPECT_EQ(p.correct, p.output == p.target);
+      correct += p.correct;
+    }
+    EXPECT_DOUBLE_EQ(e.exact_match, correct / 16.0);
+    // The reloaded checkpoint reproduces the run's own final evaluation exactly.
+    EXPECT_EQ(e.row().json(), r.final_eval[s + 1].row().json());
+  }
+  EXPECT_TRUE(fs::exists(fs::path(r.run_dir) / "predictions_len_6.tsv"));
+  // Files of the run directory.
+  for (const char* f : {"config.yaml", "metrics.jsonl", "metrics.csv", "eval.json", "eval.csv",
+                        "train.log", "checkpoints/best.h5", "checkpoints/last.h5"})
+    EXPECT_TRUE(fs::exists(fs::path(r.run_dir) / f)) << f;
+  EXPECT_EQ(slurp(fs::path(r.run_dir) / "metrics.csv").substr(0, 60),
+            metrics_csv_header().substr(0, 60));
+}
+
+TEST_F(TrainerTest, RandomizedPositionsAreSortedUniqueInRangeAndTrainingWorks) {
+  Generator gen(7);
+  std::set<int64_t> seen_first;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t L = 1 + trial % 20, M = 20 + trial % 50;
+    std::vector<int64_t> p = random_positions(gen, L, M);
+    ASSERT_EQ(static_cast<int64_t>(p.size()), L);
+    for (size_t i = 0; i < p.size(); ++i) {
+      ASSERT_GE(p[i], 0);
+      ASSERT_LT(p[i], M);
+      if (i) ASSERT_LT(p[i - 1], p[i]);
+    }
+    seen_first.insert(p[0]);
+  }
+  EXPECT_GT(seen_first.size(), 10u);  // not always the same subset
+  EXPECT_EQ(random_positions(gen, 5, 5), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_THROW(random_positions(gen, 6, 5), Error);
+
+  // The trainer passes such positions to the model (one vector per stack) for every batch.
+  for (const char* scheme : {"sinusoidal", "rope", "t5"}) {
+    TrainOptions o = quiet();
+    int batches = 0;
+    bool any_shifted = false;
+    o.position_hook = [&](int64_t, const std::vector<std::vector<int64_t>>& pos) {
+      ++batches;
+      ASSERT_EQ(pos.size(), 2u);  // encoder, decoder (grad_accum 1)
+      for (const auto& p : pos) {
+        for (size_t i = 0; i < p.size(); ++i) {
+          ASSERT_LT(p[i], 64);
+          if (i) ASSERT_LT(p[i - 1], p[i]);
+          any_shifted |= p[i] != static_cast<int64_t>(i);
+        }
+      }
+    };
+    TrainResult r = train(tiny(std::string("rp_") + scheme,
+                               {std::string("pe.scheme=") + scheme, "pe.randomized_positions=true",
+                                "pe.randomized_max_position=64", "train.steps=10", "train.lr=0.01"}),
+                          o);
+    ASSERT_TRUE(r.finished);
+    EXPECT_EQ(batches, 10);
+    EXPECT_TRUE(any_shifted);
+    for (const auto& e : r.final_eval) EXPECT_TRUE(std::isfinite(e.loss)) << scheme;
+    // Training makes progress with randomized positions.
+    std::vector<double> losses;
+    for (const auto& row : rows_without_timing(r.run_dir))
+      if (row.get("type")->s == "train") losses.push_back(row.get("loss")->d);
+    ASSERT_EQ(losses.size(), 10u);
+    EXPECT_LT(losses.back(), losses.front()) << scheme;
+  }
+}
+
+TEST_F(TrainerTest, CachedDecodingInEvalEqualsUncached) {
+  EvalOptions cached, uncached;
+  cached.keep_predictions = uncached.keep_predictions = true;
+  uncached.use_cache = false;
+  for (const char* scheme : {"sinusoidal", "learned", "shaw", "t5", "rope", "alibi", "none"}) {
+    for (const char* arch : {"seq2seq", "decoder"}) {
+      Config cfg = tiny("c", {std::string("pe.scheme=") + scheme, std::string("model.arch=") + arch,
+                              std::string("task.formulation=") + arch, "task.test_lengths=[4]",
+                              "pe.max_positions=64"});
+      LoadedModel lm = load_model(cfg);  // random init: long, varied outputs
+      const EvalSet& set = lm.data->tests()[0];
+      EvalResult a = evaluate_set(*lm.model, *lm.data, set, cfg, cached);
+      EvalResult b = evaluate_set(*lm.model, *lm.data, set, cfg, uncached);
+      ASSERT_EQ(a.predictions.size(), b.predictions.size());
+      for (size_t i = 0; i < a.predictions.size(); ++i)
+        EXPECT_EQ(a.predictions[i].output, b.predictions[i].output) << scheme << " " << arch;
+      EXPECT_EQ(a.row().json(), b.row().json()) << scheme << " " << arch;
+    }
+  }
+  // And after a little training (outputs that stop at eos).
+  TrainResult r = train(tiny("trained", {"pe.scheme=rope"}), quiet());
+  Config cfg = load_config((fs::path(r.run_dir) / "config.yaml").string());
+  LoadedModel lm = load_model(cfg, r.last_checkpoint);
+  for (const auto& set : lm.data->tests()) {
+    EvalResult a = evaluate_set(*lm.model, *lm.data, set, cfg, cached);
+    EvalResult b = evaluate_set(*lm.model, *lm.data, set, cfg, uncached);
+    EXPECT_EQ(a.row().json(), b.row().json());
+    for (size_t i = 0; i < a.predictions.size(); ++i)
+      EXPECT_EQ(a.predictions[i].output, b.predictions[i].output);
+  }
+}
+
+TEST_F(TrainerTest, LearnedPositionsBeyondMaxPositionsAreNotApplicable) {
+  for (const char* arch : {"seq2seq", "decoder"}) {
+    // seq2seq needs 6 positions for length 5, decoder 12; length 9 needs 10 / 20.
+    const std::string maxp = std::string(arch) == "seq2seq" ? "8" : "14";
+    Config cfg = tiny(std::string("learned_") + arch,
+                      {"pe.scheme=learned", "pe.max_positions=" + maxp,
+                       std::string("model.arch=") + arch, std::string("task.formulation=") + arch,
+                       "task.test_lengths=[5, 9]"});
+    TrainResult r = train(cfg, quiet());
+    ASSERT_TRUE(r.finished);
+    ASSERT_EQ(r.final_eval.size(), 3u);
+    EXPECT_TRUE(r.final_eval[1].available()) << arch;
+    EXPECT_TRUE(std::isfinite(r.final_eval[1].exact_match));
+    EXPECT_EQ(r.final_eval[2].split, "len_9");
+    EXPECT_EQ(r.final_eval[2].status, "n/a (> max_positions)") << arch;
+    EXPECT_FALSE(std::isfinite(r.final_eval[2].loss));
+    const std::string js = slurp(fs::path(r.run_dir) / "eval.json");
+    EXPECT_NE(js.find("\"status\": \"n/a (> max_positions)\""), std::string::npos);
+  }
+  // A training sequence longer than the table is refused up front.
+  try {
+    train(tiny("bad", {"pe.scheme=learned", "pe.max_positions=5"}), quiet());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pe.max_positions (5) must cover"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(TrainerTest, LmTaskReportsPerplexityPerLength) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "the cat sat on the mat. ";
+  const std::string corpus = write("corpus.txt", text);
+  Config cfg = tiny("lm", {"task.name=lm", "task.formulation=decoder", "model.arch=decoder",
+                           "task.corpus=" + corpus, "task.lm_train_len=8",
+                           "task.lm_eval_lengths=[8, 16]", "task.num_eval_examples=5",
+                           "task.valid_fraction=0.1", "pe.scheme=alibi", "train.steps=20",
+                           "train.lr=0.01", "train.eval_every=10"});
+  TrainResult r = train(cfg, quiet());
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(r.final_eval.size(), 3u);
+  EXPECT_EQ(r.final_eval[1].split, "ctx_8");
+  EXPECT_EQ(r.final_eval[2].split, "ctx_16");
+  // Both lengths cover the same first 5 * 16 + 1 test tokens with non-overlapping windows.
+  EXPECT_EQ(r.final_eval[1].examples, 10);
+  EXPECT_EQ(r.final_eval[2].examples, 5);
+  EXPECT_EQ(r.final_eval[1].tokens, 80);
+  EXPECT_EQ(r.final_eval[2].tokens, 80);
+  for (const auto& e : r.final_eval) {
+    EXPECT_NEAR(e.perplexity, std::exp(e.loss), 1e-9 * e.perplexity);
+    EXPECT_FALSE(std::isfinite(e.exact_match));  // not defined for lm
+  }
+  // A repetitive text is learned quickly: far below the uniform perplexity.
+  TaskData data(cfg);
+  EXPECT_LT(r.final_eval[1].perplexity, 0.5 * static_cast<double>(data.vocab().size()));
+}
+
+TEST_F(TrainerTest, TextfileTaskTrainsAndEvaluatesEveryTestFile) {
+  std::string train_tsv, test_tsv;
+  for (int i = 0; i < 40; ++i) {
+    std::string s = std::to_string(i * 7 % 100);
+    train_tsv += s + "\t" + std::string(s.rbegin(), s.rend()) + "\n";
+  }
+  test_tsv = "12\t21\n345\t543\n";
+  const std::string tr = write("train.tsv", train_tsv), te = write("long.tsv", test_tsv);
+  Config cfg = tiny("tf", {"task.name=textfile", "task.train_file=" + tr,
+                           "task.test_files=[" + te + "]", "task.valid_fraction=0.1"});
+  TrainResult r = train(cfg, quiet());
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(r.final_eval.size(), 2u);
+  EXPECT_EQ(r.final_eval[0].examples, 4);  // 10% of 40 held out
+  EXPECT_EQ(r.final_eval[1].split, "long");
+  EXPECT_EQ(r.final_eval[1].examples, 2);
+  TaskData data(cfg);
+  EXPECT_EQ(data.num_train_examples(), 36);
+  EXPECT_EQ(data.render(data.encode_line("345")), "345");
+  EXPECT_THROW(data.encode_line("3a"), Error);
+  // A missing data file is a clear error naming it.
+  try {
+    TaskData bad(tiny("x", {"task.name=textfile", "task.train_file=" + (dir_ / "nope.tsv").string()}));
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("nope.tsv"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainerTest, ModelConfigMappingAndMetricRows) {
+  Config cfg = tiny("m", {"pe.scheme=rope", "pe.rope_scaling=yarn", "pe.rope_scaling_factor=2",
+                          "model.dropout=0.25", "model.tie_embeddings=true", "train.seed=9"});
+  TaskData data(cfg);
+  EXPECT_EQ(data.train_positions(), 6);  // max(|src|, |tgt|) + 1 for length 5
+  models::ModelConfig mc = to_model_config(cfg, data.vocab().size(), data.train_positions());
+  EXPECT_EQ(mc.vocab, data.vocab().size());
+  EXPECT_EQ(mc.d_model, 16);
+  EXPECT_EQ(mc.encoder_layers, 1);
+  EXPECT_EQ(mc.dropout, 0.25);
+  EXPECT_TRUE(mc.tie_embeddings);
+  EXPECT_EQ(mc.seed, 9u);
+  EXPECT_EQ(mc.pe.scheme, "rope");
+  EXPECT_EQ(mc.pe.rope_scaling, "yarn");
+  EXPECT_EQ(mc.pe.rope_scaling_factor, 2.0);
+  EXPECT_EQ(mc.pe.rope_train_length, 6);  // 0 in the config: the training length
+  cfg.pe.rope_train_length = 40;
+  EXPECT_EQ(to_model_config(cfg, 9, 6).pe.rope_train_length, 40);
+
+  MetricRow row;
+  row.set("type", "train").set("step", int64_t{12}).set("loss", 0.1 + 0.2).set("lr", 1e-300);
+  row.set("nan", std::nan("")).set("text", "a \"q\"\n,b");
+  MetricRow back = parse_metric_row(row.json());
+  ASSERT_EQ(back.fields.size(), row.fields.size());
+  for (size_t i = 0; i < row.fields.size(); ++i) {
+    EXPECT_EQ(back.fields[i].first, row.fields[i].first);
+    EXPECT_TRUE(back.fields[i].second == row.fields[i].second) << row.fields[i].first;
+  }
+  EXPECT_EQ(back.get("loss")->d, 0.1 + 0.2);  // bit for bit
+  EXPECT_EQ(back.get("nan")->kind, MetricValue::Kind::Null);
+  EXPECT_THROW(parse_metric_row("{\"a\": }"), Error);
+}

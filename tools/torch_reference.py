@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""pelab — an independent PyTorch reference of the pelab transformer, for golden tests.
+
+Written from the specification in docs/model.md (not from the C++): both architectures (seq2seq,
+decoder-only), pre-/post-LN, gelu/relu, optional biases, tied embeddings and every positional
+encoding scheme (sinusoidal, learned, shaw, t5, rope with both pairings and partial rotary, alibi,
+none). Everything is computed in float64 from the float32 values stored in a pelab checkpoint.
+
+    tools/torch_reference.py IN.input.h5 OUT.golden.h5
+
+IN is a pelab checkpoint (docs/checkpoint.md: /config YAML, /vocab, /param_names, /params/<name>)
+with an extra group /golden_input holding the batch as attributes (tests/test_golden.cpp writes
+it): int64 arrays tgt, tgt_mask, tgt_pos, targets (and src, src_mask, src_pos for seq2seq) and
+the scalars ignore_index, label_smoothing, adamw_steps, adamw_lr, adamw_beta1, adamw_beta2,
+adamw_eps, adamw_weight_decay. OUT gets: logits [B, T, V] and loss (float64), grad_names
+(= /param_names; tied tables once), grads (every parameter's gradient flattened row-major and
+concatenated in that order, rounded to float32) and adamw_losses [steps + 1] (float64: the loss
+before each of `steps` AdamW steps and after the last).
+"""
+import argparse
+import math
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover
+    sys.exit("torch_reference.py: needs PyYAML (apt-get install python3-yaml)")
+
+torch.set_default_dtype(torch.float64)
+DT = torch.float64
+
+
+# ---------------------------------------------------------------- config
+def as_float(x):
+    return float(x)  # PyYAML reads "1e-05" (no dot) as a string
+
+
+def as_bool(x):
+    if isinstance(x, bool):
+        return x
+    return str(x).lower() in ("true", "yes", "on", "1")
+
+
+class Cfg:
+    def __init__(self, text, vocab):
+        c = yaml.safe_load(text)
+        m, p = c["model"], c["pe"]
+        self.arch = m["arch"]
+        self.vocab = vocab
+        self.d_model = int(m["d_model"])
+        self.heads = int(m["heads"])
+        self.d_ff = int(m["d_ff"])
+        self.encoder_layers = int(m["encoder_layers"])
+        self.decoder_layers = int(m["decoder_layers"])
+        self.dropout = as_float(m["dropout"])
+        self.norm = m["norm"]
+        self.norm_eps = as_float(m["norm_eps"])
+        self.activation = m["activation"]
+        self.bias = as_bool(m["bias"])
+        self.tie = as_bool(m["tie_embeddings"])
+        self.embed_scale = m["embed_scale"]
+        self.pe = p
+        self.scheme = p["scheme"]
+        assert self.d_model % self.heads == 0
+        self.dh = self.d_model // self.heads
+        if self.dropout != 0.0:
+            raise SystemExit("torch_reference.py: dropout must be 0 (got %g)" % self.dropout)
+        assert self.norm in ("pre", "post"), self.norm
+        assert self.activation in ("gelu", "relu"), self.activation
+
+
+# ---------------------------------------------------------------- positional encodings
+# docs/model.md §7. Each PE object implements the four hooks; `site` is a dict with kind
+# ("enc_self" | "dec_self" | "cross"), layer, q_pos, k_pos (LongTensors) and causal.
+class PE:
+    additive = False
+
+    def embed(self, x, pos):
+        return x
+
+    def transform_qk(self, q, k, site):
+        return q, k
+
+    def score_term(self, q, site):
+        return None
+
+    def value_term(self, probs, site):
+        return None
+
+
+class Sinusoidal(PE):  # Vaswani et al. 2017, §3.5
+    additive = True
+
+    def __init__(self, cfg, P, stack):
+        self.base = as_float(cfg.pe["sinusoidal_base"])
+
+    def table(self, pos, D):
+        p = pos.to(DT)[:, None]
+        i = torch.arange(D)
+        pair = (i // 2).to(DT)
+        omega = torch.exp(-2.0 * pair * math.log(self.base) / D)
+        ang = p * omega[None, :]
+        return torch.where((i % 2 == 0)[None, :], torch.sin(ang), torch.cos(ang))
+
+    def embed(self, x, pos):
+        return x + self.table(pos, x.shape[-1])[None]
+
+
+class Learned(PE):
+    additive = True
+
+    def __init__(self, cfg, P, stack):
+        self.w = P[stack + ".pe.weight"]
+        self.max_positions = int(cfg.pe["max_positions"])
+        assert self.w.shape[0] == self.max_positions
+
+    def embed(self, x, pos):
+        assert int(pos.max()) < self.max_positions, "learned PE: position out of range"
+        return x + self.w[pos][None]
+
+
+class Shaw(PE):  # Shaw et al. 2018: a^K inside the 1/sqrt(dh) scale, a^V added to the output
+    def __init__(self, cfg, P, stack):
+        self.k = int(cfg.pe["shaw_k"])
+        self.keys = as_bool(cfg.pe["shaw_keys"])
+        self.values = as_bool(cfg.pe["shaw_values"])
+        self.per_head = as_bool(cfg.pe["shaw_per_head"])
+        self.dh = cfg.dh
+        self.P_heads = cfg.heads
+        self.P, self.stack = P, stack
+
+    def rel(self, site):
+        d = site["k_pos"][None, :] - site["q_pos"][:, None]  # p_j - p_i
+        return torch.clamp(d, -self.k, self.k) + self.k  # [Lq, Lk]
+
+    def table(self, site, which):
+        t = self.P["%s.pe.layers.%d.%s" % (self.stack, site["layer"], which)]
+        r = self.rel(site)
+        if self.per_head:
+            return t[:, r]  # [H, Lq, Lk, dh]
+        H = self.P_heads
+        return t[r][None].expand(H, -1, -1, -1)  # [H, Lq, Lk, dh]
+
+    def score_term(self, q, site):
+        if site["kind"] == "cross" or not self.keys:
+            return None
+        a = self.table(site, "rel_k")
+        return torch.einsum("bhid,hijd->bhij", q, a) / math.sqrt(self.dh)
+
+    def value_term(self, probs, site):
+        if site["kind"] == "cross" or not self.values:
+            return None
+        a = self.table(site, "rel_v")
+        return torch.einsum("bhij,hijd->bhid", probs, a)
+
+
+def t5_bucket(rel, bidirectional, num_buckets, max_distance):
+    """HF transformers T5Attention._relative_position_bucket (rel = memory - context)."""
+    buckets = torch.zeros_like(rel)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (rel > 0).to(torch.long) * num_buckets
+        rel = torch.abs(rel)
+    else:
+        rel = -torch.min(rel, torch.zeros_like(rel))
+    max_exact = num_buckets // 2
+    is_small = rel < max_exact
+    large = max_exact + (
+        torch.log(rel.float() / max_exact) / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).to(torch.long)
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(is_small, rel, large)
+
+
+class T5(PE):  # Raffel et al. 2020: a learned scalar per (bucket, head), added unscaled
+    def __init__(self, cfg, P, stack):
+        self.N = int(cfg.pe["t5_num_buckets"])
+        self.M = int(cfg.pe["t5_max_distance"])
+        self.per_layer = as_bool(cfg.pe["t5_per_layer"])
+        self.P, self.stack = P, stack
+
+    def score_term(self, q, site):
+        if site["kind"] == "cross":
+            return None
+        name = ("%s.pe.layers.%d.rel_bias" % (self.stack, site["layer"]) if self.per_layer
+                else "%s.pe.rel_bias" % self.stack)
+        table = self.P[name]  # [N, H]
+        rel = site["k_pos"][None, :] - site["q_pos"][:, None]
+        b = t5_bucket(rel, site["kind"] == "enc_self", self.N, self.M)  # [Lq, Lk]
+        return table[b].permute(2, 0, 1)[None]  # [1, H, Lq, Lk]
+
+
+class RoPE(PE):  # Su et al. 2021 (interleaved pairs) / GPT-NeoX (half pairs, partial rotary)
+    def __init__(self, cfg, P, stack):
+        dh = cfg.dh
+        self.rot = int(math.floor(dh * as_float(cfg.pe["rope_fraction"]) + 0.5))
+        assert self.rot % 2 == 0 and 2 <= self.rot <= dh
+        self.base = as_float(cfg.pe["rope_base"])
+        self.pairing = cfg.pe["rope_pairing"]
+        assert self.pairing in ("half", "interleaved")
+        # Eval-time scaling (pe.rope_scaling) is not applied: the reference runs in training mode.
+
+    def rotate(self, x, pos):
+        half = self.rot // 2
+        m = torch.arange(half).to(DT)
+        theta = self.base ** (-2.0 * m / self.rot)  # [rot/2]
+        ang = pos.to(DT)[:, None] * theta[None, :]  # [L, rot/2]
+        cos, sin = torch.cos(ang), torch.sin(ang)
+        if self.pairing == "half":
+            ia = torch.arange(half)
+            ib = ia + half
+        else:
+            ia = 2 * torch.arange(half)
+            ib = ia + 1
+        xa, xb = x[..., ia], x[..., ib]
+        ya = xa * cos - xb * sin
+        yb = xb * cos + xa * sin
+        out = x.clone()
+        out[..., ia] = ya
+        out[..., ib] = yb
+        return out
+
+    def transform_qk(self, q, k, site):
+        if site["kind"] == "cross":
+            return q, k
+        return self.rotate(q, site["q_pos"]), self.rotate(k, site["k_pos"])
+
+
+def alibi_slopes(n):
+    """The official ALiBi get_slopes (Press et al. 2022)."""
+    def pow2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return pow2(n)
+    c = 2 ** math.floor(math.log2(n))
+    return pow2(c) + alibi_slopes(2 * c)[0::2][: n - c]
+
+
+class ALiBi(PE):
+    def __init__(self, cfg, P, stack):
+        self.m = torch.tensor(alibi_slopes(cfg.heads), dtype=DT)
+        self.symmetric = as_bool(cfg.pe["alibi_symmetric"])
+
+    def score_term(self, q, site):
+        if site["kind"] == "cross":
+            return None
+        d = (site["q_pos"][:, None] - site["k_pos"][None, :]).to(DT)  # p_i - p_j
+        m = self.m[:, None, None]
+        if site["causal"]:
+            return (-m * torch.where(d >= 0, d, torch.zeros_like(d)))[None]
+        if not self.symmetric:
+            return None
+        return (-m * d.abs())[None]
+
+
+class NoPE(PE):
+    def __init__(self, cfg, P, stack):
+        pass
+
+
+SCHEMES = {"sinusoidal": Sinusoidal, "learned": Learned, "shaw": Shaw, "t5": T5, "rope": RoPE,
+           "alibi": ALiBi, "none": NoPE}
+
+
+# ---------------------------------------------------------------- the model (docs/model.md §2-3)
+class Model:
+    def __init__(self, cfg, P):
+        self.cfg, self.P = cfg, P
+        if cfg.scheme not in SCHEMES:
+            raise SystemExit("torch_reference.py: no reference for pe.scheme '%s'" % cfg.scheme)
+        s2s = cfg.arch == "seq2seq"
+        if cfg.tie:
+            shared = P["encoder.embed.weight" if s2s else "decoder.embed.weight"]
+            for n in (["decoder.embed.weight"] if s2s else []) + ["lm_head.weight"]:
+                assert n not in P, "tied checkpoint lists %s" % n
+            self.E_enc = shared if s2s else None
+            self.E_dec = shared
+            self.W_out = shared
+        else:
+            self.E_enc = P["encoder.embed.weight"] if s2s else None
+            self.E_dec = P["decoder.embed.weight"]
+            self.W_out = P["lm_head.weight"]
+        self.pe_enc = SCHEMES[cfg.scheme](cfg, P, "encoder") if s2s else None
+        self.pe_dec = SCHEMES[cfg.scheme](cfg, P, "decoder")
+        additive = SCHEMES[cfg.scheme].additive
+        D = cfg.d_model
+        self.scale = {"auto": math.sqrt(D) if additive else 1.0, "sqrt_d": math.sqrt(D),
+                      "none": 1.0}[cfg.embed_scale]
+
+    # -- building blocks
+    def linear(self, x, name):
+        y = x @ self.P[name + ".weight"].t()
+        if self.cfg.bias:
+            y = y + self.P[name + ".bias"]
+        return y
+
+    def ln(self, x, name):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.cfg.norm_eps) * self.P[name + ".weight"] + \
+            self.P[name + ".bias"]
+
+    def ff(self, x, name):
+        h = self.linear(x, name + ".fc1")
+        if self.cfg.activation == "gelu":
+            h = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+        else:
+            h = torch.clamp(h, min=0.0)
+        return self.linear(h, name + ".fc2")
+
+    def attention(self, xq, xkv, name, site, pe, key_mask):
+        c = self.cfg
+        B, Lq, D = xq.shape
+        Lk = xkv.shape[1]
+
+        def split(t, L):
+            return t.reshape(B, L, c.heads, c.dh).permute(0, 2, 1, 3)
+
+        q = split(self.linear(xq, name + ".q"), Lq)
+        k = split(self.linear(xkv, name + ".k"), Lk)
+        v = split(self.linear(xkv, name + ".v"), Lk)
+        q, k = pe.transform_qk(q, k, site)
+        a = q @ k.transpose(-1, -2) / math.sqrt(c.dh)
+        st = pe.score_term(q, site)
+        if st is not None:
+            a = a + st
+        blocked = (key_mask == 0)[:, None, None, :].expand(B, 1, Lq, Lk)
+        if site["causal"]:
+            i = torch.arange(Lq)[:, None]
+            j = torch.arange(Lk)[None, :]
+            blocked = blocked | (j > Lk - Lq + i)[None, None]
+        a = a.masked_fill(blocked, -1e9)
+        p = torch.softmax(a, dim=-1)
+        o = p @ v
+        vt = pe.value_term(p, site)
+        if vt is not None:
+            o = o + vt
+        o = o.permute(0, 2, 1, 3).reshape(B, Lq, D)
+        return self.linear(o, name + ".o")
+
+    def block(self, x, f, norm):
+        if self.cfg.norm == "pre":
+            return x + f(self.ln(x, norm))
+        return self.ln(x + f(x), norm)
+
+    # -- stacks
+    def encode(self, src, src_mask, pos):
+        c = self.cfg
+        x = self.pe_enc.embed(self.E_enc[src] * self.scale, pos)
+        for l in range(c.encoder_layers):
+            pre = "encoder.layers.%d" % l
+            site = dict(kind="enc_self", layer=l, q_pos=pos, k_pos=pos, causal=False)
+            x = self.block(x, lambda h: self.attention(h, h, pre + ".self_attn", site, self.pe_enc,
+                                                       src_mask), pre + ".norm1")
+            x = self.block(x, lambda h: self.ff(h, pre + ".ff"), pre + ".norm2")
+        if c.norm == "pre":
+            x = self.ln(x, "encoder.norm")
+        return x
+
+    def decode(self, tgt, tgt_mask, pos, memory=None, src_mask=None, src_pos=None):
+        c = self.cfg
+        cross = memory is not None
+        x = self.pe_dec.embed(self.E_dec[tgt] * self.scale, pos)
+        for l in range(c.decoder_layers):
+            pre = "decoder.layers.%d" % l
+            site = dict(kind="dec_self", layer=l, q_pos=pos, k_pos=pos, causal=True)
+            x = self.block(x, lambda h: self.attention(h, h, pre + ".self_attn", site, self.pe_dec,
+                                                       tgt_mask), pre + ".norm1")
+            if cross:
+                xs = dict(kind="cross", layer=l, q_pos=pos, k_pos=src_pos, causal=False)
+                x = self.block(x, lambda h: self.attention(h, memory, pre + ".cross_attn", xs,
+                                                           self.pe_dec, src_mask), pre + ".norm2")
+            x = self.block(x, lambda h: self.ff(h, pre + ".ff"),
+                           pre + (".norm3" if cross else ".norm2"))
+        if c.norm == "pre":
+            x = self.ln(x, "decoder.norm")
+        return x
+
+    def forward(self, batch):
+        if self.cfg.arch == "seq2seq":
+            memory = self.encode(batch["src"], batch["src_mask"], batch["src_pos"])
+            h = self.decode(batch["tgt"], batch["tgt_mask"], batch["tgt_pos"], memory,
+                            batch["src_mask"], batch["src_pos"])
+        else:
+            h = self.decode(batch["tgt"], batch["tgt_mask"], batch["tgt_pos"])
+        return h @ self.W_out.t()
+
+
+def cross_entropy(logits, targets, ignore_index, label_smoothing):
+    """Mean over non-ignored targets of (1-e)·(-log p_t) + e·mean_c(-log p_c) (PyTorch semantics)."""
+    V = logits.shape[-1]
+    lp = torch.log_softmax(logits.reshape(-1, V), dim=-1)
+    t = targets.reshape(-1)
+    keep = t != ignore_index
+    nll = -lp[keep, t[keep]]
+    smooth = -lp[keep].mean(-1)
+    per = (1.0 - label_smoothing) * nll + label_smoothing * smooth
+    return per.sum() / keep.sum().clamp(min=1)
+
+
+def adamw_manual(params, grads_fn, lr, b1, b2, eps, wd, steps):
+    """AdamW as framework/include/pelab/optim.h: p -= lr·wd·p, then the bias-corrected Adam step."""
+    ps = [p.detach().clone() for p in params]
+    m = [torch.zeros_like(p) for p in ps]
+    v = [torch.zeros_like(p) for p in ps]
+    losses = []
+    for t in range(1, steps + 1):
+        loss, gs = grads_fn(ps)
+        losses.append(loss)
+        for i, (p, g) in enumerate(zip(ps, gs)):
+            p.mul_(1.0 - lr * wd)
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            mhat = m[i] / (1 - b1 ** t)
+            vhat = v[i] / (1 - b2 ** t)
+            p.sub_(lr * mhat / (vhat.sqrt() + eps))
+    losses.append(grads_fn(ps)[0])
+    return losses
+
+
+# ---------------------------------------------------------------- I/O
+def read_str(f, name):
+    v = f[name][()]
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("input")
+    ap.add_argument("output")
+    args = ap.parse_args()
+
+    with h5py.File(args.input, "r") as f:
+        vocab = [s.decode() if isinstance(s, bytes) else s for s in f["vocab"][()]]
+        cfg = Cfg(read_str(f, "config"), len(vocab))
+        names = [s.decode() if isinstance(s, bytes) else s for s in f["param_names"][()]]
+        stored = {n: np.asarray(f["params"][n][()]) for n in names}
+        gi = f["golden_input"]
+        batch = {k: torch.from_numpy(np.asarray(gi.attrs[k])).long()
+                 for k in ("src", "src_mask", "src_pos", "tgt", "tgt_mask", "tgt_pos", "targets")
+                 if k in gi.attrs}
+        ignore = int(gi.attrs["ignore_index"])
+        ls = float(gi.attrs["label_smoothing"])
+        steps = int(gi.attrs["adamw_steps"])
+        hp = {k: float(gi.attrs["adamw_" + k]) for k in ("lr", "beta1", "beta2", "eps",
+                                                           "weight_decay")}
+    if cfg.arch not in ("seq2seq", "decoder"):
+        raise SystemExit("torch_reference.py: unknown model.arch '%s'" % cfg.arch)
+
+    # float32 checkpoint values, cast exactly to float64
+    leaves = {n: torch.from_numpy(stored[n].astype(np.float64)).requires_grad_(True) for n in names}
+
+    def loss_of(P):
+        logits = Model(cfg, P).forward(batch)
+        return logits, cross_entropy(logits, batch["targets"], ignore, ls)
+
+    logits, loss = loss_of(leaves)
+    # Our cross-entropy against torch's own (same PyTorch semantics, label smoothing included).
+    tl = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           batch["targets"].reshape(-1), ignore_index=ignore,
+                                           label_smoothing=ls)
+    assert abs(float(tl) - float(loss)) <= 1e-12 * abs(float(loss)), (float(tl), float(loss))
+    loss.backward()
+    grads = {n: leaves[n].grad if leaves[n].grad is not None else torch.zeros_like(leaves[n])
+             for n in names}
+
+    # AdamW: torch.optim.AdamW, checked against the optim.h formula written out by hand.
+    params = [torch.from_numpy(stored[n].astype(np.float64)).requires_grad_(True) for n in names]
+    opt = torch.optim.AdamW(params, lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"],
+                            weight_decay=hp["weight_decay"])
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        l = loss_of(dict(zip(names, params)))[1]
+        losses.append(float(l))
+        l.backward()
+        opt.step()
+    losses.append(float(loss_of(dict(zip(names, params)))[1]))
+
+    def grads_fn(ps):
+        ls_ = [p.detach().clone().requires_grad_(True) for p in ps]
+        l = loss_of(dict(zip(names, ls_)))[1]
+        l.backward()
+        return float(l), [p.grad if p.grad is not None else torch.zeros_like(p) for p in ls_]
+
+    manual = adamw_manual([torch.from_numpy(stored[n].astype(np.float64)) for n in names],
+                          grads_fn, hp["lr"], hp["beta1"], hp["beta2"], hp["eps"],
+                          hp["weight_decay"], steps)
+    for a, b in zip(losses, manual):
+        assert abs(a - b) <= 1e-12 * abs(a), ("torch.optim.AdamW differs from optim.h", a, b)
+
+    with h5py.File(args.output, "w", libver="latest") as g:
+        # Fixed-length strings only: variable-length ones cost a 4 KB global heap per file.
+        g.attrs["reference"] = np.bytes_("tools/torch_reference.py (docs/model.md), float64")
+        g.attrs["torch_version"] = np.bytes_(str(torch.__version__))
+        g.attrs["input"] = np.bytes_(args.input.split("/")[-1])
+        g.create_dataset("logits", data=logits.detach().numpy())
+        g.create_dataset("loss", data=float(loss))
+        # One flat array (row-major, in /param_names order) keeps the file small.
+        g.create_dataset("grad_names", data=np.array([n.encode() for n in names]))
+        # Gradients are stored rounded once to float32 (relative error <= 6e-8, far below the 1e-4
+        # tolerance); logits and losses stay float64.
+        g.create_dataset("grads", data=np.concatenate([grads[n].numpy().ravel()
+                                                       for n in names]).astype(np.float32))
+        g.create_dataset("adamw_losses", data=np.array(losses))
+    print("%s: loss %.10f, %d grads, adamw %.6f -> %.6f" % (args.output, float(loss), len(names),
+                                                            losses[0], losses[-1]))
+
+
+if __name__ == "__main__":
+    main()

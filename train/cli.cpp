@@ -1,0 +1,524 @@
+// pelab — command-line verbs (cli.h).
+#include "train/cli.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "data/batch.h"
+#include "data/error.h"
+#include "models/info.h"
+#include "pelab/pelab.h"
+#include "train/compare.h"
+#include "train/config.h"
+#include "train/evaluate.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace pelab {
+
+namespace {
+
+// A wrong command line: printed like other errors, exit status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* kUsage =
+    "usage: pelab <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train CONFIG             train a model as described by a YAML config\n"
+    "  eval CONFIG|RUN_DIR      evaluate a trained model on every test split\n"
+    "  generate RUN_DIR         greedy-decode one source per line of stdin\n"
+    "  info CONFIG|RUN_DIR      parameter count per module and a config summary\n"
+    "  config-reference         print every config key (markdown; docs/config.md)\n"
+    "  demo                     train a tiny MLP on XOR with the engine (smoke test)\n"
+    "  compare CONFIG           train and evaluate several schemes, write a report (tables, plots)\n"
+    "  plot-pe                  pictures of the positional encodings (and of a trained run)\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help (pelab COMMAND --help for a command)\n"
+    "  --version                print the version\n"
+    "\n"
+    "Config values can be overridden with --set section.key=value (repeatable), e.g.\n"
+    "  pelab train configs/reverse.yaml --set pe.scheme=rope --set train.steps=500\n";
+
+const char* kTrainHelp =
+    "usage: pelab train CONFIG [--set section.key=value]... [--resume RUN_DIR|CHECKPOINT]\n"
+    "                   [--stop-after N] [--overwrite] [--progress auto|bar|lines|none]\n"
+    "\n"
+    "Trains the model described by CONFIG in the run directory <train.run_dir>/<train.run_name>\n"
+    "(config.yaml, metrics.jsonl, metrics.csv, eval.json, eval.csv, train.log, checkpoints/).\n"
+    "\n"
+    "options:\n"
+    "  --set section.key=value  override a config key (repeatable)\n"
+    "  --resume PATH            continue the run in PATH (a run directory: its newest checkpoint;\n"
+    "                           or a checkpoint file); results equal an uninterrupted run\n"
+    "  --stop-after N           stop after N steps in total, with a checkpoint (as if interrupted)\n"
+    "  --overwrite              replace an existing run in the run directory\n"
+    "  --progress MODE          auto (bar on a terminal, else lines), bar, lines or none\n"
+    "  -h, --help               show this help\n";
+
+const char* kEvalHelp =
+    "usage: pelab eval CONFIG|RUN_DIR [--set section.key=value]... [--checkpoint best|last|PATH]\n"
+    "                  [--out DIR] [--no-cache]\n"
+    "\n"
+    "Evaluates a trained model on the validation split and every test split (token accuracy,\n"
+    "exact match by greedy decoding, loss, perplexity) and prints a table. With a run directory\n"
+    "its config.yaml is used; with a config file, the run directory it names. Eval-time overrides\n"
+    "(e.g. --set pe.rope_scaling=yarn --set pe.rope_scaling_factor=2, or task.test_lengths) need no\n"
+    "retraining; overrides that change parameter shapes give a checkpoint error.\n"
+    "\n"
+    "options:\n"
+    "  --set section.key=value  override a config key (repeatable)\n"
+    "  --checkpoint C           best (default: best.h5 if present, else the newest), last, or a path\n"
+    "  --out DIR                also write eval.json and eval.csv to DIR\n"
+    "  --no-cache               greedy decoding without the KV cache (slower; same results)\n"
+    "  -h, --help               show this help\n";
+
+const char* kGenerateHelp =
+    "usage: pelab generate RUN_DIR [--set section.key=value]... [--checkpoint best|last|PATH]\n"
+    "                      [--max-len N]\n"
+    "\n"
+    "Reads one source per line on stdin and prints the greedy decoded output, one line each.\n"
+    "Sources are written like the task's data: symbols of a synthetic task (one character each\n"
+    "when every symbol is one character, e.g. 31415 for reverse; else space-separated), text of a\n"
+    "textfile task (task.tokenization), or a prompt for the lm task (its continuation is printed,\n"
+    "with newlines written as \\n).\n"
+    "\n"
+    "options:\n"
+    "  --set section.key=value  override a config key (repeatable)\n"
+    "  --checkpoint C           best (default), last, or a checkpoint path\n"
+    "  --max-len N              longest output (default eval.max_decode_len, or 2*length+8; lm 100)\n"
+    "  -h, --help               show this help\n";
+
+const char* kInfoHelp =
+    "usage: pelab info CONFIG|RUN_DIR [--set section.key=value]... [--yaml]\n"
+    "\n"
+    "Prints a summary of the resolved config and the model's parameter count per module.\n"
+    "\n"
+    "options:\n"
+    "  --set section.key=value  override a config key (repeatable)\n"
+    "  --yaml                   print the full resolved config (YAML) as well\n"
+    "  -h, --help               show this help\n";
+
+const char* kConfigRefHelp =
+    "usage: pelab config-reference\n"
+    "\n"
+    "Prints the reference of every config key (type, default, range, meaning), the cross-field\n"
+    "rules and the --set syntax, as markdown (this is docs/config.md).\n";
+
+const char* kDemoHelp =
+    "usage: pelab demo\n"
+    "\n"
+    "Trains a tiny MLP on XOR with the engine (a smoke test); exit status 0 when it learns.\n";
+
+// Parsed command line of one verb.
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::string> sets;
+  std::map<std::string, std::string> options;  // --name -> value ("" for flags)
+  bool help = false;
+};
+
+// `with_value`: options that take a value; `flags`: options without.
+Args parse_args(const std::string& verb, const std::vector<std::string>& a, size_t start,
+                const std::vector<std::string>& with_value, const std::vector<std::string>& flags) {
+  Args r;
+  auto in = [](const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  for (size_t i = start; i < a.size(); ++i) {
+    const std::string& s = a[i];
+    if (s == "-h" || s == "--help") {
+      r.help = true;
+      continue;
+    }
+    if (s.size() > 1 && s[0] == '-') {
+      std::string name = s, value;
+      bool inline_value = false;
+      const size_t eq = s.find('=');
+      if (s.rfind("--", 0) == 0 && eq != std::string::npos) {
+        name = s.substr(0, eq);
+        value = s.substr(eq + 1);
+        inline_value = true;
+      }
+      if (name == "--set" || in(with_value, name)) {
+        if (!inline_value) {
+          if (i + 1 >= a.size())
+            throw UsageError(verb + ": option " + name + " needs a value (see pelab " + verb +
+                             " --help)");
+          value = a[++i];
+        }
+        if (name == "--set")
+          r.sets.push_back(value);
+        else
+          r.options[name] = value;
+        continue;
+      }
+      if (in(flags, name) && !inline_value) {
+        r.options[name] = "";
+        continue;
+      }
+      throw UsageError(verb + ": unknown option '" + s + "' (see pelab " + verb + " --help)");
+    }
+    r.positional.push_back(s);
+  }
+  return r;
+}
+
+void expect_positional(const std::string& verb, const Args& a, size_t n, const std::string& what) {
+  if (a.positional.size() < n)
+    throw UsageError(verb + ": missing " + what + " (see pelab " + verb + " --help)");
+  if (a.positional.size() > n)
+    throw UsageError(verb + ": unexpected argument '" + a.positional[n] + "' (see pelab " + verb +
+                     " --help)");
+}
+
+int64_t parse_count(const std::string& verb, const std::string& opt, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || x < 0)
+    throw UsageError(verb + ": " + opt + " needs a non-negative integer, got '" + v + "'");
+  return x;
+}
+
+// A config file, or the config.yaml of a run directory. Sets *run_dir for a run directory.
+Config load_target(const std::string& verb, const std::string& target,
+                   const std::vector<std::string>& sets, std::string* run_dir) {
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) {
+    if (!is_run_directory(target))
+      throw Error(verb + ": " + target + " is a directory but not a run directory (no config.yaml)");
+    if (run_dir) *run_dir = target;
+    return load_config((fs::path(target) / "config.yaml").string(), sets);
+  }
+  if (!fs::exists(target, ec))
+    throw Error(verb + ": no such config file or run directory: " + target);
+  Config cfg = load_config(target, sets);
+  if (run_dir) *run_dir = run_directory(cfg);
+  return cfg;
+}
+
+std::string choose_checkpoint(const std::string& verb, const std::string& run_dir,
+                              const std::string& choice) {
+  std::string path;
+  if (choice.empty() || choice == "best")
+    path = best_or_latest_checkpoint(run_dir);
+  else if (choice == "last")
+    path = latest_checkpoint(run_dir);
+  else
+    return choice;
+  if (path.empty())
+    throw Error(verb + ": no checkpoint in " + run_dir +
+                "/checkpoints (train first, or pass --checkpoint PATH)");
+  return path;
+}
+
+std::string one_line(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  std::string out;
+  for (char c : s) {
+    if (c == '\n')
+      out += "; ";
+    else if (c != '\r')
+      out += c;
+  }
+  return out;
+}
+
+// ---------------- verbs ----------------
+
+int cmd_train(const std::vector<std::string>& a, std::ostream& out) {
+  Args args = parse_args("train", a, 1, {"--resume", "--stop-after", "--progress"},
+                         {"--overwrite"});
+  if (args.help) {
+    out << kTrainHelp;
+    return 0;
+  }
+  expect_positional("train", args, 1, "CONFIG");
+  TrainOptions opt;
+  if (args.options.count("--resume")) opt.resume = args.options["--resume"];
+  if (!opt.resume.empty()) {
+    std::error_code ec;
+    if (!fs::exists(opt.resume, ec))
+      throw Error("--resume " + opt.resume + ": no such run directory or checkpoint file");
+  }
+  if (args.options.count("--stop-after"))
+    opt.stop_after = parse_count("train", "--stop-after", args.options["--stop-after"]);
+  opt.overwrite = args.options.count("--overwrite") > 0;
+  if (args.options.count("--progress")) {
+    const std::string m = args.options["--progress"];
+    static const std::map<std::string, int> modes = {
+        {"auto", -1}, {"lines", 0}, {"bar", 1}, {"none", 2}};
+    auto it = modes.find(m);
+    if (it == modes.end())
+      throw UsageError("train: --progress must be auto, bar, lines or none, got '" + m + "'");
+    opt.progress = it->second;
+  }
+  const Config cfg = load_config(args.positional[0], args.sets);
+  TrainResult r = train(cfg, opt);
+  if (r.interrupted) return 130;
+  if (r.finished) out << "run: " << r.run_dir << "\n" << eval_table(r.final_eval);
+  return 0;
+}
+
+int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
+  Args args = parse_args("eval", a, 1, {"--checkpoint", "--out"}, {"--no-cache"});
+  if (args.help) {
+    out << kEvalHelp;
+    return 0;
+  }
+  expect_positional("eval", args, 1, "CONFIG or RUN_DIR");
+  std::string run_dir;
+  const Config cfg = load_target("eval", args.positional[0], args.sets, &run_dir);
+  set_num_threads(cfg.train.threads);
+  const std::string ckpt = choose_checkpoint(
+      "eval", run_dir, args.options.count("--checkpoint") ? args.options["--checkpoint"] : "");
+  LoadedModel lm = load_model(cfg, ckpt);
+  EvalOptions eo;
+  eo.use_cache = !args.options.count("--no-cache");
+  eo.keep_predictions = cfg.eval.save_predictions && args.options.count("--out");
+  std::vector<EvalResult> results;
+  results.push_back(evaluate_set(*lm.model, *lm.data, lm.data->valid(), cfg, eo));
+  for (const auto& s : lm.data->tests())
+    results.push_back(evaluate_set(*lm.model, *lm.data, s, cfg, eo));
+  out << "checkpoint: " << ckpt << " (step " << lm.step << ")\n" << eval_table(results);
+  if (args.options.count("--out")) {
+    const std::string dir = args.options["--out"];
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error("eval: cannot create " + dir + ": " + ec.message());
+    write_eval_files(dir, results, lm.step, ckpt);
+    for (const auto& r : results) {
+      if (r.predictions.empty()) continue;
+      std::ofstream p(dir + "/predictions_" + r.split + ".tsv");
+      p << "source\ttarget\toutput\tcorrect\n";
+      for (const auto& x : r.predictions)
+        p << x.source << "\t" << x.target << "\t" << x.output << "\t" << (x.correct ? 1 : 0)
+          << "\n";
+    }
+  }
+  return 0;
+}
+
+int cmd_generate(const std::vector<std::string>& a, std::istream& in, std::ostream& out) {
+  Args args = parse_args("generate", a, 1, {"--checkpoint", "--max-len"}, {});
+  if (args.help) {
+    out << kGenerateHelp;
+    return 0;
+  }
+  expect_positional("generate", args, 1, "RUN_DIR");
+  std::string run_dir;
+  const Config cfg = load_target("generate", args.positional[0], args.sets, &run_dir);
+  set_num_threads(cfg.train.threads);
+  const std::string ckpt = choose_checkpoint(
+      "generate", run_dir, args.options.count("--checkpoint") ? args.options["--checkpoint"] : "");
+  LoadedModel lm = load_model(cfg, ckpt);
+  int64_t max_len = -1;
+  if (args.options.count("--max-len"))
+    max_len = parse_count("generate", "--max-len", args.options["--max-len"]);
+  models::Transformer& model = *lm.model;
+  const TaskData& data = *lm.data;
+  const bool learned = cfg.pe.scheme == "learned";
+  const int64_t max_pos = cfg.pe.max_positions;
+  const Device dev = model.parameters().front().device();
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::vector<int64_t> src;
+    try {
+      src = data.encode_line(line);
+    } catch (const std::exception& e) {
+      throw Error("generate: stdin line " + std::to_string(n) + ": " + e.what());
+    }
+    const int64_t len = static_cast<int64_t>(src.size());
+    int64_t budget = max_len >= 0 ? max_len : data.is_lm() ? (cfg.eval.max_decode_len > 0 ? cfg.eval.max_decode_len : 100)
+                                                           : decode_budget(cfg, len);
+    models::GreedyResult g;
+    if (data.is_lm() || data.is_decoder()) {
+      std::vector<int64_t> prompt = data.is_lm() ? src : data::decoder_prompt(src);
+      if (prompt.empty()) {
+        out << "\n";
+        continue;
+      }
+      const int64_t P = static_cast<int64_t>(prompt.size());
+      if (learned) {
+        if (P > max_pos)
+          throw Error("generate: stdin line " + std::to_string(n) + ": prompt of " +
+                      std::to_string(P) + " tokens exceeds pe.max_positions " +
+                      std::to_string(max_pos));
+        budget = std::min(budget, max_pos - P + 1);
+      }
+      g = models::greedy_decode(model, {prompt}, budget);
+    } else {
+      if (learned && len + 1 > max_pos)
+        throw Error("generate: stdin line " + std::to_string(n) + ": source of " +
+                    std::to_string(len + 1) + " tokens (eos included) exceeds pe.max_positions " +
+                    std::to_string(max_pos));
+      if (learned) budget = std::min(budget, max_pos);
+      data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{src, {}}});
+      g = models::greedy_decode(model, ids_tensor(b.src, b.B, b.S, dev),
+                                mask_tensor(b.src_mask, b.B, b.S, dev), budget);
+    }
+    std::string text = data.render(g.tokens[0]);
+    std::string esc;
+    for (char c : text) esc += c == '\n' ? std::string("\\n") : std::string(1, c);
+    out << esc << "\n" << std::flush;
+  }
+  return 0;
+}
+
+int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
+  Args args = parse_args("info", a, 1, {}, {"--yaml"});
+  if (args.help) {
+    out << kInfoHelp;
+    return 0;
+  }
+  expect_positional("info", args, 1, "CONFIG or RUN_DIR");
+  const Config cfg = load_target("info", args.positional[0], args.sets, nullptr);
+  LoadedModel lm = load_model(cfg);
+  const TaskConfig& t = cfg.task;
+  const TrainConfig& tr = cfg.train;
+  out << "config: " << cfg.source << "\n";
+  out << "task: " << t.name << " (" << t.formulation << ")";
+  if (t.name == "lm") {
+    out << ", corpus " << (t.corpus.empty() ? "<fortunes>" : t.corpus) << ", train length "
+        << t.lm_train_len << ", eval lengths";
+    for (int L : t.lm_eval_lengths) out << " " << L;
+  } else if (t.name == "textfile") {
+    out << ", train file " << t.train_file << ", " << lm.data->num_train_examples()
+        << " training examples";
+  } else {
+    out << ", " << t.num_symbols << " symbols, train lengths " << t.train_min_len << ".."
+        << t.train_max_len << ", test lengths";
+    for (int L : t.test_lengths) out << " " << L;
+  }
+  out << "\nvocabulary: " << lm.data->vocab().size() << " tokens; longest training sequence "
+      << lm.data->train_positions() << " tokens\n";
+  out << "pe: " << cfg.pe.scheme << (cfg.pe.randomized_positions ? " (randomized positions)" : "")
+      << "\n";
+  out << "train: " << tr.steps << " steps, batch " << tr.batch_size << " x " << tr.grad_accum
+      << ", " << tr.optimizer << " lr " << tr.lr << " (" << tr.schedule << ", warmup " << tr.warmup
+      << "), seed " << tr.seed << ", " << tr.threads << " threads, device " << tr.device << "\n";
+  out << "run directory: " << run_directory(cfg) << "\n\n";
+  out << models::model_info(*lm.model);
+  if (args.options.count("--yaml")) out << "\n" << config_to_yaml(cfg, true);
+  return 0;
+}
+
+int cmd_demo(std::ostream& out) {
+  set_num_threads(2);
+  Generator gen(42);
+  Linear l1(2, 16, gen), l2(16, 1, gen);
+  std::vector<Tensor> params = l1.parameters();
+  for (auto& p : l2.parameters()) params.push_back(p);
+  AdamW opt(params, 0.05, AdamWOptions{0.9, 0.999, 1e-8, 0.0});
+  Tensor x = Tensor::from_vector({0, 0, 0, 1, 1, 0, 1, 1}, {4, 2});
+  Tensor y = Tensor::from_vector({0, 1, 1, 0}, {4, 1});
+  double loss_v = 0;
+  for (int step = 0; step < 300; ++step) {
+    Tensor h = tanh(l1.forward(x));
+    Tensor d = l2.forward(h) - y;
+    Tensor loss = mean(d * d);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    loss_v = loss.item();
+    if (step % 100 == 0) out << "demo: step " << step << " mse " << loss_v << "\n";
+  }
+  out << "demo: XOR mse after 300 AdamW steps: " << loss_v << "\n";
+  return loss_v < 1e-2 ? 0 : 1;
+}
+
+std::string suggest_command(const std::string& cmd) {
+  static const std::vector<std::string> verbs = {"train", "eval",           "generate",
+                                                 "info",  "config-reference", "demo",
+                                                 "compare", "plot-pe"};
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& v : verbs) {
+    // Levenshtein distance
+    std::vector<size_t> prev(v.size() + 1), cur(v.size() + 1);
+    for (size_t j = 0; j <= v.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= cmd.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= v.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (cmd[i - 1] != v[j - 1])});
+      prev = cur;
+    }
+    if (prev[v.size()] < best_d || (cmd.size() >= 3 && v.rfind(cmd, 0) == 0)) {
+      best_d = std::min(best_d, prev[v.size()]);
+      best = v;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& a, std::istream& in, std::ostream& out,
+            std::ostream& err) {
+  try {
+    if (a.empty()) {
+      err << kUsage;
+      return 2;
+    }
+    const std::string& cmd = a[0];
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      out << kUsage;
+      return 0;
+    }
+    if (cmd == "--version") {
+      out << "pelab " << version() << "\n";
+      return 0;
+    }
+    if (cmd == "train") return cmd_train(a, out);
+    if (cmd == "eval") return cmd_eval(a, out);
+    if (cmd == "generate") return cmd_generate(a, in, out);
+    if (cmd == "info") return cmd_info(a, out);
+    if (cmd == "compare" || cmd == "plot-pe") return compare_cli(a, out, err);
+    if (cmd == "config-reference") {
+      Args args = parse_args("config-reference", a, 1, {}, {});
+      if (args.help) {
+        out << kConfigRefHelp;
+        return 0;
+      }
+      expect_positional("config-reference", args, 0, "");
+      out << config_reference_markdown();
+      return 0;
+    }
+    if (cmd == "demo") {
+      Args args = parse_args("demo", a, 1, {}, {});
+      if (args.help) {
+        out << kDemoHelp;
+        return 0;
+      }
+      expect_positional("demo", args, 0, "");
+      return cmd_demo(out);
+    }
+    std::string msg = "unknown command '" + cmd + "'";
+    const std::string near = suggest_command(cmd);
+    if (!near.empty()) msg += "; did you mean '" + near + "'?";
+    throw UsageError(msg + " (see pelab --help)");
+  } catch (const UsageError& e) {
+    err << "pelab: error: " << one_line(e.what()) << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "pelab: error: " << one_line(e.what()) << "\n";
+    return 1;
+  }
+}
+
+}  // namespace pelab

@@ -1,0 +1,1020 @@
+// pelab — length-extrapolation comparisons (compare.h): the `compare:` config section, the plan of
+// scheme × seed runs, training with reuse/resume, cached evaluation and the report.
+#include "train/compare.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "pelab/parallel.h"
+#include "train/evaluate.h"
+#include "train/metrics.h"
+#include "train/plot_pe.h"
+#include "train/task_data.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace pelab {
+
+namespace {
+
+// ---------------- signals (between runs and evaluations) ----------------
+
+std::atomic<int> g_compare_signal{0};
+void on_compare_signal(int sig) { g_compare_signal.store(sig); }
+
+struct CompareSignalScope {
+  CompareSignalScope() {
+    g_compare_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_compare_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~CompareSignalScope() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+  struct sigaction old_int {}, old_term {};
+};
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string trim(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return s.substr(a, b - a);
+}
+
+[[noreturn]] void config_fail(const std::string& where, const std::string& msg) {
+  throw ConfigError(where + ": " + msg);
+}
+
+std::string at_line(const std::string& source, const YAML::Node& n) {
+  const int line = n.Mark().line;
+  return line >= 0 ? source + ":" + std::to_string(line + 1) : source;
+}
+
+// YAML text of a value for a "key=value" override: scalars as written, collections in flow style.
+std::string value_text(const YAML::Node& n) {
+  if (n.IsScalar()) return n.Scalar();
+  if (n.IsNull()) return "null";
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  return e.c_str();
+}
+
+bool safe_name(const std::string& s) {
+  if (s.empty() || s == "." || s == "..") return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '+' ||
+          c == '.'))
+      return false;
+  return true;
+}
+
+// Keys a scheme's settings may not set: the comparison owns them.
+bool managed_key(const std::string& k) {
+  return k == "train.seed" || k == "train.run_dir" || k == "train.run_name" || k == "train.resume";
+}
+
+// Keys an eval-time variant may set (nothing that changes the trained model).
+bool eval_time_key(const std::string& k) {
+  static const std::set<std::string> ok = {
+      "pe.rope_scaling",  "pe.rope_scaling_factor", "pe.rope_train_length", "pe.yarn_beta_fast",
+      "pe.yarn_beta_slow", "task.test_lengths",      "task.lm_eval_lengths", "task.num_eval_examples"};
+  return ok.count(k) || k.rfind("eval.", 0) == 0;
+}
+
+// Keys that may differ between a stored run and the wanted config without retraining.
+bool reusable_difference(const std::string& k) {
+  static const std::set<std::string> ok = {
+      "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+      "train.threads",   "train.device",     "train.run_dir",          "train.run_name",
+      "train.resume",    "train.tags",       "task.test_lengths",      "task.lm_eval_lengths",
+      "task.num_eval_examples"};
+  return ok.count(k) || k.rfind("eval.", 0) == 0 || (eval_time_key(k) && k.rfind("pe.", 0) == 0);
+}
+
+std::string key_of(const std::string& set) {
+  const size_t eq = set.find('=');
+  return trim(eq == std::string::npos ? set : set.substr(0, eq));
+}
+
+// Splits a YAML text into the run config (the `compare:` block blanked out) and the compare block
+// (everything else blanked), keeping line numbers.
+void split_compare_block(const std::string& text, std::string& base, std::string& block) {
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(text);
+    std::string l;
+    while (std::getline(in, l)) lines.push_back(l);
+  }
+  std::vector<bool> in_block(lines.size(), false);
+  bool inside = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    const bool top = !l.empty() && !std::isspace(static_cast<unsigned char>(l[0])) && l[0] != '#';
+    if (top) {
+      std::string key = l.substr(0, l.find(':'));
+      if (!key.empty() && (key.front() == '"' || key.front() == '\'')) key = key.substr(1);
+      if (!key.empty() && (key.back() == '"' || key.back() == '\'')) key.pop_back();
+      inside = trim(key) == "compare" && l.find(':') != std::string::npos;
+    }
+    in_block[i] = inside;
+  }
+  base.clear();
+  block.clear();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    base += (in_block[i] ? "" : lines[i]) + "\n";
+    block += (in_block[i] ? lines[i] : "") + "\n";
+  }
+}
+
+std::vector<std::string> parse_set_map(const YAML::Node& n, const std::string& source,
+                                       const std::string& what) {
+  std::vector<std::string> out;
+  if (!n.IsDefined() || n.IsNull()) return out;
+  if (!n.IsMap())
+    config_fail(at_line(source, n), what + ".set must be a mapping of section.key: value");
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    if (!it->first.IsScalar())
+      config_fail(at_line(source, it->first), what + ".set: keys must be section.key");
+    const std::string k = it->first.Scalar();
+    if (k.find('.') == std::string::npos)
+      config_fail(at_line(source, it->first),
+                  what + ".set: '" + k + "' needs a section: write section.key (e.g. pe." + k + ")");
+    out.push_back(k + "=" + value_text(it->second));
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_seeds(const YAML::Node& n, const std::string& where) {
+  std::vector<int64_t> seeds;
+  if (n.IsScalar()) {
+    try {
+      seeds.push_back(n.as<int64_t>());
+    } catch (const YAML::Exception&) {
+      config_fail(where, "compare.seeds must be a list of integers, got '" + n.Scalar() + "'");
+    }
+    return seeds;
+  }
+  if (!n.IsSequence()) config_fail(where, "compare.seeds must be a list of integers");
+  for (size_t i = 0; i < n.size(); ++i) {
+    try {
+      seeds.push_back(n[i].as<int64_t>());
+    } catch (const YAML::Exception&) {
+      config_fail(where, "compare.seeds[" + std::to_string(i) + "] is not an integer");
+    }
+  }
+  if (seeds.empty()) config_fail(where, "compare.seeds must not be empty");
+  std::set<int64_t> uniq(seeds.begin(), seeds.end());
+  if (uniq.size() != seeds.size()) config_fail(where, "compare.seeds has a repeated seed");
+  for (int64_t s : seeds)
+    if (s < 0) config_fail(where, "compare.seeds: seeds must be >= 0, got " + std::to_string(s));
+  return seeds;
+}
+
+const std::set<std::string>& known_variants() {
+  static const std::set<std::string> v = {"pi", "ntk", "dynamic_ntk", "yarn"};
+  return v;
+}
+
+void parse_compare_node(const YAML::Node& c, const std::string& source, CompareSpec& spec) {
+  if (!c.IsDefined() || c.IsNull())
+    config_fail(source, "the compare section is empty (it needs at least compare.schemes)");
+  if (!c.IsMap()) config_fail(at_line(source, c), "compare must be a mapping");
+  for (auto it = c.begin(); it != c.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    const YAML::Node v = it->second;
+    const std::string where = at_line(source, it->first);
+    if (k == "title") {
+      spec.title = value_text(v);
+    } else if (k == "out") {
+      spec.out = value_text(v);
+    } else if (k == "metric") {
+      spec.metric = value_text(v);
+    } else if (k == "seeds") {
+      spec.seeds = parse_seeds(v, where);
+    } else if (k == "schemes") {
+      if (!v.IsSequence() || v.size() == 0)
+        config_fail(where, "compare.schemes must be a non-empty list");
+      for (size_t i = 0; i < v.size(); ++i) {
+        const YAML::Node e = v[i];
+        const std::string what = "compare.schemes[" + std::to_string(i) + "]";
+        CompareScheme s;
+        if (e.IsScalar()) {
+          s.name = e.Scalar();
+          s.sets.push_back("pe.scheme=" + s.name);
+        } else if (e.IsMap()) {
+          for (auto f = e.begin(); f != e.end(); ++f) {
+            const std::string fk = f->first.Scalar();
+            if (fk != "name" && fk != "set")
+              config_fail(at_line(source, f->first),
+                          what + ": unknown key '" + fk + "' (valid: name, set)");
+          }
+          if (!e["name"] || !e["name"].IsScalar())
+            config_fail(at_line(source, e), what + " needs a name");
+          s.name = e["name"].Scalar();
+          s.sets = parse_set_map(e["set"], source, what);
+        } else {
+          config_fail(at_line(source, e), what + " must be a scheme name or {name, set}");
+        }
+        if (!safe_name(s.name))
+          config_fail(at_line(source, e), what + ": name '" + s.name +
+                                              "' must use only letters, digits, _ - + .");
+        for (const auto& set : s.sets)
+          if (managed_key(key_of(set)))
+            config_fail(at_line(source, e), what + " (" + s.name + "): " + key_of(set) +
+                                                " is set by the comparison (use compare.seeds / "
+                                                "compare.out)");
+        for (const auto& o : spec.schemes)
+          if (o.name == s.name)
+            config_fail(at_line(source, e), what + ": scheme name '" + s.name + "' appears twice");
+        spec.schemes.push_back(s);
+      }
+    } else if (k == "variants" || k == "eval_variants") {
+      if (!v.IsSequence()) config_fail(where, "compare.variants must be a list");
+      for (size_t i = 0; i < v.size(); ++i) {
+        const YAML::Node e = v[i];
+        const std::string what = "compare.variants[" + std::to_string(i) + "]";
+        CompareVariant var;
+        if (e.IsScalar()) {
+          var.name = e.Scalar();
+          if (!known_variants().count(var.name))
+            config_fail(at_line(source, e),
+                        what + ": '" + var.name +
+                            "' is not a RoPE scaling (pi, ntk, dynamic_ntk, yarn); write "
+                            "{name: ..., set: {...}} for other eval-time variants");
+          var.sets = {"pe.rope_scaling=" + var.name, "pe.rope_scaling_factor=auto"};
+        } else if (e.IsMap()) {
+          for (auto f = e.begin(); f != e.end(); ++f) {
+            const std::string fk = f->first.Scalar();
+            if (fk != "name" && fk != "set" && fk != "schemes")
+              config_fail(at_line(source, f->first),
+                          what + ": unknown key '" + fk + "' (valid: name, set, schemes)");
+          }
+          if (!e["name"] || !e["name"].IsScalar())
+            config_fail(at_line(source, e), what + " needs a name");
+          var.name = e["name"].Scalar();
+          var.sets = parse_set_map(e["set"], source, what);
+          if (var.sets.empty() && known_variants().count(var.name))
+            var.sets = {"pe.rope_scaling=" + var.name, "pe.rope_scaling_factor=auto"};
+          if (e["schemes"]) {
+            const YAML::Node sc = e["schemes"];
+            if (sc.IsScalar())
+              var.schemes.push_back(sc.Scalar());
+            else if (sc.IsSequence())
+              for (size_t j = 0; j < sc.size(); ++j) var.schemes.push_back(value_text(sc[j]));
+            else
+              config_fail(at_line(source, sc), what + ".schemes must be a list of scheme names");
+          }
+        } else {
+          config_fail(at_line(source, e), what + " must be a variant name or {name, set, schemes}");
+        }
+        if (!safe_name(var.name) || var.name == "base")
+          config_fail(at_line(source, e), what + ": name '" + var.name +
+                                              "' must use only letters, digits, _ - + . "
+                                              "(and not be 'base')");
+        if (var.sets.empty()) config_fail(at_line(source, e), what + " (" + var.name + ") sets nothing");
+        for (const auto& set : var.sets)
+          if (!eval_time_key(key_of(set)))
+            config_fail(at_line(source, e),
+                        what + " (" + var.name + "): " + key_of(set) +
+                            " changes the trained model; eval-time variants may only set "
+                            "pe.rope_scaling, pe.rope_scaling_factor, pe.rope_train_length, "
+                            "pe.yarn_beta_fast/slow, task.test_lengths, task.lm_eval_lengths, "
+                            "task.num_eval_examples and eval.*");
+        for (const auto& o : spec.variants)
+          if (o.name == var.name)
+            config_fail(at_line(source, e), what + ": variant name '" + var.name + "' appears twice");
+        spec.variants.push_back(var);
+      }
+    } else {
+      config_fail(where, "unknown key 'compare." + k +
+                             "' (valid: title, out, seeds, metric, schemes, variants)");
+    }
+  }
+  if (spec.schemes.empty()) config_fail(source, "compare.schemes is missing");
+  for (const auto& v : spec.variants)
+    for (const auto& s : v.schemes) {
+      bool found = false;
+      for (const auto& sc : spec.schemes) found = found || sc.name == s;
+      if (!found) config_fail(source, "compare.variants (" + v.name + "): unknown scheme '" + s + "'");
+    }
+}
+
+const std::set<std::string>& metric_names() {
+  static const std::set<std::string> m = {"auto", "exact_match", "token_accuracy", "perplexity",
+                                          "loss"};
+  return m;
+}
+
+// Positions the longest sequence of an eval set needs (as evaluate.cpp counts them).
+int64_t positions_needed(const EvalSet& set, bool decoder) {
+  int64_t need = 0;
+  for (const auto& ex : set.examples) {
+    const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
+    need = std::max(need, decoder ? s + t + 2 : std::max(s, t) + 1);
+  }
+  for (const auto& w : set.windows) need = std::max(need, static_cast<int64_t>(w.input.size()));
+  return need;
+}
+
+// Text identifying the data a config builds (TaskData depends on the task section only).
+std::string task_key(const Config& c) {
+  std::string k;
+  for (const auto& key : config_schema())
+    if (key.section == "task") k += config_value_text(c, key.full_name()) + "\n";
+  return k;
+}
+
+// FNV-1a 64, hex.
+std::string fingerprint(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// The config with the keys that do not affect evaluation normalised.
+std::string eval_identity(Config c) {
+  c.train.threads = 1;
+  c.train.device = "cpu";
+  c.train.log_every = 1;
+  c.train.eval_every = 0;
+  c.train.checkpoint_every = 0;
+  c.train.keep_checkpoints = 0;
+  c.train.run_dir = "runs";
+  c.train.run_name = "run";
+  c.train.resume = "";
+  c.train.tags.clear();
+  c.eval.save_predictions = false;
+  return config_to_yaml(c);
+}
+
+std::string default_out(const std::string& source) {
+  std::string stem = fs::path(source).stem().string();
+  if (stem.empty() || stem == "<string>") stem = "compare";
+  return (fs::path("reports") / stem).string();
+}
+
+bool is_lm(const Config& c) { return c.task.name == "lm"; }
+
+}  // namespace
+
+// ---------------- loading ----------------
+
+CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
+                                const std::vector<std::string>& overrides) {
+  CompareSpec spec;
+  spec.source = source;
+  spec.config_text = yaml;
+  std::string base_text, block;
+  split_compare_block(yaml, base_text, block);
+  YAML::Node root;
+  try {
+    root = YAML::Load(block);
+  } catch (const YAML::ParserException& ex) {
+    std::string where = source;
+    if (!ex.mark.is_null() && ex.mark.line >= 0) where += ":" + std::to_string(ex.mark.line + 1);
+    config_fail(where, "YAML syntax error in the compare section: " + ex.msg);
+  }
+  if (!root.IsDefined() || root.IsNull() || !root.IsMap() || !root["compare"])
+    config_fail(source, "no compare section (a compare config needs compare.schemes; see "
+                        "docs/experiments.md)");
+  parse_compare_node(root["compare"], source, spec);
+  std::vector<std::string> base_sets;
+  for (const auto& o : overrides) {
+    const std::string k = key_of(o);
+    if (k.rfind("compare.", 0) != 0) {
+      base_sets.push_back(o);
+      continue;
+    }
+    const std::string where = "--set " + o;
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos) config_fail(where, "expected compare.key=value");
+    const std::string v = o.substr(eq + 1);
+    if (k == "compare.seeds") {
+      YAML::Node n;
+      try {
+        n = YAML::Load(v);
+      } catch (const YAML::Exception& ex) {
+        config_fail(where, "value '" + v + "' is not valid YAML: " + ex.msg);
+      }
+      spec.seeds = parse_seeds(n, where);
+    } else if (k == "compare.out") {
+      spec.out = v;
+    } else if (k == "compare.title") {
+      spec.title = v;
+    } else if (k == "compare.metric") {
+      spec.metric = v;
+    } else {
+      config_fail(where, "compare.schemes / compare.variants cannot be set from the command line; "
+                         "valid: compare.seeds, compare.out, compare.title, compare.metric");
+    }
+  }
+  spec.cli_sets = base_sets;
+  spec.base = load_config_string(base_text, source, base_sets);
+  if (!metric_names().count(spec.metric))
+    config_fail(source, "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
+                        "or loss, got '" + spec.metric + "'");
+  if (spec.metric == "exact_match" && is_lm(spec.base))
+    config_fail(source, "compare.metric: the lm task has no exact match (use perplexity or loss)");
+  if (spec.seeds.empty()) spec.seeds = {spec.base.train.seed};
+  if (spec.out.empty()) spec.out = default_out(source);
+  if (spec.title.empty()) {
+    const std::string stem = fs::path(source).stem().string();
+    spec.title = "pelab compare: " + (stem.empty() || stem == "<string>" ? "comparison" : stem);
+  }
+  return spec;
+}
+
+CompareSpec load_compare(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw ConfigError(path + ": no such config file");
+  return load_compare_string(read_text_file(path), path, overrides);
+}
+
+// ---------------- the plan ----------------
+
+std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::string& out_dir) {
+  std::vector<ComparePlanRun> plan;
+  std::map<std::string, std::shared_ptr<TaskData>> data_cache;
+  auto data_for = [&](const Config& c) {
+    const std::string k = task_key(c);
+    auto it = data_cache.find(k);
+    if (it != data_cache.end()) return it->second;
+    auto d = std::make_shared<TaskData>(c);
+    data_cache[k] = d;
+    return d;
+  };
+  for (const auto& s : spec.schemes) {
+    Config cfg = spec.base;
+    try {
+      apply_overrides(cfg, s.sets);
+    } catch (const std::exception& e) {
+      throw ConfigError(spec.source + ": compare.schemes (" + s.name + "): " + e.what());
+    }
+    std::shared_ptr<TaskData> data = data_for(cfg);
+    // Builds the model once so that scheme settings the config rules cannot see fail now.
+    try {
+      (void)build_model(cfg, *data);
+    } catch (const std::exception& e) {
+      throw ConfigError(spec.source + ": compare.schemes (" + s.name + "): " + e.what());
+    }
+    // Eval-time variants of this scheme.
+    std::vector<std::pair<std::string, Config>> variants;
+    for (const auto& v : spec.variants) {
+      const bool applies = v.schemes.empty()
+                               ? cfg.pe.scheme == "rope"
+                               : std::find(v.schemes.begin(), v.schemes.end(), s.name) !=
+                                     v.schemes.end();
+      if (!applies) continue;
+      Config vc = cfg;
+      std::vector<std::string> sets;
+      for (std::string set : v.sets) {
+        if (key_of(set) == "pe.rope_scaling_factor" && trim(set.substr(set.find('=') + 1)) == "auto") {
+          int64_t need = data->train_positions();
+          std::shared_ptr<TaskData> vd = data;
+          // The variant may change the test lengths: compute over the variant's own tests.
+          Config probe = cfg;
+          std::vector<std::string> others;
+          for (const auto& o : v.sets)
+            if (key_of(o) != "pe.rope_scaling_factor") others.push_back(o);
+          apply_overrides(probe, others);
+          vd = data_for(probe);
+          for (const auto& t : vd->tests()) need = std::max(need, positions_needed(t, vd->is_decoder()));
+          const double f = static_cast<double>(need) / static_cast<double>(data->train_positions());
+          set = "pe.rope_scaling_factor=" + format_double(std::max(1.0, f), 6);
+        }
+        sets.push_back(set);
+      }
+      try {
+        apply_overrides(vc, sets);
+        (void)build_model(vc, *data_for(vc));
+      } catch (const std::exception& e) {
+        throw ConfigError(spec.source + ": compare.variants (" + v.name + ") for scheme " +
+                          s.name + ": " + e.what());
+      }
+      variants.emplace_back(v.name, vc);
+    }
+    for (int64_t seed : spec.seeds) {
+      ComparePlanRun r;
+      r.scheme = s.name;
+      r.seed = seed;
+      r.cfg = cfg;
+      r.cfg.train.seed = seed;
+      r.cfg.train.run_dir = (fs::path(out_dir) / "runs").string();
+      r.cfg.train.run_name = s.name + "_seed" + std::to_string(seed);
+      r.cfg.train.resume = "";
+      validate_config(r.cfg);
+      for (auto [name, vc] : variants) {
+        vc.train.seed = seed;
+        vc.train.run_dir = r.cfg.train.run_dir;
+        vc.train.run_name = r.cfg.train.run_name;
+        vc.train.resume = "";
+        r.variants.emplace_back(name, vc);
+      }
+      plan.push_back(std::move(r));
+    }
+  }
+  return plan;
+}
+
+// ---------------- running ----------------
+
+namespace {
+
+enum class RunState { Fresh, Finished, Partial, Stale };
+
+struct RunInspection {
+  RunState state = RunState::Fresh;
+  std::string reason;  // for Stale
+  int64_t step = 0;    // newest checkpoint's step
+  Config stored;
+};
+
+// step_<N>.h5 of the newest checkpoint (following last.h5), -1 if none.
+int64_t checkpoint_step(const std::string& path) {
+  if (path.empty()) return -1;
+  std::error_code ec;
+  fs::path p = path;
+  if (fs::is_symlink(p, ec)) p = p.parent_path() / fs::read_symlink(p, ec);
+  const std::string f = p.filename().string();
+  if (f.rfind("step_", 0) != 0 || f.size() < 9) return -1;
+  const std::string num = f.substr(5, f.size() - 8);
+  if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(num);
+}
+
+RunInspection inspect_run(const std::string& dir, const Config& want) {
+  RunInspection r;
+  std::error_code ec;
+  if (!is_run_directory(dir)) {
+    r.state = fs::exists(dir, ec) && !fs::is_empty(dir, ec) ? RunState::Stale : RunState::Fresh;
+    r.reason = "no config.yaml";
+    return r;
+  }
+  try {
+    r.stored = load_config((fs::path(dir) / "config.yaml").string());
+  } catch (const std::exception& e) {
+    r.state = RunState::Stale;
+    r.reason = std::string("unreadable config.yaml: ") + e.what();
+    return r;
+  }
+  for (const auto& key : config_schema()) {
+    const std::string k = key.full_name();
+    if (reusable_difference(k)) continue;
+    const std::string a = config_value_text(r.stored, k), b = config_value_text(want, k);
+    if (a != b) {
+      r.state = RunState::Stale;
+      r.reason = "config changed: " + k + " was " + a + ", now " + b;
+      return r;
+    }
+  }
+  const std::string ck = latest_checkpoint(dir);
+  r.step = checkpoint_step(ck);
+  if (ck.empty() || r.step < 0) {
+    r.state = RunState::Stale;
+    r.reason = "no checkpoint";
+    return r;
+  }
+  if (r.step > want.train.steps) {
+    r.state = RunState::Stale;
+    r.reason = "trained past train.steps";
+    return r;
+  }
+  r.state = r.step == want.train.steps && fs::exists(fs::path(dir) / "eval.json", ec)
+                ? RunState::Finished
+                : RunState::Partial;
+  return r;
+}
+
+// Wall time (s) of training and the training-loss curve, from a run's metrics.jsonl.
+void read_run_metrics(const std::string& dir, double& wall, std::vector<std::pair<int64_t, double>>& curve) {
+  wall = std::numeric_limits<double>::quiet_NaN();
+  curve.clear();
+  std::error_code ec;
+  const std::string p = (fs::path(dir) / "metrics.jsonl").string();
+  if (!fs::exists(p, ec)) return;
+  std::vector<MetricRow> rows;
+  try {
+    rows = parse_metrics_jsonl(read_text_file(p), p);
+  } catch (const std::exception&) {
+    return;
+  }
+  for (const auto& row : rows) {
+    const MetricValue* type = row.get("type");
+    if (!type || type->kind != MetricValue::Kind::Str || type->s != "train") continue;
+    const MetricValue* step = row.get("step");
+    const MetricValue* loss = row.get("loss");
+    const MetricValue* el = row.get("elapsed_s");
+    auto num = [](const MetricValue* v) {
+      if (!v) return std::numeric_limits<double>::quiet_NaN();
+      if (v->kind == MetricValue::Kind::Int) return static_cast<double>(v->i);
+      if (v->kind == MetricValue::Kind::Num) return v->d;
+      return std::numeric_limits<double>::quiet_NaN();
+    };
+    if (step && loss && std::isfinite(num(loss)))
+      curve.emplace_back(static_cast<int64_t>(num(step)), num(loss));
+    if (std::isfinite(num(el))) wall = num(el);
+  }
+}
+
+int in_distribution(const Config& c, int64_t length) {
+  if (length <= 0) return -1;
+  if (is_lm(c)) return length <= c.task.lm_train_len ? 1 : 0;
+  if (c.task.name == "textfile") return -1;
+  return length >= c.task.train_min_len && length <= c.task.train_max_len ? 1 : 0;
+}
+
+// Evaluates one run with one config (cached in <run>/compare_eval/<name>.csv).
+std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const std::string& variant,
+                                    const Config& ecfg, const std::string& run_dir, bool& cached,
+                                    double train_wall) {
+  const std::string ck = latest_checkpoint(run_dir);
+  PELAB_CHECK(!ck.empty(), "compare: no checkpoint in ", run_dir, "/checkpoints");
+  std::error_code ec;
+  fs::path real = fs::canonical(ck, ec);
+  if (ec) real = ck;
+  struct stat st {};
+  std::string stamp = real.filename().string();
+  if (::stat(real.c_str(), &st) == 0)
+    stamp += ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtime);
+  const std::string fp = fingerprint(eval_identity(ecfg) + "\n" + stamp);
+  const fs::path cache_dir = fs::path(run_dir) / "compare_eval";
+  const fs::path cache = cache_dir / ((variant.empty() ? "base" : variant) + ".csv");
+  const std::string head = "# pelab compare evaluation cache " + fp + "\n";
+  if (fs::exists(cache, ec)) {
+    try {
+      const std::string text = read_text_file(cache.string());
+      if (text.rfind(head, 0) == 0) {
+        std::vector<ResultRow> rows = parse_results_csv(text.substr(head.size()), cache.string());
+        for (auto& r : rows) r.train_wall_s = train_wall;
+        cached = true;
+        return rows;
+      }
+    } catch (const std::exception&) {
+      // unreadable cache: evaluate again
+    }
+  }
+  cached = false;
+  const double t0 = now_s();
+  set_num_threads(ecfg.train.threads);
+  LoadedModel lm = load_model(ecfg, ck);
+  std::vector<EvalResult> res;
+  for (const auto& s : lm.data->tests()) {
+    if (g_compare_signal.load()) return {};
+    res.push_back(evaluate_set(*lm.model, *lm.data, s, ecfg));
+  }
+  const double wall = now_s() - t0;
+  std::vector<ResultRow> rows;
+  for (const auto& e : res) {
+    ResultRow r;
+    r.scheme = run.scheme;
+    r.variant = variant;
+    r.seed = run.seed;
+    r.split = e.split;
+    r.length = e.length;
+    r.in_distribution = in_distribution(ecfg, e.length);
+    r.status = e.status;
+    r.loss = e.loss;
+    r.perplexity = e.perplexity;
+    r.token_accuracy = e.token_accuracy;
+    r.exact_match = e.exact_match;
+    r.train_wall_s = train_wall;
+    r.eval_wall_s = wall;
+    rows.push_back(r);
+  }
+  fs::create_directories(cache_dir, ec);
+  write_text_file(cache.string(), head + results_csv(rows));
+  return rows;
+}
+
+std::string sets_text(const std::vector<std::string>& sets) {
+  std::string s;
+  for (const auto& x : sets) s += (s.empty() ? "" : ", ") + std::string("`") + x + "`";
+  return s;
+}
+
+std::string task_summary(const Config& c) {
+  const TaskConfig& t = c.task;
+  std::ostringstream os;
+  os << "Task **" << t.name << "** (" << (is_lm(c) ? "decoder-only language model" : t.formulation)
+     << "), model " << c.model.arch << " d_model " << c.model.d_model << ", " << c.model.heads
+     << " heads, ";
+  if (c.model.arch == "seq2seq")
+    os << c.model.encoder_layers << "+" << c.model.decoder_layers << " layers";
+  else
+    os << c.model.decoder_layers << " layers";
+  os << "; " << c.train.steps << " steps of batch " << c.train.batch_size << " (" << c.train.optimizer
+     << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
+  if (is_lm(c)) {
+    os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : t.corpus)
+       << ", non-overlapping evaluation windows of";
+    for (size_t i = 0; i < t.lm_eval_lengths.size(); ++i)
+      os << (i ? ", " : " ") << t.lm_eval_lengths[i];
+    os << " tokens";
+  } else if (t.name != "textfile") {
+    os << "; " << t.num_eval_examples << " test examples per length";
+  }
+  os << ".";
+  return os.str();
+}
+
+}  // namespace
+
+CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
+  std::ostream& log = opt.log ? *opt.log : std::cerr;
+  const double t_start = now_s();
+  CompareResult res;
+  res.out_dir = opt.out.empty() ? spec.out : opt.out;
+  std::error_code ec;
+  fs::create_directories(fs::path(res.out_dir) / "runs", ec);
+  PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
+  write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
+
+  const std::vector<ComparePlanRun> plan = compare_plan(spec, res.out_dir);
+  const size_t N = plan.size();
+  log << "pelab compare: " << spec.schemes.size() << " schemes x " << spec.seeds.size()
+      << " seeds = " << N << " runs of " << spec.base.train.steps << " steps; report in "
+      << res.out_dir << "\n"
+      << std::flush;
+
+  CompareSignalScope signals;
+  bool stop_hook_used = false;
+  std::map<std::string, LossCurve> curves;
+  for (size_t i = 0; i < N; ++i) {
+    const ComparePlanRun& run = plan[i];
+    const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
+    const std::string who = run.scheme + " seed " + std::to_string(run.seed);
+    const std::string dir = run_directory(run.cfg);
+    if (g_compare_signal.load()) {
+      res.interrupted = true;
+      break;
+    }
+    RunInspection ins = opt.retrain ? RunInspection{RunState::Stale, "--retrain", 0, {}}
+                                    : inspect_run(dir, run.cfg);
+    bool need_train = ins.state != RunState::Finished;
+    if (need_train) {
+      TrainOptions to;
+      to.progress = opt.progress;
+      Config tcfg = run.cfg;
+      if (ins.state == RunState::Partial) {
+        to.resume = dir;
+        // Keys the trainer compares on resume come from the stored run where they may differ.
+        tcfg.task.test_lengths = ins.stored.task.test_lengths;
+        tcfg.task.lm_eval_lengths = ins.stored.task.lm_eval_lengths;
+        tcfg.task.num_eval_examples = ins.stored.task.num_eval_examples;
+        tcfg.pe = ins.stored.pe;
+        log << tag << "resuming " << who << " at step " << ins.step << " of " << tcfg.train.steps
+            << " ...\n";
+        ++res.resumed;
+      } else {
+        if (ins.state == RunState::Stale) {
+          log << tag << who << ": " << ins.reason << " -> training afresh\n";
+          to.overwrite = true;
+        }
+        to.overwrite = true;  // also clears a half-created run directory without a checkpoint
+        log << tag << "training " << who << " (" << tcfg.train.steps << " steps) ...\n";
+        ++res.trained;
+      }
+      log << std::flush;
+      fs::remove_all(fs::path(dir) / "compare_eval", ec);
+      if (opt.stop_after >= 0 && !stop_hook_used) {
+        to.stop_after = opt.stop_after;
+        stop_hook_used = true;
+      }
+      TrainResult tr = train(tcfg, to);
+      if (!tr.finished) {
+        res.interrupted = true;
+        log << tag << who << " stopped at step " << tr.step
+            << "; run the same command again to continue\n"
+            << std::flush;
+        return res;
+      }
+    } else {
+      log << tag << who << ": finished run reused (" << dir << ")\n" << std::flush;
+      ++res.reused;
+    }
+
+    double wall = 0;
+    LossCurve curve;
+    curve.scheme = run.scheme;
+    curve.seed = run.seed;
+    read_run_metrics(dir, wall, curve.points);
+    curves[run.cfg.train.run_name] = curve;
+
+    std::vector<std::pair<std::string, const Config*>> evals = {{"", &run.cfg}};
+    for (const auto& [name, vc] : run.variants) evals.emplace_back(name, &vc);
+    std::string names;
+    for (const auto& [name, c] : evals) names += (names.empty() ? "" : ", ") + (name.empty() ? "as trained" : name);
+    log << tag << "evaluating " << who << " (" << names << ") ...";
+    log.flush();
+    const double te = now_s();
+    int n_cached = 0;
+    for (const auto& [name, c] : evals) {
+      bool cached = false;
+      std::vector<ResultRow> rows = evaluate_run(run, name, *c, dir, cached, wall);
+      if (g_compare_signal.load()) {
+        res.interrupted = true;
+        log << " interrupted\n";
+        break;
+      }
+      n_cached += cached;
+      if (cached)
+        ++res.eval_cached;
+      else
+        ++res.evaluated;
+      res.rows.insert(res.rows.end(), rows.begin(), rows.end());
+    }
+    if (res.interrupted) break;
+    log << " " << (n_cached == static_cast<int>(evals.size()) ? "cached" : "done") << " ("
+        << format_double(now_s() - te, 3) << " s)\n"
+        << std::flush;
+  }
+  if (res.interrupted) {
+    log << "pelab compare: interrupted; run the same command again to continue\n" << std::flush;
+    return res;
+  }
+
+  // ---- the report ----
+  ReportInput in;
+  in.title = spec.title;
+  const Config& b = spec.base;
+  in.task_summary = task_summary(b);
+  in.primary_metric = spec.metric != "auto" ? spec.metric : is_lm(b) ? "perplexity" : "exact_match";
+  in.length_name = is_lm(b) ? "context length (tokens)" : "task length";
+  if (is_lm(b)) {
+    in.train_min = 1;
+    in.train_max = b.task.lm_train_len;
+    in.train_range_text = "windows of " + std::to_string(b.task.lm_train_len) + " tokens";
+    in.log_x = true;
+  } else {
+    in.train_min = b.task.train_min_len;
+    in.train_max = b.task.train_max_len;
+    in.train_range_text = "task lengths " + std::to_string(b.task.train_min_len) + "–" +
+                          std::to_string(b.task.train_max_len);
+  }
+  in.seeds = spec.seeds;
+  for (const auto& s : spec.schemes) {
+    in.labels.push_back(s.name);
+    in.run_settings.emplace_back(s.name, sets_text(s.sets));
+    for (const auto& run : plan) {
+      if (run.scheme != s.name || run.seed != spec.seeds.front()) continue;
+      for (const auto& [vname, vc] : run.variants) {
+        const std::string label = s.name + "+" + vname;
+        in.labels.push_back(label);
+        std::string note = "eval-time variant of " + s.name + " (no retraining): pe.rope_scaling " +
+                           vc.pe.rope_scaling + ", factor " +
+                           format_double(vc.pe.rope_scaling_factor, 4);
+        if (vc.pe.rope_scaling != "rope_scaling" && vc.pe.rope_scaling == "none") note = "eval-time variant of " + s.name;
+        in.label_notes[label] = note;
+        for (const auto& v : spec.variants)
+          if (v.name == vname) in.run_settings.emplace_back(label, sets_text(v.sets));
+      }
+    }
+  }
+  in.rows = res.rows;
+  for (const auto& run : plan) in.curves.push_back(curves[run.cfg.train.run_name]);
+  in.command = opt.command.empty() ? "pelab compare " + spec.source : opt.command;
+  in.config_text = spec.config_text;
+  in.resolved_yaml = config_to_yaml(spec.base);
+  in.total_wall_s = now_s() - t_start;
+  in.timing_note = std::to_string(spec.base.train.threads) + " threads; " +
+                   std::to_string(res.trained + res.resumed) + " of " + std::to_string(N) +
+                   " runs trained in this invocation, the rest reused";
+  res.report = write_report(res.out_dir, in, opt.plots);
+  log << "pelab compare: report " << res.report.report_md << " (" << res.report.pngs.size()
+      << " plots";
+  if (!res.report.plot_note.empty()) log << "; " << res.report.plot_note;
+  log << ")\n" << std::flush;
+  return res;
+}
+
+// ---------------- command line ----------------
+
+namespace {
+
+const char* kCompareHelp =
+    "usage: pelab compare CONFIG [--set section.key=value]... [--out DIR] [--retrain]\n"
+    "                     [--progress auto|bar|lines|none] [--no-plots]\n"
+    "\n"
+    "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
+    "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
+    "writes a report directory: results.csv, report.md (schemes x lengths, mean +- std over\n"
+    "seeds), PNG plots (gnuplot) and the data behind them. Finished runs are reused and\n"
+    "interrupted ones resumed: after Ctrl-C, run the same command again. See docs/experiments.md.\n"
+    "\n"
+    "options:\n"
+    "  --set section.key=value  override a base config key (repeatable); compare.seeds=[1,2],\n"
+    "                           compare.out=DIR, compare.title=T, compare.metric=M also work\n"
+    "  --out DIR                report directory (default compare.out, else reports/<stem>)\n"
+    "  --retrain                train every run afresh (replace existing runs)\n"
+    "  --progress MODE          per-run progress: auto (bar on a terminal), bar, lines or none\n"
+    "  --no-plots               do not call gnuplot\n"
+    "  -h, --help               show this help\n";
+
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                        "_-+./=:,@") == std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+int usage_error(std::ostream& err, const std::string& msg) {
+  err << "pelab: error: " << msg << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
+  if (!a.empty() && a[0] == "plot-pe") return plot_pe_cli(a, out, err);
+  std::vector<std::string> positional, sets;
+  CompareOptions opt;
+  std::string command = "pelab";
+  for (const auto& x : a) command += " " + shell_word(x);
+  opt.command = command;
+  for (size_t i = 1; i < a.size(); ++i) {
+    std::string s = a[i], value;
+    const size_t eq = s.find('=');
+    bool inline_value = false;
+    if (s.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = s.substr(eq + 1);
+      s = s.substr(0, eq);
+      inline_value = true;
+    }
+    auto need = [&](const std::string& name) -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= a.size()) throw std::invalid_argument("compare: option " + name + " needs a value");
+      return a[++i];
+    };
+    try {
+      if (s == "-h" || s == "--help") {
+        out << kCompareHelp;
+        return 0;
+      } else if (s == "--set") {
+        sets.push_back(need(s));
+      } else if (s == "--out") {
+        opt.out = need(s);
+      } else if (s == "--retrain" && !inline_value) {
+        opt.retrain = true;
+      } else if (s == "--no-plots" && !inline_value) {
+        opt.plots = false;
+      } else if (s == "--progress") {
+        const std::string m = need(s);
+        static const std::map<std::string, int> modes = {
+            {"auto", -1}, {"lines", 0}, {"bar", 1}, {"none", 2}};
+        auto it = modes.find(m);
+        if (it == modes.end())
+          return usage_error(err, "compare: --progress must be auto, bar, lines or none, got '" +
+                                      m + "'");
+        opt.progress = it->second;
+      } else if (s.size() > 1 && s[0] == '-') {
+        return usage_error(err, "compare: unknown option '" + a[i] + "' (see pelab compare --help)");
+      } else {
+        positional.push_back(a[i]);
+      }
+    } catch (const std::invalid_argument& e) {
+      return usage_error(err, std::string(e.what()) + " (see pelab compare --help)");
+    }
+  }
+  if (positional.empty()) return usage_error(err, "compare: missing CONFIG (see pelab compare --help)");
+  if (positional.size() > 1)
+    return usage_error(err, "compare: unexpected argument '" + positional[1] +
+                                "' (see pelab compare --help)");
+  const CompareSpec spec = load_compare(positional[0], sets);
+  opt.log = &err;
+  const CompareResult r = run_compare(spec, opt);
+  if (r.interrupted) return 130;
+  out << "report: " << r.report.report_md << "\n";
+  return 0;
+}
+
+}  // namespace pelab

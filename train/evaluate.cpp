@@ -1,0 +1,248 @@
+// pelab — evaluation of one split (evaluate.h).
+#include "train/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "pelab/autograd.h"
+#include "pelab/ops.h"
+
+namespace pelab {
+
+namespace {
+
+struct ModeGuard {
+  explicit ModeGuard(Module& m) : m(m), was(m.is_training()) { m.eval(); }
+  ~ModeGuard() { m.train(was); }
+  Module& m;
+  bool was;
+};
+
+// Positions a split needs; 0 when the model has no absolute table to overflow.
+int64_t positions_needed(const EvalSet& set, bool decoder) {
+  int64_t need = 0;
+  for (const auto& ex : set.examples) {
+    const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
+    need = std::max(need, decoder ? s + t + 2 : std::max(s, t) + 1);
+  }
+  for (const auto& w : set.windows) need = std::max(need, static_cast<int64_t>(w.input.size()));
+  return need;
+}
+
+// Scores teacher-forced logits [B, L, V] against targets (ignore_index where not scored).
+void score(const Tensor& logits, const Tensor& targets, double& loss_sum, int64_t& tokens,
+           int64_t& correct) {
+  const std::vector<int64_t> tg = targets.to_int_vector();
+  int64_t n = 0;
+  for (int64_t t : tg) n += t != kIgnoreIndex;
+  if (n == 0) return;
+  const double ce = cross_entropy(logits, targets, kIgnoreIndex, 0.0).item();
+  loss_sum += ce * static_cast<double>(n);
+  tokens += n;
+  const std::vector<int64_t> am = argmax(logits, -1).to_int_vector();
+  for (size_t i = 0; i < tg.size(); ++i) correct += tg[i] != kIgnoreIndex && am[i] == tg[i];
+}
+
+}  // namespace
+
+Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t B, int64_t L, Device dev) {
+  return Tensor::from_ints(ids, {B, L}, dev);
+}
+
+Tensor mask_tensor(const std::vector<uint8_t>& mask, int64_t B, int64_t L, Device dev) {
+  std::vector<int64_t> m(mask.begin(), mask.end());
+  return Tensor::from_ints(m, {B, L}, dev);
+}
+
+Tensor targets_tensor(const std::vector<int64_t>& target, const std::vector<uint8_t>& keep,
+                      int64_t B, int64_t L, Device dev) {
+  std::vector<int64_t> t(target);
+  for (size_t i = 0; i < t.size(); ++i)
+    if (!keep[i]) t[i] = kIgnoreIndex;
+  return Tensor::from_ints(t, {B, L}, dev);
+}
+
+int64_t decode_budget(const Config& cfg, int64_t length) {
+  if (cfg.eval.max_decode_len > 0) return cfg.eval.max_decode_len;
+  return 2 * length + 8;
+}
+
+MetricRow EvalResult::row() const {
+  MetricRow r;
+  r.set("split", split);
+  r.set("length", length > 0 ? MetricValue::of(length) : MetricValue::null());
+  r.set("examples", examples);
+  r.set("tokens", tokens);
+  r.set("status", status);
+  r.set("loss", loss);
+  r.set("perplexity", perplexity);
+  r.set("token_accuracy", token_accuracy);
+  r.set("exact_match", exact_match);
+  return r;
+}
+
+EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const EvalSet& set,
+                        const Config& cfg, const EvalOptions& opt) {
+  EvalResult r;
+  r.split = set.name;
+  r.length = set.length;
+  r.examples = static_cast<int64_t>(data.is_lm() ? set.windows.size() : set.examples.size());
+  if (set.empty()) {
+    r.status = "n/a (empty)";
+    return r;
+  }
+  const models::ModelConfig& mc = model.config();
+  const bool learned = mc.pe.scheme == "learned";
+  const int64_t max_pos = mc.pe.max_positions;
+  if (learned && positions_needed(set, data.is_decoder()) > max_pos) {
+    r.status = kNaMaxPositions;
+    return r;
+  }
+  NoGradGuard ng;
+  ModeGuard mode(model);
+  const Device dev = model.parameters().front().device();
+  const int64_t EB = cfg.eval.batch_size;
+  double loss_sum = 0;
+  int64_t tokens = 0, correct = 0, exact = 0;
+
+  if (data.is_lm()) {
+    for (size_t i = 0; i < set.windows.size(); i += static_cast<size_t>(EB)) {
+      const size_t end = std::min(set.windows.size(), i + static_cast<size_t>(EB));
+      std::vector<data::LmWindow> w(set.windows.begin() + i, set.windows.begin() + end);
+      data::LmBatch b = data::make_lm_batch(w);
+      Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor());
+      score(logits, ids_tensor(b.target, b.B, b.L, dev), loss_sum, tokens, correct);
+    }
+  } else {
+    for (const auto& batch : data::make_batches(set.examples, EB)) {
+      int64_t longest_src = 0;
+      for (const auto& ex : batch)
+        longest_src = std::max<int64_t>(longest_src, static_cast<int64_t>(ex.src.size()));
+      int64_t budget = decode_budget(cfg, set.length > 0 ? set.length : longest_src);
+      models::GreedyResult g;
+      if (!data.is_decoder()) {
+        data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
+        Tensor src = ids_tensor(b.src, b.B, b.S, dev), src_mask = mask_tensor(b.src_mask, b.B, b.S, dev);
+        Tensor logits = model.forward_seq2seq(src, src_mask, ids_tensor(b.tgt_in, b.B, b.T, dev),
+                                              mask_tensor(b.tgt_mask, b.B, b.T, dev));
+        score(logits, targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, dev), loss_sum, tokens,
+              correct);
+        if (opt.decode) {
+          if (learned) budget = std::min(budget, max_pos);
+          g = models::greedy_decode(model, src, src_mask, budget, opt.use_cache);
+        }
+      } else {
+        data::DecoderBatch b = data::make_decoder_batch(batch);
+        Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
+                                              mask_tensor(b.mask, b.B, b.L, dev));
+        score(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), loss_sum, tokens,
+              correct);
+        if (opt.decode) {
+          std::vector<std::vector<int64_t>> prompts;
+          int64_t longest_prompt = 0;
+          for (const auto& ex : batch) {
+            prompts.push_back(data::decoder_prompt(ex.src));
+            longest_prompt = std::max<int64_t>(longest_prompt, prompts.back().size());
+          }
+          if (learned) budget = std::min(budget, max_pos - longest_prompt + 1);
+          g = models::greedy_decode(model, prompts, budget, opt.use_cache);
+        }
+      }
+      if (!opt.decode) continue;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const bool ok = g.finished[i] && g.tokens[i] == batch[i].tgt;
+        exact += ok;
+        if (opt.keep_predictions)
+          r.predictions.push_back({data.render(batch[i].src), data.render(batch[i].tgt),
+                                   data.render(g.tokens[i]), ok});
+      }
+    }
+  }
+  r.tokens = tokens;
+  if (tokens > 0) {
+    r.loss = loss_sum / static_cast<double>(tokens);
+    r.perplexity = std::exp(r.loss);
+    r.token_accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
+  }
+  if (!data.is_lm() && opt.decode)
+    r.exact_match = static_cast<double>(exact) / static_cast<double>(r.examples);
+  return r;
+}
+
+std::string effective_best_metric(const Config& cfg) {
+  if (cfg.task.name == "lm" && cfg.eval.best_metric == "exact_match") return "loss";
+  return cfg.eval.best_metric;
+}
+
+double metric_of(const EvalResult& r, const std::string& metric) {
+  if (metric == "loss") return r.loss;
+  if (metric == "token_accuracy") return r.token_accuracy;
+  if (metric == "exact_match") return r.exact_match;
+  if (metric == "perplexity") return r.perplexity;
+  fail("eval.best_metric: unknown metric '", metric, "'");
+}
+
+bool higher_is_better(const std::string& metric) {
+  return metric == "exact_match" || metric == "token_accuracy";
+}
+
+void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
+                      const std::string& checkpoint) {
+  {
+    std::ofstream js(dir + "/eval.json", std::ios::trunc);
+    PELAB_CHECK(js.good(), "cannot write ", dir, "/eval.json");
+    js << "{\"step\": " << step << ", \"checkpoint\": " << json_quote(checkpoint)
+       << ", \"results\": [";
+    for (size_t i = 0; i < results.size(); ++i)
+      js << (i ? ",\n  " : "\n  ") << results[i].row().json();
+    js << "\n]}\n";
+    PELAB_CHECK(js.good(), "error writing ", dir, "/eval.json");
+  }
+  std::ofstream csv(dir + "/eval.csv", std::ios::trunc);
+  PELAB_CHECK(csv.good(), "cannot write ", dir, "/eval.csv");
+  bool header = false;
+  for (const auto& r : results) {
+    MetricRow row = r.row();
+    if (!header) {
+      for (size_t i = 0; i < row.fields.size(); ++i) csv << (i ? "," : "") << row.fields[i].first;
+      csv << "\n";
+      header = true;
+    }
+    for (size_t i = 0; i < row.fields.size(); ++i) csv << (i ? "," : "") << row.fields[i].second.csv();
+    csv << "\n";
+  }
+  PELAB_CHECK(csv.good(), "error writing ", dir, "/eval.csv");
+}
+
+std::string eval_table(const std::vector<EvalResult>& results) {
+  std::ostringstream os;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-12s %6s %8s %9s %10s %9s %11s\n", "split", "length", "examples",
+                "loss", "perplexity", "token_acc", "exact_match");
+  os << buf;
+  auto num = [](double v, const char* f) {
+    if (!std::isfinite(v)) return std::string("-");
+    char b[32];
+    std::snprintf(b, sizeof b, f, v);
+    return std::string(b);
+  };
+  for (const auto& r : results) {
+    const std::string len = r.length > 0 ? std::to_string(r.length) : "-";
+    if (!r.available()) {
+      std::snprintf(buf, sizeof buf, "%-12s %6s %8lld %s\n", r.split.c_str(), len.c_str(),
+                    static_cast<long long>(r.examples), r.status.c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "%-12s %6s %8lld %9s %10s %9s %11s\n", r.split.c_str(),
+                    len.c_str(), static_cast<long long>(r.examples), num(r.loss, "%.4f").c_str(),
+                    num(r.perplexity, "%.3f").c_str(), num(r.token_accuracy, "%.4f").c_str(),
+                    num(r.exact_match, "%.4f").c_str());
+    }
+    os << buf;
+  }
+  return os.str();
+}
+
+}  // namespace pelab

@@ -1,0 +1,81 @@
+// pelab — evaluation of a model on one split: teacher-forced loss, perplexity and token accuracy,
+// and sequence exact match by greedy decoding (with the model's KV cache). Also the batch -> tensor
+// helpers shared with the trainer.
+//
+// Definitions (docs/training.md): loss = mean cross-entropy per target token (eos included, no
+// label smoothing), perplexity = exp(loss), token_accuracy = teacher-forced argmax accuracy over the
+// same tokens, exact_match = fraction of examples whose greedy output (up to eos) equals the target
+// (lm: not defined). A split the model cannot represent (learned absolute positions beyond
+// pe.max_positions) gets status "n/a (> max_positions)" and no numbers.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "data/batch.h"
+#include "models/transformer.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/task_data.h"
+
+namespace pelab {
+
+struct Prediction {
+  std::string source, target, output;
+  bool correct = false;
+};
+
+struct EvalResult {
+  std::string split;
+  int64_t length = 0;  // task / window length; 0 when not applicable
+  int64_t examples = 0;
+  int64_t tokens = 0;  // target tokens scored
+  std::string status = "ok";
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double perplexity = std::numeric_limits<double>::quiet_NaN();
+  double token_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double exact_match = std::numeric_limits<double>::quiet_NaN();
+  std::vector<Prediction> predictions;  // with EvalOptions::keep_predictions
+  bool available() const { return status == "ok"; }
+  // split, length, examples, tokens, status, loss, perplexity, token_accuracy, exact_match
+  MetricRow row() const;
+};
+
+struct EvalOptions {
+  bool decode = true;        // compute exact match (greedy decoding)
+  bool use_cache = true;     // KV-cache decoding (false: recompute the full forward every step)
+  bool keep_predictions = false;
+};
+
+constexpr const char* kNaMaxPositions = "n/a (> max_positions)";
+
+// Evaluates `model` on `set` (model left in the mode it was in).
+EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const EvalSet& set,
+                        const Config& cfg, const EvalOptions& opt = {});
+
+// Value of eval.best_metric in a result, and whether larger is better. For the lm task (no exact
+// match) exact_match falls back to loss.
+std::string effective_best_metric(const Config& cfg);
+double metric_of(const EvalResult& r, const std::string& metric);
+bool higher_is_better(const std::string& metric);
+
+// ---- batch -> tensors ----
+Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t B, int64_t L, Device dev);
+Tensor mask_tensor(const std::vector<uint8_t>& mask, int64_t B, int64_t L, Device dev);
+// Targets with positions where keep[i] == 0 replaced by ignore_index (-100).
+Tensor targets_tensor(const std::vector<int64_t>& target, const std::vector<uint8_t>& keep, int64_t B,
+                      int64_t L, Device dev);
+constexpr int64_t kIgnoreIndex = -100;
+
+// The greedy-decoding budget for sources of task length `length` (longest source |src| when 0):
+// eval.max_decode_len, or 2 * length + 8.
+int64_t decode_budget(const Config& cfg, int64_t length);
+
+// Writes results as eval.json ({"step": N, "checkpoint": ..., "results": [...]}) and eval.csv.
+void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
+                      const std::string& checkpoint);
+// A plain-text table of results (one line per split).
+std::string eval_table(const std::vector<EvalResult>& results);
+
+}  // namespace pelab

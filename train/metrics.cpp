@@ -1,0 +1,251 @@
+// pelab — metric rows, JSON lines and CSV (metrics.h).
+#include "train/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "pelab/error.h"
+
+namespace pelab {
+
+MetricValue MetricValue::of(double v) {
+  MetricValue m;
+  if (!std::isfinite(v)) return m;
+  m.kind = Kind::Num;
+  m.d = v;
+  return m;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  // Keep it recognisably a float ("1" -> "1.0") so a reader does not take it for an int.
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string MetricValue::json() const {
+  switch (kind) {
+    case Kind::Null: return "null";
+    case Kind::Int: return std::to_string(i);
+    case Kind::Num: return json_number(d);
+    case Kind::Str: return json_quote(s);
+  }
+  return "null";
+}
+
+std::string MetricValue::csv() const {
+  switch (kind) {
+    case Kind::Null: return "";
+    case Kind::Int: return std::to_string(i);
+    case Kind::Num: return json_number(d);
+    case Kind::Str: {
+      if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+      std::string q = "\"";
+      for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+      return q + "\"";
+    }
+  }
+  return "";
+}
+
+bool MetricValue::operator==(const MetricValue& o) const {
+  if (kind != o.kind) return false;
+  switch (kind) {
+    case Kind::Null: return true;
+    case Kind::Int: return i == o.i;
+    case Kind::Num: return d == o.d;
+    case Kind::Str: return s == o.s;
+  }
+  return false;
+}
+
+MetricRow& MetricRow::set(const std::string& key, MetricValue v) {
+  for (auto& f : fields)
+    if (f.first == key) {
+      f.second = std::move(v);
+      return *this;
+    }
+  fields.emplace_back(key, std::move(v));
+  return *this;
+}
+
+const MetricValue* MetricRow::get(const std::string& key) const {
+  for (const auto& f : fields)
+    if (f.first == key) return &f.second;
+  return nullptr;
+}
+
+std::string MetricRow::json() const {
+  std::string out = "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i) out += ", ";
+    out += json_quote(fields[i].first) + ": " + fields[i].second.json();
+  }
+  return out + "}";
+}
+
+namespace {
+
+struct Parser {
+  const std::string& s;
+  const std::string& where;
+  size_t p = 0;
+  [[noreturn]] void bad(const std::string& what) const {
+    fail(where, ": malformed metrics line (", what, " at column ", p + 1, ")");
+  }
+  void ws() {
+    while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\r')) ++p;
+  }
+  void expect(char c) {
+    ws();
+    if (p >= s.size() || s[p] != c) bad(std::string("expected '") + c + "'");
+    ++p;
+  }
+  std::string str() {
+    expect('"');
+    std::string out;
+    while (true) {
+      if (p >= s.size()) bad("unterminated string");
+      char c = s[p++];
+      if (c == '"') break;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (p >= s.size()) bad("bad escape");
+      char e = s[p++];
+      switch (e) {
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          if (p + 4 > s.size()) bad("bad \\u escape");
+          out += static_cast<char>(std::strtol(s.substr(p, 4).c_str(), nullptr, 16));
+          p += 4;
+          break;
+        }
+        default: out += e;
+      }
+    }
+    return out;
+  }
+  MetricValue value() {
+    ws();
+    if (p >= s.size()) bad("missing value");
+    if (s[p] == '"') return MetricValue::of(str());
+    if (s.compare(p, 4, "null") == 0) { p += 4; return MetricValue::null(); }
+    if (s.compare(p, 4, "true") == 0) { p += 4; return MetricValue::of(int64_t{1}); }
+    if (s.compare(p, 5, "false") == 0) { p += 5; return MetricValue::of(int64_t{0}); }
+    size_t end = p;
+    while (end < s.size() && std::string("+-0123456789.eE").find(s[end]) != std::string::npos) ++end;
+    if (end == p) bad("bad value");
+    const std::string num = s.substr(p, end - p);
+    p = end;
+    if (num.find_first_of(".eE") == std::string::npos) {
+      char* e = nullptr;
+      long long v = std::strtoll(num.c_str(), &e, 10);
+      if (*e) bad("bad integer");
+      return MetricValue::of(static_cast<int64_t>(v));
+    }
+    char* e = nullptr;
+    double v = std::strtod(num.c_str(), &e);
+    if (*e) bad("bad number");
+    return MetricValue::of(v);
+  }
+};
+
+}  // namespace
+
+MetricRow parse_metric_row(const std::string& line, const std::string& where) {
+  Parser ps{line, where};
+  MetricRow row;
+  ps.expect('{');
+  ps.ws();
+  if (ps.p < line.size() && line[ps.p] == '}') {
+    ++ps.p;
+  } else {
+    while (true) {
+      std::string key = ps.str();
+      ps.expect(':');
+      row.fields.emplace_back(key, ps.value());
+      ps.ws();
+      if (ps.p < line.size() && line[ps.p] == ',') {
+        ++ps.p;
+        continue;
+      }
+      ps.expect('}');
+      break;
+    }
+  }
+  ps.ws();
+  if (ps.p != line.size()) ps.bad("trailing text");
+  return row;
+}
+
+std::vector<MetricRow> parse_metrics_jsonl(const std::string& text, const std::string& where) {
+  std::vector<MetricRow> rows;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    rows.push_back(parse_metric_row(line, where + ":" + std::to_string(n)));
+  }
+  return rows;
+}
+
+const std::vector<std::string>& metrics_csv_columns() {
+  static const std::vector<std::string> c = {
+      "type",     "step",       "split",      "loss",           "lr",
+      "grad_norm", "tokens_per_s", "elapsed_s", "perplexity", "token_accuracy",
+      "exact_match"};
+  return c;
+}
+
+std::string metrics_csv_header() {
+  std::string out;
+  for (const auto& c : metrics_csv_columns()) out += (out.empty() ? "" : ",") + c;
+  return out;
+}
+
+std::string metrics_csv_line(const MetricRow& row) {
+  std::string out;
+  bool first = true;
+  for (const auto& c : metrics_csv_columns()) {
+    if (!first) out += ",";
+    first = false;
+    const MetricValue* v = row.get(c);
+    if (v) out += v->csv();
+  }
+  return out;
+}
+
+}  // namespace pelab

@@ -1,0 +1,59 @@
+// pelab — metric rows of a run: one flat JSON object per line (metrics.jsonl) and the same rows as
+// CSV (metrics.csv). Numbers are written with 17 significant digits, so a row read back is bit for
+// bit the row written; NaN / infinity are written as null.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pelab {
+
+struct MetricValue {
+  enum class Kind { Null, Int, Num, Str } kind = Kind::Null;
+  int64_t i = 0;
+  double d = 0;
+  std::string s;
+  static MetricValue null() { return {}; }
+  static MetricValue of(int64_t v) { MetricValue m; m.kind = Kind::Int; m.i = v; return m; }
+  static MetricValue of(double v);  // non-finite -> null
+  static MetricValue of(const std::string& v) {
+    MetricValue m; m.kind = Kind::Str; m.s = v; return m;
+  }
+  std::string json() const;  // JSON text of the value
+  std::string csv() const;   // CSV cell ("" for null)
+  bool operator==(const MetricValue& o) const;
+};
+
+// Ordered key -> value pairs.
+struct MetricRow {
+  std::vector<std::pair<std::string, MetricValue>> fields;
+  MetricRow& set(const std::string& key, MetricValue v);
+  MetricRow& set(const std::string& key, int64_t v) { return set(key, MetricValue::of(v)); }
+  MetricRow& set(const std::string& key, int v) { return set(key, MetricValue::of(int64_t{v})); }
+  MetricRow& set(const std::string& key, double v) { return set(key, MetricValue::of(v)); }
+  MetricRow& set(const std::string& key, const std::string& v) {
+    return set(key, MetricValue::of(v));
+  }
+  MetricRow& set(const std::string& key, const char* v) { return set(key, std::string(v)); }
+  const MetricValue* get(const std::string& key) const;
+  std::string json() const;  // one line, no trailing newline
+};
+
+// Parses one line written by MetricRow::json() (a flat JSON object of numbers, strings, null,
+// true/false). Throws pelab::Error naming `where` on malformed input.
+MetricRow parse_metric_row(const std::string& line, const std::string& where = "metrics");
+// Every non-empty line of a metrics.jsonl text.
+std::vector<MetricRow> parse_metrics_jsonl(const std::string& text, const std::string& where);
+
+// Columns of metrics.csv, in order.
+const std::vector<std::string>& metrics_csv_columns();
+std::string metrics_csv_header();
+std::string metrics_csv_line(const MetricRow& row);
+
+// Quotes a string for JSON.
+std::string json_quote(const std::string& s);
+// Shortest-exact text of a double (17 significant digits), "null" if not finite.
+std::string json_number(double v);
+
+}  // namespace pelab

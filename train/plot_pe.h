@@ -1,0 +1,44 @@
+// pelab — pictures of the positional encodings (`pelab plot-pe`, docs/experiments.md), computed with
+// pelab's own PE modules (make_pe) and, with a trained run, from its checkpoint: each picture is a
+// PNG (gnuplot) next to the CSV behind it.
+//
+//   sinusoidal_heatmap     PE[position, dim] of the sinusoidal table
+//   rope_decay             RoFormer's long-range decay bound (1/(d/2))·Σ_j |Σ_{i<j} e^{i·r·θ_i}| vs
+//                          relative distance r, for plain RoPE and its pi / ntk / yarn scalings, and
+//                          the score q'·k'/d of constant q = k through the rope module
+//   t5_buckets             relative position -> bucket (bidirectional and unidirectional)
+//   alibi_bias             the ALiBi bias −m_h·(i − j) per head vs distance
+//   with --run RUN_DIR (a trained run; pictures for its scheme):
+//   t5_bias_<stack>        learned T5 bias per head vs relative position
+//   shaw_<stack>           Shaw key/value tables per layer ([2k+1] × head_dim heatmaps)
+//   learned_positions      the learned absolute table and the cosine similarity of its positions
+//   attention_<stack>_<kind>_layer<l>  attention probabilities per head for --input (default: the
+//                          first example of the run's longest test length)
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace pelab {
+
+struct PlotPeOptions {
+  std::string out = "reports/pe";
+  std::string run;    // a run directory ("" = only the scheme pictures)
+  std::string input;  // source text for the attention maps ("" = a test example)
+  std::string checkpoint;  // "" = the run's newest checkpoint
+  bool plots = true;  // call gnuplot (else only the CSV / .dat files)
+  // Sizes of the scheme pictures without a run.
+  int64_t positions = 128, d_model = 128, heads = 8, rope_dims = 128, distance = 1024;
+};
+
+struct PlotPeResult {
+  std::vector<std::string> pngs, csvs;
+  std::string note;  // plots skipped and why
+};
+
+PlotPeResult plot_pe(const PlotPeOptions& opt);
+
+// `pelab plot-pe` (args[0] == "plot-pe").
+int plot_pe_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace pelab

@@ -1,0 +1,119 @@
+// pelab — the report of a length-extrapolation comparison (docs/experiments.md): results.csv,
+// report.md (schemes × lengths, mean ± std over seeds, training range marked, wall times, the
+// command and the config) and gnuplot PNG plots, each next to the .dat/.csv behind it. Also the
+// small gnuplot helpers shared with `pelab plot-pe`.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pelab {
+
+// One evaluation of one run (scheme × seed) with one eval-time variant on one split.
+struct ResultRow {
+  std::string scheme;   // the compare entry's name ("rope", "rope+rand")
+  std::string variant;  // "" = as trained; else an eval-time variant ("pi", "yarn", ...)
+  int64_t seed = 0;
+  std::string split;    // "len_24", "ctx_128", a file stem
+  int64_t length = 0;   // task / window length; 0 when not applicable
+  int in_distribution = -1;  // 1 / 0; -1 unknown
+  std::string status = "ok";
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double perplexity = std::numeric_limits<double>::quiet_NaN();
+  double token_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double exact_match = std::numeric_limits<double>::quiet_NaN();
+  double train_wall_s = std::numeric_limits<double>::quiet_NaN();
+  double eval_wall_s = std::numeric_limits<double>::quiet_NaN();  // this run+variant, all splits
+  bool available() const { return status == "ok"; }
+  // "rope" or "rope+pi"
+  std::string label() const { return variant.empty() ? scheme : scheme + "+" + variant; }
+};
+
+// Columns of results.csv, in order.
+const std::vector<std::string>& results_csv_columns();
+std::string results_csv(const std::vector<ResultRow>& rows);
+// Reads results.csv text back (throws pelab::Error naming `where` on malformed input).
+std::vector<ResultRow> parse_results_csv(const std::string& text, const std::string& where);
+// Value of a metric ("loss", "perplexity", "token_accuracy", "exact_match") of a row.
+double row_metric(const ResultRow& r, const std::string& metric);
+
+// Training-loss curve of one run (train rows of its metrics.jsonl).
+struct LossCurve {
+  std::string scheme;
+  int64_t seed = 0;
+  std::vector<std::pair<int64_t, double>> points;  // (step, loss)
+};
+
+struct ReportInput {
+  std::string title;
+  std::string task_summary;     // one line: task, formulation, lengths
+  std::string primary_metric;   // exact_match | token_accuracy | perplexity | loss
+  std::string length_name;      // "task length" / "context length"
+  // In-distribution range of lengths (inclusive); the report marks these columns.
+  int64_t train_min = 0, train_max = 0;
+  std::string train_range_text;  // e.g. "task lengths 1–16"
+  std::vector<int64_t> seeds;
+  std::vector<std::string> labels;               // row order (scheme or scheme+variant)
+  std::map<std::string, std::string> label_notes;  // label -> one-line description
+  std::vector<ResultRow> rows;
+  std::vector<LossCurve> curves;
+  std::string command;          // the exact command line
+  std::string config_text;      // the config file as given
+  std::string resolved_yaml;    // the resolved base config (overrides applied)
+  std::vector<std::pair<std::string, std::string>> run_settings;  // label -> "--set ..." summary
+  double total_wall_s = std::numeric_limits<double>::quiet_NaN();
+  std::string timing_note;      // threads, machine load, ...
+  bool log_x = false;           // plots over lengths on a log2 axis (lm)
+};
+
+// Mean ± sample std over the available values (n = count).
+struct Stat {
+  double mean = std::numeric_limits<double>::quiet_NaN();
+  double std = std::numeric_limits<double>::quiet_NaN();
+  int64_t n = 0;
+  std::string status;  // non-ok status of the rows when none is available ("n/a (> max_positions)")
+};
+// Statistic of `metric` over the rows of `label` on `split`.
+Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
+               const std::string& split, const std::string& metric);
+
+// A table cell: "93.0 ± 2.1" (exact match / token accuracy in percent), "3.21 ± 0.05"
+// (perplexity / loss), "93.0" with one seed, or the status ("n/a (> max_positions)").
+std::string format_cell(const Stat& s, const std::string& metric);
+// The markdown table of labels × splits for a metric (in-distribution columns marked "(train)").
+std::string metric_table_markdown(const ReportInput& in, const std::string& metric);
+
+// What write_report made.
+struct ReportFiles {
+  std::string report_md, results_csv;
+  std::vector<std::string> pngs;   // written PNG plots
+  std::vector<std::string> data;   // .dat / .csv behind the plots
+  std::string plot_note;           // why plots are missing, if they are
+};
+// Writes results.csv, report.md, the summary tables as CSV and (when gnuplot is available and
+// `plots`) the PNG plots into `dir`.
+ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plots = true);
+
+// ---------------- gnuplot helpers ----------------
+// Path of a usable gnuplot, "" when none is installed (PELAB_GNUPLOT overrides the search).
+std::string gnuplot_path();
+// "pngcairo" when the installed gnuplot has it, else "png"; "" without gnuplot.
+std::string gnuplot_png_terminal();
+// Writes `script` to script_path and runs gnuplot on it; false (with the reason in *error) on
+// failure. The script runs with the script's directory as the working directory.
+bool run_gnuplot(const std::string& script_path, const std::string& script, std::string* error);
+// True when `path` starts with the 8-byte PNG signature.
+bool is_png_file(const std::string& path);
+// Quotes a string for a gnuplot script ('...' with '' for ').
+std::string gnuplot_quote(const std::string& s);
+
+// Small file helpers shared by compare / plot-pe.
+void write_text_file(const std::string& path, const std::string& text);
+std::string read_text_file(const std::string& path);
+std::string format_double(double v, int precision = 6);  // "%.*g"; "" when not finite
+
+}  // namespace pelab

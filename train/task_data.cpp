@@ -1,0 +1,217 @@
+// pelab — TaskData: vocabulary, training batches and evaluation sets for a run (task_data.h).
+#include "train/task_data.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "data/rng.h"
+#include "data/textfile.h"
+#include "pelab/error.h"
+
+namespace pelab {
+
+namespace {
+
+// Training batches are drawn from pools of this many batches when train.bucket_by_length is on.
+constexpr int64_t kBucketPoolBatches = 16;
+
+int64_t positions_of(const data::Example& ex, bool decoder) {
+  const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
+  return decoder ? s + t + 2 : std::max(s, t) + 1;
+}
+
+std::string join_symbols(const data::Vocab& v) {
+  std::string out;
+  for (int64_t i = data::Vocab::kNumSpecial; i < v.size() && i < data::Vocab::kNumSpecial + 20;
+       ++i)
+    out += (out.empty() ? "" : " ") + v.symbol(i);
+  if (v.size() > data::Vocab::kNumSpecial + 20) out += " ...";
+  return out;
+}
+
+}  // namespace
+
+uint64_t train_stream_seed(const Config& cfg) {
+  return data::mix64(data::derive_seed(static_cast<uint64_t>(cfg.task.seed), "train") ^
+                     data::mix64(static_cast<uint64_t>(cfg.train.seed) + 0x7a11ULL));
+}
+
+TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_tokens) : cfg_(cfg) {
+  const TaskConfig& t = cfg.task;
+  const uint64_t seed = static_cast<uint64_t>(t.seed);
+  lm_ = t.name == "lm";
+  decoder_ = t.formulation == "decoder";
+  const int64_t n_eval = t.num_eval_examples;
+  valid_.name = "valid";
+
+  if (lm_) {
+    PELAB_CHECK(t.tokenization == "char", "task.tokenization: the lm task is character-level; '",
+                t.tokenization, "' is not supported");
+    PELAB_CHECK(t.valid_fraction > 0, "task.valid_fraction: the lm task needs a validation and a "
+                "test split (task.valid_fraction > 0), got ", t.valid_fraction);
+    const std::string path = t.corpus.empty() ? data::default_corpus_path() : t.corpus;
+    const std::string text = data::read_corpus(path);
+    const double vf = t.valid_fraction, tf = 1.0 - 2.0 * vf;
+    if (vocab_tokens.empty())
+      corpus_ = std::make_unique<data::LmCorpus>(text, tf, vf);
+    else
+      corpus_ = std::make_unique<data::LmCorpus>(text, data::Vocab(vocab_tokens), tf, vf);
+    vocab_ = std::make_unique<data::Vocab>(corpus_->vocab());
+    lm_seed_ = train_stream_seed(cfg);
+    train_positions_ = t.lm_train_len;
+    const auto& train_tokens = corpus_->tokens(data::LmSplit::Train);
+    PELAB_CHECK(static_cast<int64_t>(train_tokens.size()) > t.lm_train_len,
+                "task.lm_train_len: ", t.lm_train_len, " needs more training tokens than the ",
+                train_tokens.size(), " of corpus '", path, "'");
+    // Every evaluation length sees (almost) the same tokens: the first n_eval * max_len + 1.
+    int64_t max_len = t.lm_train_len;
+    for (int L : t.lm_eval_lengths) max_len = std::max<int64_t>(max_len, L);
+    auto windows = [&](data::LmSplit split, int64_t L, EvalSet& set) {
+      const auto& all = corpus_->tokens(split);
+      const int64_t span = std::min<int64_t>(static_cast<int64_t>(all.size()), n_eval * max_len + 1);
+      PELAB_CHECK(span >= L + 1, "lm: the ", data::lm_split_name(split), " split of corpus '", path,
+                  "' has ", all.size(), " tokens, too few for a window of length ", L,
+                  " (raise task.valid_fraction or use a larger corpus)");
+      std::vector<int64_t> part(all.begin(), all.begin() + span);
+      data::LmEvalWindows w = data::lm_eval_windows(part, L);
+      set.windows = std::move(w.windows);
+      set.dropped_tokens = w.dropped_tokens;
+      set.length = L;
+    };
+    windows(data::LmSplit::Valid, t.lm_train_len, valid_);
+    for (int L : t.lm_eval_lengths) {
+      EvalSet s;
+      s.name = "ctx_" + std::to_string(L);
+      windows(data::LmSplit::Test, L, s);
+      tests_.push_back(std::move(s));
+    }
+    return;
+  }
+
+  if (t.name == "textfile") {
+    tok_ = data::parse_tokenization(t.tokenization);
+    PELAB_CHECK(!t.train_file.empty(), "task.train_file: the textfile task needs a training file");
+    vocab_ = std::make_unique<data::Vocab>(
+        vocab_tokens.empty() ? data::build_vocab_from_files({t.train_file}, tok_)
+                             : data::Vocab(vocab_tokens));
+    std::vector<data::Example> all = data::load_examples(t.train_file, *vocab_, tok_);
+    if (!t.valid_file.empty()) {
+      train_ = std::move(all);
+      valid_.examples = data::load_examples(t.valid_file, *vocab_, tok_);
+    } else {
+      // Hold out a seeded random valid_fraction of the training file.
+      data::Rng rng(data::derive_seed(seed, "valid_split"));
+      const std::vector<int64_t> perm = data::permutation(static_cast<int64_t>(all.size()), rng);
+      int64_t nv = static_cast<int64_t>(static_cast<double>(all.size()) * t.valid_fraction);
+      if (t.valid_fraction > 0 && nv == 0 && all.size() > 1) nv = 1;
+      std::vector<bool> held(all.size(), false);
+      for (int64_t i = 0; i < nv; ++i) held[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
+      for (size_t i = 0; i < all.size(); ++i)
+        (held[i] ? valid_.examples : train_).push_back(all[i]);
+    }
+    PELAB_CHECK(!train_.empty(), "task.train_file: '", t.train_file,
+                "' leaves no training examples after holding out task.valid_fraction");
+    std::set<std::string> names = {"valid"};
+    for (const auto& f : t.test_files) {
+      EvalSet s;
+      std::string name = std::filesystem::path(f).stem().string();
+      if (name.empty()) name = "test";
+      std::string unique = name;
+      for (int k = 2; names.count(unique); ++k) unique = name + "_" + std::to_string(k);
+      names.insert(unique);
+      s.name = unique;
+      s.examples = data::load_examples(f, *vocab_, tok_);
+      tests_.push_back(std::move(s));
+    }
+  } else {
+    data::TaskSpec spec;
+    spec.name = t.name;
+    spec.num_symbols = t.num_symbols;
+    spec.seed = seed;
+    spec.train_min_len = t.train_min_len;
+    spec.train_max_len = t.train_max_len;
+    task_ = data::make_task(spec);
+    if (!vocab_tokens.empty()) {
+      PELAB_CHECK(data::Vocab(vocab_tokens) == task_->vocab(),
+                  "vocabulary mismatch: the checkpoint's vocabulary (", vocab_tokens.size(),
+                  " tokens) differs from task '", t.name, "' with task.num_symbols ",
+                  t.num_symbols, " (", task_->vocab().size(), " tokens)");
+    }
+    vocab_ = std::make_unique<data::Vocab>(task_->vocab());
+    for (int64_t i = data::Vocab::kNumSpecial; i < vocab_->size(); ++i)
+      single_char_symbols_ = single_char_symbols_ && vocab_->symbol(i).size() == 1;
+    if (t.train_examples > 0)
+      train_ = task_->make_split(data::derive_seed(seed, "train_set"), t.train_examples,
+                                 t.train_min_len, t.train_max_len);
+    valid_.examples = task_->make_split(data::derive_seed(seed, "valid"), n_eval, t.train_min_len,
+                                        t.train_max_len);
+    for (int L : t.test_lengths) {
+      EvalSet s;
+      s.name = "len_" + std::to_string(L);
+      s.length = L;
+      s.examples = task_->make_split(data::derive_seed(seed, "test_" + std::to_string(L)), n_eval,
+                                     L, L);
+      tests_.push_back(std::move(s));
+    }
+  }
+
+  // Training stream: the fixed set reshuffled every epoch, or fresh task examples.
+  const uint64_t stream_seed = train_stream_seed(cfg);
+  data::ExampleStream stream = train_.empty() ? data::ExampleStream(*task_, stream_seed)
+                                              : data::ExampleStream(train_, stream_seed);
+  sampler_ = std::make_unique<data::BatchSampler>(
+      stream, cfg.train.batch_size, cfg.train.bucket_by_length ? kBucketPoolBatches : 1);
+  if (!train_.empty()) {
+    for (const auto& ex : train_) train_positions_ = std::max(train_positions_, positions_of(ex, decoder_));
+  } else {
+    const int64_t s = task_->max_source_len(t.train_max_len);
+    const int64_t g = task_->max_target_len(t.train_max_len);
+    train_positions_ = decoder_ ? s + g + 2 : std::max(s, g) + 1;
+  }
+}
+
+std::vector<data::Example> TaskData::train_batch(int64_t j) const {
+  PELAB_CHECK(!lm_, "TaskData::train_batch: the lm task has windows, not examples");
+  return sampler_->batch_at(j);
+}
+
+std::vector<data::LmWindow> TaskData::lm_train_batch(int64_t j) const {
+  PELAB_CHECK(lm_, "TaskData::lm_train_batch: only for the lm task");
+  const int64_t B = cfg_.train.batch_size;
+  std::vector<data::LmWindow> out;
+  out.reserve(static_cast<size_t>(B));
+  const auto& tokens = corpus_->tokens(data::LmSplit::Train);
+  for (int64_t i = 0; i < B; ++i)
+    out.push_back(data::lm_window_at(tokens, cfg_.task.lm_train_len, lm_seed_, j * B + i));
+  return out;
+}
+
+std::string TaskData::render(const std::vector<int64_t>& ids) const {
+  if (task_) return task_->render(ids);
+  if (lm_) return vocab_->decode(ids, "");
+  return vocab_->decode(ids, tok_ == data::Tokenization::Char ? "" : " ");
+}
+
+std::vector<int64_t> TaskData::encode_line(const std::string& line) const {
+  std::vector<std::string> symbols;
+  if (task_) {
+    if (single_char_symbols_) {
+      for (char c : line)
+        if (!std::isspace(static_cast<unsigned char>(c))) symbols.emplace_back(1, c);
+    } else {
+      symbols = data::tokenize(line, data::Tokenization::Space);
+    }
+  } else {
+    symbols = data::tokenize(line, lm_ ? data::Tokenization::Char : tok_);
+  }
+  std::vector<int64_t> ids;
+  for (const auto& s : symbols) {
+    PELAB_CHECK(vocab_->contains(s) && !data::Vocab::is_special(vocab_->id(s)), "unknown symbol '",
+                s, "' in input '", line, "' (vocabulary: ", join_symbols(*vocab_), ")");
+    ids.push_back(vocab_->id(s));
+  }
+  return ids;
+}
+
+}  // namespace pelab

@@ -1,0 +1,79 @@
+// pelab — the data side of a run, built from the `task:` section: the vocabulary, the training
+// batches (a pure function of the batch index, so a run resumes exactly), the validation set and the
+// test sets, for the three task kinds (synthetic tasks, user TSV files, character-level LM).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/batch.h"
+#include "data/lm.h"
+#include "data/tasks.h"
+#include "data/vocab.h"
+#include "train/config.h"
+
+namespace pelab {
+
+// One evaluation split: examples (seq2seq / decoder formulations) or windows (lm).
+struct EvalSet {
+  std::string name;    // "valid", "len_24" (synthetic test length), file stem (textfile), "ctx_128"
+  int64_t length = 0;  // the task length (synthetic) or window length (lm); 0 for textfile
+  std::vector<data::Example> examples;
+  std::vector<data::LmWindow> windows;
+  int64_t dropped_tokens = 0;  // lm: predictable tokens not covered by full windows
+  bool empty() const { return examples.empty() && windows.empty(); }
+};
+
+class TaskData {
+ public:
+  // Builds everything from cfg.task (reads files / the corpus). With vocab_tokens (e.g. from a
+  // checkpoint) the vocabulary is restored instead of built; for synthetic tasks it must equal the
+  // task's own vocabulary. Throws pelab::Error / data::DataError.
+  explicit TaskData(const Config& cfg, const std::vector<std::string>& vocab_tokens = {});
+  TaskData(const TaskData&) = delete;
+  TaskData& operator=(const TaskData&) = delete;
+
+  const data::Vocab& vocab() const { return *vocab_; }
+  bool is_lm() const { return lm_; }
+  bool is_decoder() const { return decoder_; }  // decoder-only formulation (lm included)
+
+  // Micro-batch j of training (a pure function of j and the seeds).
+  std::vector<data::Example> train_batch(int64_t j) const;
+  std::vector<data::LmWindow> lm_train_batch(int64_t j) const;
+
+  const EvalSet& valid() const { return valid_; }
+  const std::vector<EvalSet>& tests() const { return tests_; }
+  int64_t num_train_examples() const { return static_cast<int64_t>(train_.size()); }
+
+  // Longest training sequence in tokens (what the model's positions cover in training): seq2seq
+  // max(|src|, |tgt|) + 1, decoder |src| + |tgt| + 2, lm task.lm_train_len.
+  int64_t train_positions() const { return train_positions_; }
+
+  // Ids -> text as the task writes it.
+  std::string render(const std::vector<int64_t>& ids) const;
+  // One line of user input -> source ids (synthetic: symbols, one character each when every symbol
+  // is one character (spaces ignored), else space-separated; textfile: task.tokenization; lm:
+  // characters). Unknown symbols are an error naming them.
+  std::vector<int64_t> encode_line(const std::string& line) const;
+
+ private:
+  const Config cfg_;
+  bool lm_ = false, decoder_ = false;
+  std::unique_ptr<data::Task> task_;
+  std::unique_ptr<data::Vocab> vocab_;
+  std::unique_ptr<data::LmCorpus> corpus_;
+  std::vector<data::Example> train_;  // fixed training set (textfile, train_examples > 0)
+  std::unique_ptr<data::BatchSampler> sampler_;
+  uint64_t lm_seed_ = 0;
+  EvalSet valid_;
+  std::vector<EvalSet> tests_;
+  int64_t train_positions_ = 0;
+  data::Tokenization tok_ = data::Tokenization::Char;
+  bool single_char_symbols_ = true;
+};
+
+// Seed of the training batch stream: depends on task.seed and train.seed.
+uint64_t train_stream_seed(const Config& cfg);
+
+}  // namespace pelab

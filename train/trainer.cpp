@@ -1,0 +1,662 @@
+// pelab — the trainer (trainer.h): training loop, periodic evaluation, run directory, metrics,
+// checkpoints and exact resume.
+#include "train/trainer.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "data/rng.h"
+#include "pelab/autograd.h"
+#include "pelab/optim.h"
+#include "pelab/parallel.h"
+#include "train/model_from_config.h"
+#include "train/progress.h"
+
+namespace fs = std::filesystem;
+
+namespace pelab {
+
+namespace {
+
+// ---------------- signals ----------------
+
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal.store(sig); }
+
+struct SignalScope {
+  SignalScope() {
+    g_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalScope() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+  struct sigaction old_int {}, old_term {};
+};
+
+// ---------------- small helpers ----------------
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  PELAB_CHECK(out.good(), "cannot write ", path);
+  out << text;
+  out.flush();
+  PELAB_CHECK(out.good(), "error writing ", path);
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// step_<N>.h5 -> N, or -1.
+int64_t step_of(const std::string& filename) {
+  const std::string pre = "step_", suf = ".h5";
+  if (filename.size() <= pre.size() + suf.size() || filename.compare(0, pre.size(), pre) != 0 ||
+      filename.compare(filename.size() - suf.size(), suf.size(), suf) != 0)
+    return -1;
+  const std::string num = filename.substr(pre.size(), filename.size() - pre.size() - suf.size());
+  if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(num);
+}
+
+// (step, path) of every step_<N>.h5, ascending.
+std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int64_t s = step_of(e.path().filename().string());
+    if (s >= 0 && e.is_regular_file(ec)) out.emplace_back(s, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string checkpoint_name(int64_t step) { return "step_" + std::to_string(step) + ".h5"; }
+
+// Keys that may differ between a run's config and the config given when resuming it.
+bool resumable_change(const std::string& key) {
+  static const std::set<std::string> ok = {
+      "train.steps",      "train.log_every", "train.eval_every", "train.checkpoint_every",
+      "train.keep_checkpoints", "train.threads", "train.device", "train.run_dir",
+      "train.run_name",   "train.resume",    "train.tags"};
+  return ok.count(key) || key.rfind("eval.", 0) == 0;
+}
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Removes the files of an old run from `dir` (only the files a run writes).
+void clear_run_files(const fs::path& dir) {
+  std::error_code ec;
+  for (const char* f : {"config.yaml", "metrics.jsonl", "metrics.csv", "eval.json", "eval.csv",
+                        "train.log"})
+    fs::remove(dir / f, ec);
+  fs::remove_all(dir / "checkpoints", ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("predictions_", 0) == 0) fs::remove(e.path(), ec);
+  }
+}
+
+bool holds_a_run(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "metrics.jsonl", ec) || fs::exists(dir / "checkpoints", ec) ||
+         fs::exists(dir / "config.yaml", ec);
+}
+
+// ---------------- the trainer ----------------
+
+class Trainer {
+ public:
+  Trainer(const Config& cfg, const TrainOptions& opt) : cfg_(cfg), opt_(opt) {}
+  TrainResult run();
+
+ private:
+  void open_run();
+  void setup_model(const std::vector<std::string>& vocab);
+  void restore(const CheckpointData& ck, const std::string& path);
+  double train_step(int64_t& tokens);
+  Tensor micro_loss(int64_t j, int64_t& tokens);
+  std::vector<int64_t> positions_for(int64_t L);
+  void add_row(const MetricRow& row);
+  void rewrite_metrics_files();
+  EvalResult validate(bool final_step);
+  void save(const std::string& path);
+  void save_step_checkpoint();
+  void write_predictions(const std::vector<EvalResult>& results);
+
+  Config cfg_;
+  TrainOptions opt_;
+  std::string dir_;
+  std::unique_ptr<TaskData> data_;
+  std::unique_ptr<models::Transformer> model_;
+  std::unique_ptr<Optimizer> optim_;
+  LRSchedule schedule_;
+  Generator randpos_{0};
+  std::unique_ptr<Progress> progress_;
+  std::vector<MetricRow> rows_;
+
+  int64_t step_ = 0;
+  int64_t data_position_ = 0;  // micro-batches consumed
+  int64_t skipped_steps_ = 0;  // steps with a non-finite gradient norm (no update)
+  double log_loss_sum_ = 0;    // since the last train row
+  int64_t log_loss_count_ = 0;
+  double best_ = std::numeric_limits<double>::quiet_NaN();
+  int64_t best_step_ = -1;
+  double last_lr_ = 0, last_grad_norm_ = 0;
+  double elapsed_before_ = 0;  // seconds trained before this process (resume)
+  double t_start_ = 0;
+  int64_t saved_step_ = -1;    // step of the newest checkpoint on disk
+  std::vector<std::vector<int64_t>> step_positions_;
+  EvalResult last_valid_;
+  int64_t last_valid_step_ = -1;
+};
+
+void Trainer::open_run() {
+  // Where to resume from, if anywhere.
+  std::string resume = opt_.resume;
+  if (resume.empty() && !cfg_.train.resume.empty())
+    resume = cfg_.train.resume == "latest" ? run_directory(cfg_) : cfg_.train.resume;
+  std::error_code ec;
+  if (resume.empty()) {
+    const fs::path dir = run_directory(cfg_);
+    if (holds_a_run(dir)) {
+      PELAB_CHECK(opt_.overwrite, "run directory ", dir.string(),
+                  " already holds a run; continue it with --resume ", dir.string(),
+                  ", start over with --overwrite, or choose another --set train.run_name=NAME");
+      clear_run_files(dir);
+    }
+    fs::create_directories(dir / "checkpoints", ec);
+    PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
+    dir_ = dir.string();
+    Config stored = cfg_;
+    stored.train.resume = "";
+    write_text(dir_ + "/config.yaml", "# pelab run config (resolved): " + cfg_.source + "\n" +
+                                          config_to_yaml(stored, true));
+    write_text(dir_ + "/metrics.jsonl", "");
+    write_text(dir_ + "/metrics.csv", metrics_csv_header() + "\n");
+    setup_model({});
+    return;
+  }
+
+  // Resume: a run directory or a checkpoint file inside one.
+  std::string ckpt_path;
+  fs::path run_dir;
+  if (fs::is_directory(resume, ec)) {
+    run_dir = resume;
+    ckpt_path = latest_checkpoint(resume);
+    PELAB_CHECK(!ckpt_path.empty(), "--resume ", resume, ": no checkpoint in ", resume,
+                "/checkpoints (nothing to resume)");
+  } else {
+    PELAB_CHECK(fs::exists(resume, ec), "--resume ", resume,
+                ": no such run directory or checkpoint file");
+    ckpt_path = resume;
+    run_dir = fs::absolute(resume).parent_path().parent_path();
+  }
+  const CheckpointData ck = load_checkpoint(ckpt_path);  // the one checkpoint read of a resume
+  const Config run_cfg = load_config_string(ck.config_yaml, ckpt_path + ": config");
+  for (const auto& key : config_schema()) {
+    const std::string k = key.full_name();
+    if (resumable_change(k)) continue;
+    const std::string a = config_value_text(run_cfg, k), b = config_value_text(cfg_, k);
+    PELAB_CHECK(a == b, "--resume ", run_dir.string(), ": config key ", k, " is ", b,
+                " but the run was trained with ", a,
+                " (only train.steps, train.log_every, train.eval_every, train.checkpoint_every, "
+                "train.keep_checkpoints, train.threads, train.device, train.tags and eval.* may "
+                "change)");
+  }
+  const fs::path norm = run_dir.lexically_normal();
+  cfg_.train.run_dir = norm.parent_path().empty() ? "." : norm.parent_path().string();
+  cfg_.train.run_name = norm.filename().string();
+  cfg_.train.resume = "";
+  dir_ = run_dir.string();
+  fs::create_directories(run_dir / "checkpoints", ec);
+  write_text(dir_ + "/config.yaml",
+             "# pelab run config (resolved): " + cfg_.source + "\n" + config_to_yaml(cfg_, true));
+  setup_model(ck.vocab);
+  restore(ck, ckpt_path);
+  // Checkpoints newer than the one resumed from belong to a future this run no longer has.
+  for (const auto& [s, p] : step_checkpoints(dir_))
+    if (s > step_) fs::remove(p, ec);
+  rewrite_metrics_files();
+}
+
+void Trainer::setup_model(const std::vector<std::string>& vocab) {
+  data_ = std::make_unique<TaskData>(cfg_, vocab);
+  model_ = build_model(cfg_, *data_);
+  model_->train();
+  const TrainConfig& t = cfg_.train;
+  if (t.optimizer == "sgd")
+    optim_ = std::make_unique<SGD>(model_->parameters(), t.lr,
+                                   SGDOptions{t.momentum, 0.0, t.weight_decay, false});
+  else
+    optim_ = std::make_unique<AdamW>(model_->parameters(), t.lr,
+                                     AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay});
+  schedule_.kind = t.schedule;
+  schedule_.base_lr = t.lr;
+  schedule_.min_lr = t.min_lr;
+  schedule_.warmup = t.warmup;
+  schedule_.total = std::max<int64_t>(1, t.steps);
+  randpos_.set_state(data::derive_seed(static_cast<uint64_t>(t.seed), "randomized_positions"), 0);
+  data_position_ = 0;
+}
+
+void Trainer::restore(const CheckpointData& ck, const std::string& path) {
+  PELAB_CHECK(ck.scheme == cfg_.pe.scheme && ck.arch == cfg_.model.arch, "checkpoint ", path,
+              ": scheme/arch ", ck.scheme, "/", ck.arch, " do not match the config's ",
+              cfg_.pe.scheme, "/", cfg_.model.arch);
+  load_parameters(*model_, ck, path);
+  PELAB_CHECK(ck.optimizer == cfg_.train.optimizer, "checkpoint ", path, ": optimizer ",
+              ck.optimizer, " but the config says train.optimizer ", cfg_.train.optimizer);
+  restore_optimizer(*optim_, ck, path);
+  auto counter = [&](const char* name) {
+    auto it = ck.counters.find(name);
+    PELAB_CHECK(it != ck.counters.end(), "checkpoint ", path, ": dataset counters/", name,
+                " is missing (not a training checkpoint?)");
+    return it->second;
+  };
+  auto value = [&](const char* name) {
+    auto it = ck.values.find(name);
+    PELAB_CHECK(it != ck.values.end(), "checkpoint ", path, ": dataset values/", name,
+                " is missing (not a training checkpoint?)");
+    return it->second;
+  };
+  step_ = ck.step;
+  PELAB_CHECK(counter("schedule_step") == step_, "checkpoint ", path,
+              ": counters/schedule_step disagrees with /step");
+  data_position_ = counter("data_position");
+  model_->rng().set_state(static_cast<uint64_t>(counter("model_rng_seed")),
+                          static_cast<uint64_t>(counter("model_rng_offset")));
+  randpos_.set_state(static_cast<uint64_t>(counter("randpos_rng_seed")),
+                     static_cast<uint64_t>(counter("randpos_rng_offset")));
+  skipped_steps_ = counter("skipped_steps");
+  log_loss_count_ = counter("log_loss_count");
+  best_step_ = counter("best_step");
+  log_loss_sum_ = value("log_loss_sum");
+  best_ = best_step_ >= 0 ? value("best_metric") : std::numeric_limits<double>::quiet_NaN();
+  last_lr_ = value("last_lr");
+  last_grad_norm_ = value("last_grad_norm");
+  elapsed_before_ = value("elapsed_s");
+  rows_ = parse_metrics_jsonl(ck.metrics_jsonl, path + ": metrics");
+  saved_step_ = step_;
+}
+
+std::vector<int64_t> Trainer::positions_for(int64_t L) {
+  const int64_t maxp = cfg_.pe.randomized_max_position;
+  PELAB_CHECK(L <= maxp, "pe.randomized_max_position (", maxp, ") is smaller than a training ",
+              "sequence of ", L, " tokens");
+  std::vector<int64_t> p = random_positions(randpos_, L, maxp);
+  step_positions_.push_back(p);
+  return p;
+}
+
+Tensor Trainer::micro_loss(int64_t j, int64_t& tokens) {
+  const Device dev = model_->parameters().front().device();
+  const bool rp = cfg_.pe.randomized_positions;
+  const double ls = cfg_.train.label_smoothing;
+  if (data_->is_lm()) {
+    data::LmBatch b = data::make_lm_batch(data_->lm_train_batch(j));
+    std::vector<int64_t> pos;
+    if (rp) pos = positions_for(b.L);
+    Tensor logits = model_->forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor(),
+                                            rp ? &pos : nullptr);
+    tokens += b.B * b.L;
+    return cross_entropy(logits, ids_tensor(b.target, b.B, b.L, dev), kIgnoreIndex, ls);
+  }
+  const std::vector<data::Example> batch = data_->train_batch(j);
+  if (data_->is_decoder()) {
+    data::DecoderBatch b = data::make_decoder_batch(batch);
+    std::vector<int64_t> pos;
+    if (rp) pos = positions_for(b.L);
+    Tensor logits = model_->forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
+                                            mask_tensor(b.mask, b.B, b.L, dev), rp ? &pos : nullptr);
+    for (int64_t n : b.seq_len) tokens += n;
+    return cross_entropy(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), kIgnoreIndex,
+                         ls);
+  }
+  data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
+  std::vector<int64_t> src_pos, tgt_pos;
+  if (rp) {
+    src_pos = positions_for(b.S);
+    tgt_pos = positions_for(b.T);
+  }
+  Tensor logits = model_->forward_seq2seq(
+      ids_tensor(b.src, b.B, b.S, dev), mask_tensor(b.src_mask, b.B, b.S, dev),
+      ids_tensor(b.tgt_in, b.B, b.T, dev), mask_tensor(b.tgt_mask, b.B, b.T, dev),
+      rp ? &src_pos : nullptr, rp ? &tgt_pos : nullptr);
+  for (size_t i = 0; i < b.src_len.size(); ++i) tokens += b.src_len[i] + b.tgt_len[i];
+  return cross_entropy(logits, targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, dev), kIgnoreIndex,
+                       ls);
+}
+
+double Trainer::train_step(int64_t& tokens) {
+  const int accum = cfg_.train.grad_accum;
+  last_lr_ = schedule_.lr_at(step_);
+  optim_->set_lr(last_lr_);
+  optim_->zero_grad();
+  step_positions_.clear();
+  double loss = 0;
+  for (int a = 0; a < accum; ++a) {
+    Tensor l = micro_loss(data_position_++, tokens);
+    if (accum > 1) l = l * (1.0 / accum);
+    l.backward();
+    loss += l.item();
+  }
+  if (opt_.position_hook && cfg_.pe.randomized_positions) opt_.position_hook(step_, step_positions_);
+  const double clip = cfg_.train.grad_clip > 0 ? cfg_.train.grad_clip
+                                               : std::numeric_limits<double>::infinity();
+  last_grad_norm_ = clip_grad_norm(optim_->params(), clip);
+  if (std::isfinite(last_grad_norm_))
+    optim_->step();
+  else
+    ++skipped_steps_;
+  optim_->zero_grad();
+  ++step_;
+  return loss;
+}
+
+void Trainer::add_row(const MetricRow& row) {
+  rows_.push_back(row);
+  std::ofstream js(dir_ + "/metrics.jsonl", std::ios::app);
+  js << row.json() << "\n";
+  std::ofstream csv(dir_ + "/metrics.csv", std::ios::app);
+  csv << metrics_csv_line(row) << "\n";
+  PELAB_CHECK(js.good() && csv.good(), "error writing metrics in ", dir_);
+}
+
+void Trainer::rewrite_metrics_files() {
+  std::string js, csv = metrics_csv_header() + "\n";
+  for (const auto& r : rows_) {
+    js += r.json() + "\n";
+    csv += metrics_csv_line(r) + "\n";
+  }
+  write_text(dir_ + "/metrics.jsonl", js);
+  write_text(dir_ + "/metrics.csv", csv);
+}
+
+EvalResult Trainer::validate(bool final_step) {
+  EvalResult r = evaluate_set(*model_, *data_, data_->valid(), cfg_);
+  last_valid_ = r;
+  last_valid_step_ = step_;
+  if (!r.available()) return r;
+  MetricRow row;
+  row.set("type", "eval").set("step", step_).set("split", r.split).set("loss", r.loss);
+  row.set("perplexity", r.perplexity).set("token_accuracy", r.token_accuracy);
+  row.set("exact_match", r.exact_match);
+  row.set("elapsed_s", elapsed_before_ + now_s() - t_start_);
+  const std::string metric = effective_best_metric(cfg_);
+  const double v = metric_of(r, metric);
+  bool best = false;
+  if (std::isfinite(v) &&
+      (best_step_ < 0 || (higher_is_better(metric) ? v > best_ : v < best_))) {
+    best_ = v;
+    best_step_ = step_;
+    best = true;
+  }
+  add_row(row);
+  std::string msg = "eval step " + std::to_string(step_) + " " + r.split + ": loss " +
+                    fmt("%.4f", r.loss) + " ppl " + fmt("%.3f", r.perplexity) + " token_acc " +
+                    fmt("%.4f", r.token_accuracy);
+  if (std::isfinite(r.exact_match)) msg += " exact_match " + fmt("%.4f", r.exact_match);
+  if (best) msg += " (best " + metric + ")";
+  progress_->line(msg);
+  if (best) save(dir_ + "/checkpoints/best.h5");
+  (void)final_step;
+  return r;
+}
+
+void Trainer::save(const std::string& path) {
+  CheckpointData d;
+  d.step = step_;
+  d.scheme = cfg_.pe.scheme;
+  d.arch = cfg_.model.arch;
+  d.config_yaml = config_to_yaml(cfg_);
+  for (const auto& r : rows_) d.metrics_jsonl += r.json() + "\n";
+  d.vocab = data_->vocab().tokens();
+  capture_parameters(*model_, d);
+  capture_optimizer(*optim_, cfg_.train.optimizer, d);
+  d.counters["schedule_step"] = step_;
+  d.counters["data_position"] = data_position_;
+  d.counters["data_seed"] = static_cast<int64_t>(train_stream_seed(cfg_));
+  d.counters["model_rng_seed"] = static_cast<int64_t>(model_->rng().seed());
+  d.counters["model_rng_offset"] = static_cast<int64_t>(model_->rng().offset());
+  d.counters["randpos_rng_seed"] = static_cast<int64_t>(randpos_.seed());
+  d.counters["randpos_rng_offset"] = static_cast<int64_t>(randpos_.offset());
+  d.counters["skipped_steps"] = skipped_steps_;
+  d.counters["log_loss_count"] = log_loss_count_;
+  d.counters["best_step"] = best_step_;
+  d.values["log_loss_sum"] = log_loss_sum_;
+  d.values["best_metric"] = best_step_ >= 0 ? best_ : 0.0;
+  d.values["last_lr"] = last_lr_;
+  d.values["last_grad_norm"] = last_grad_norm_;
+  d.values["elapsed_s"] = elapsed_before_ + now_s() - t_start_;
+  save_checkpoint(path, d);
+}
+
+void Trainer::save_step_checkpoint() {
+  const fs::path ckdir = fs::path(dir_) / "checkpoints";
+  const std::string name = checkpoint_name(step_);
+  save((ckdir / name).string());
+  saved_step_ = step_;
+  std::error_code ec;
+  // last.h5 -> step_<N>.h5, replaced atomically.
+  const fs::path tmp = ckdir / "last.h5.tmp";
+  fs::remove(tmp, ec);
+  fs::create_symlink(name, tmp, ec);
+  if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
+  const int keep = cfg_.train.keep_checkpoints;
+  if (keep > 0) {
+    auto all = step_checkpoints(dir_);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i].second, ec);
+  }
+}
+
+void Trainer::write_predictions(const std::vector<EvalResult>& results) {
+  for (const auto& r : results) {
+    if (r.predictions.empty()) continue;
+    std::string text = "source\ttarget\toutput\tcorrect\n";
+    for (const auto& p : r.predictions)
+      text += p.source + "\t" + p.target + "\t" + p.output + "\t" + (p.correct ? "1" : "0") + "\n";
+    write_text(dir_ + "/predictions_" + r.split + ".tsv", text);
+  }
+}
+
+TrainResult Trainer::run() {
+  set_num_threads(cfg_.train.threads);
+  open_run();
+  progress_ = std::make_unique<Progress>(opt_.progress, dir_ + "/train.log", cfg_.train.steps);
+  SignalScope signals;
+  TrainResult res;
+  res.run_dir = dir_;
+  const int64_t total = cfg_.train.steps;
+  if (step_ == 0 && rows_.empty())
+    progress_->line("pelab train: run " + dir_ + ": task " + cfg_.task.name + ", pe " +
+                    cfg_.pe.scheme + ", " + std::to_string(model_->num_parameters()) +
+                    " parameters, " + std::to_string(total) + " steps, " +
+                    std::to_string(num_threads()) + " threads");
+  else
+    progress_->line("pelab train: resumed " + dir_ + " at step " + std::to_string(step_) + " of " +
+                    std::to_string(total));
+  t_start_ = now_s();
+  double t_log = t_start_;
+  int64_t tok_log = 0, steps_here = 0;
+  const int64_t stop_at = opt_.stop_after >= 0 ? std::min(opt_.stop_after, total) : total;
+  const TrainConfig& t = cfg_.train;
+  while (step_ < stop_at) {
+    if (g_signal.load()) {
+      res.interrupted = true;
+      break;
+    }
+    const double loss = train_step(tok_log);
+    ++steps_here;
+    log_loss_sum_ += loss;
+    ++log_loss_count_;
+    const double now = now_s();
+    const double eta = (now - t_start_) / static_cast<double>(steps_here) *
+                       static_cast<double>(total - step_);
+    const double tps = static_cast<double>(tok_log) / std::max(1e-9, now - t_log);
+    progress_->update(step_, loss, last_lr_, tps, eta, step_ == total);
+    if (step_ % t.log_every == 0 || step_ == total) {
+      const double mean = log_loss_sum_ / static_cast<double>(log_loss_count_);
+      MetricRow row;
+      row.set("type", "train").set("step", step_).set("loss", mean).set("lr", last_lr_);
+      row.set("grad_norm", last_grad_norm_).set("tokens_per_s", tps);
+      row.set("elapsed_s", elapsed_before_ + now - t_start_);
+      add_row(row);
+      progress_->train_line("step " + std::to_string(step_) + "/" + std::to_string(total) +
+                            " loss " + fmt("%.4f", mean) + " lr " + fmt("%.3e", last_lr_) +
+                            " grad_norm " + fmt("%.3f", last_grad_norm_) + " tok/s " +
+                            fmt("%.0f", tps) + " elapsed " +
+                            Progress::format_duration(elapsed_before_ + now - t_start_) +
+                            " eta " + Progress::format_duration(eta));
+      log_loss_sum_ = 0;
+      log_loss_count_ = 0;
+      t_log = now;
+      tok_log = 0;
+    }
+    if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total) validate(step_ == total);
+    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total)
+      save_step_checkpoint();
+  }
+  progress_->finish();
+  if (step_ < total) {
+    if (saved_step_ != step_) save_step_checkpoint();
+    res.step = step_;
+    res.last_checkpoint = latest_checkpoint(dir_);
+    progress_->line(std::string("pelab train: ") + (res.interrupted ? "interrupted" : "stopped") +
+                    " at step " + std::to_string(step_) + "; continue with --resume " + dir_);
+    return res;
+  }
+  // Finished (possibly already on resume): valid + every test split with the final parameters.
+  if (total == 0 && saved_step_ != 0) {
+    validate(true);
+    save_step_checkpoint();
+  }
+  const bool keep = cfg_.eval.save_predictions;
+  EvalOptions eo;
+  eo.keep_predictions = keep;
+  std::vector<EvalResult> results;
+  if (last_valid_step_ == step_ && !keep)
+    results.push_back(last_valid_);  // the validation run of the final step
+  else
+    results.push_back(evaluate_set(*model_, *data_, data_->valid(), cfg_, eo));
+  for (const auto& s : data_->tests()) results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
+  write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_));
+  if (keep) write_predictions(results);
+  std::istringstream table(eval_table(results));
+  std::string line;
+  progress_->line("final evaluation at step " + std::to_string(step_) + ":");
+  while (std::getline(table, line)) progress_->line("  " + line);
+  res.step = step_;
+  res.finished = true;
+  res.final_eval = std::move(results);
+  res.last_checkpoint = latest_checkpoint(dir_);
+  return res;
+}
+
+}  // namespace
+
+// ---------------- public API ----------------
+
+std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_position) {
+  PELAB_CHECK(L >= 0 && L <= max_position, "random_positions: cannot draw ", L,
+              " distinct positions from [0, ", max_position, ")");
+  // Floyd's algorithm: a uniform L-subset with exactly L draws.
+  std::set<int64_t> chosen;
+  for (int64_t j = max_position - L; j < max_position; ++j) {
+    const int64_t r = static_cast<int64_t>(gen.randint(static_cast<uint64_t>(j + 1)));
+    if (!chosen.insert(r).second) chosen.insert(j);
+  }
+  return std::vector<int64_t>(chosen.begin(), chosen.end());
+}
+
+std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data) {
+  if (cfg.pe.scheme == "learned")
+    PELAB_CHECK(data.train_positions() <= cfg.pe.max_positions, "pe.max_positions (",
+                cfg.pe.max_positions, ") must cover the longest training sequence: ",
+                data.train_positions(), " tokens (bos/eos/separator included)");
+  auto model = std::make_unique<models::Transformer>(
+      to_model_config(cfg, data.vocab().size(), data.train_positions()));
+  const Device dev = Device::parse(cfg.train.device);
+  if (dev != Device::cpu()) model->to(dev);
+  return model;
+}
+
+TrainResult train(const Config& cfg, const TrainOptions& opt) {
+  Trainer t(cfg, opt);
+  return t.run();
+}
+
+std::string run_directory(const Config& cfg) {
+  return (fs::path(cfg.train.run_dir) / cfg.train.run_name).string();
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  std::error_code ec;
+  const fs::path last = fs::path(run_dir) / "checkpoints" / "last.h5";
+  if (fs::exists(last, ec)) {  // exists() follows the link; name the file it points to
+    if (fs::is_symlink(last, ec)) {
+      const fs::path target = fs::read_symlink(last, ec);
+      if (!ec) return (target.is_absolute() ? target : last.parent_path() / target).string();
+    }
+    return last.string();
+  }
+  auto all = step_checkpoints(run_dir);
+  return all.empty() ? "" : all.back().second;
+}
+
+std::string best_or_latest_checkpoint(const std::string& run_dir) {
+  std::error_code ec;
+  const fs::path best = fs::path(run_dir) / "checkpoints" / "best.h5";
+  if (fs::exists(best, ec)) return best.string();
+  return latest_checkpoint(run_dir);
+}
+
+bool is_run_directory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.yaml", ec);
+}
+
+LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {
+  LoadedModel lm;
+  lm.cfg = cfg;
+  if (checkpoint.empty()) {
+    lm.data = std::make_unique<TaskData>(cfg);
+    lm.model = build_model(cfg, *lm.data);
+    return lm;
+  }
+  CheckpointData ck = load_checkpoint(checkpoint);
+  PELAB_CHECK(ck.scheme == cfg.pe.scheme, "checkpoint ", checkpoint, ": trained with pe.scheme ",
+              ck.scheme, " but the config says pe.scheme ", cfg.pe.scheme);
+  PELAB_CHECK(ck.arch == cfg.model.arch, "checkpoint ", checkpoint, ": trained with model.arch ",
+              ck.arch, " but the config says model.arch ", cfg.model.arch);
+  lm.data = std::make_unique<TaskData>(cfg, ck.vocab);
+  lm.model = build_model(cfg, *lm.data);
+  load_parameters(*lm.model, ck, checkpoint);
+  lm.checkpoint = checkpoint;
+  lm.step = ck.step;
+  return lm;
+}
+
+}  // namespace pelab
