@@ -2,9 +2,11 @@
 // --help, and every validation error path; each error must be one clear line "pelab: error: ..." on
 // stderr with a non-zero exit status.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -166,9 +168,14 @@ TEST_F(CLITest, TrainEvalGenerateInfoResume) {
 
   // A fresh run into the same directory is refused; --stop-after + --resume continue a run.
   expect_error(pelab("train " + quote(cfg)), {"already holds a run", "--resume"});
-  Result s = pelab("train " + quote(cfg) + " --set train.run_name=part --stop-after 2");
+  Result s = pelab("train " + quote(cfg) + " --set train.run_name=part --stop-after 2 " +
+                   "--progress bar");
   ASSERT_EQ(s.rc, 0) << s.err;
   EXPECT_NE(s.err.find("stopped at step 2"), std::string::npos) << s.err;
+  // The bar (forced here; automatic on a terminal) is redrawn in place with '\r'.
+  EXPECT_NE(s.err.find("\r["), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find(" ETA "), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find(" tok/s "), std::string::npos) << s.err;
   Result r = pelab("train " + quote(cfg) + " --resume " + quote((dir_ / "runs" / "part").string()));
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("resumed"), std::string::npos) << r.err;
@@ -212,6 +219,7 @@ TEST_F(CLITest, UsageAndRunErrorsAreOneLine) {
   expect_error(pelab("train " + quote(tf) + " --set task.name=textfile --set task.train_file=" +
                      quote((dir_ / "nope.tsv").string())),
                {"nope.tsv"});
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "tf"));  // a failed start leaves no run directory
   // eval / generate of a missing run directory; resume of a missing directory.
   expect_error(pelab("eval " + quote((dir_ / "no_run").string())),
                {"no such config file or run directory"});
@@ -241,4 +249,44 @@ TEST_F(CLITest, CorruptAndMismatchedCheckpoints) {
       << good.substr(0, good.size() / 2);
   expect_error(pelab("eval " + quote(run.string()) + " --checkpoint last"), {"step_4.h5"});
   expect_error(pelab("train " + quote(cfg) + " --resume " + quote(run.string())), {"step_4.h5"});
+}
+
+TEST_F(CLITest, InterruptWritesACheckpointAndTheRunResumes) {
+  const std::string cfg = tiny_config("long.yaml");
+  const fs::path run = dir_ / "runs" / "long", out = dir_ / "long.out", err = dir_ / "long.err";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen(out.c_str(), "w", stdout);
+    std::freopen(err.c_str(), "w", stderr);
+    ::execl(PELAB_BINARY, PELAB_BINARY, "train", cfg.c_str(), "--set", "train.steps=100000",
+            "--set", "train.log_every=1", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait until training is under way, then interrupt it like Ctrl-C.
+  bool started = false;
+  for (int i = 0; i < 3000 && !started; ++i) {
+    started = slurp(run / "train.log").find("step 2/") != std::string::npos;
+    if (!started) ::usleep(10000);
+  }
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(started);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const std::string e = slurp(err);
+  const size_t at = e.find("interrupted at step ");
+  ASSERT_NE(at, std::string::npos) << e;
+  const int64_t step = std::stoll(e.substr(at + 20));
+  EXPECT_GE(step, 2);
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / ("step_" + std::to_string(step) + ".h5")));
+  // Resume and finish two steps later (train.steps may change on resume).
+  Result r = pelab("train " + quote(cfg) + " --resume " + quote(run.string()) +
+                   " --set train.steps=" + std::to_string(step + 2));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("resumed " + run.string() + " at step " + std::to_string(step)),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::exists(run / "eval.json"));
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -451,4 +452,40 @@ TEST_F(TrainerTest, ModelConfigMappingAndMetricRows) {
   EXPECT_EQ(back.get("loss")->d, 0.1 + 0.2);  // bit for bit
   EXPECT_EQ(back.get("nan")->kind, MetricValue::Kind::Null);
   EXPECT_THROW(parse_metric_row("{\"a\": }"), Error);
+}
+
+TEST_F(TrainerTest, EveryExampleConfigLoadsAndBuildsItsModel) {
+  // Relative data paths in configs/ are relative to the repository root.
+  const fs::path old = fs::current_path();
+  fs::current_path(PELAB_SOURCE_DIR);
+  std::vector<std::string> seen;
+  try {
+    // configs/*.yaml and configs/pe/*.yaml are training configs (other subdirectories may hold
+    // configs of other tools).
+    std::vector<fs::path> files;
+    for (const char* d : {"configs", "configs/pe"})
+      for (const auto& e : fs::directory_iterator(d))
+        if (e.path().extension() == ".yaml") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& path : files) {
+      const fs::directory_entry e(path);
+      SCOPED_TRACE(e.path().string());
+      Config cfg = load_config(e.path().string());
+      EXPECT_EQ(cfg.train.run_name, e.path().stem().string());
+      EXPECT_EQ(cfg.train.threads, 2);
+      TaskData data(cfg);
+      auto model = build_model(cfg, data);
+      EXPECT_GT(model->num_parameters(), 0);
+      seen.push_back(e.path().stem().string());
+    }
+  } catch (...) {
+    fs::current_path(old);
+    throw;
+  }
+  fs::current_path(old);
+  // Every task and every scheme has an example.
+  for (const char* name : {"default", "reverse", "copy", "sort", "duplicate", "addition", "count",
+                           "reverse_decoder", "textfile", "lm", "sinusoidal", "learned", "shaw",
+                           "t5", "rope", "alibi", "none", "randomized"})
+    EXPECT_NE(std::find(seen.begin(), seen.end(), name), seen.end()) << name;
 }

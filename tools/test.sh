@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${PELAB_JOBS:-$(nproc)}
+# Idle OpenMP threads must not spin while ctest runs several test processes on few cores.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1800

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,14 +12,19 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
-#include <yaml-cpp/yaml.h>
-
+#include "data/batch.h"
+#include "data/rng.h"
+#include "pelab/autograd.h"
+#include "pelab/ops.h"
 #include "pelab/parallel.h"
+#include "pelab/random.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/plot_pe.h"
@@ -49,7 +55,8 @@ struct CompareSignalScope {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
   }
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
 };
 
 double now_s() {
@@ -98,19 +105,22 @@ bool managed_key(const std::string& k) {
 
 // Keys an eval-time variant may set (nothing that changes the trained model).
 bool eval_time_key(const std::string& k) {
-  static const std::set<std::string> ok = {
-      "pe.rope_scaling",  "pe.rope_scaling_factor", "pe.rope_train_length", "pe.yarn_beta_fast",
-      "pe.yarn_beta_slow", "task.test_lengths",      "task.lm_eval_lengths", "task.num_eval_examples"};
+  static const std::set<std::string> ok = {"pe.rope_scaling",      "pe.rope_scaling_factor",
+                                           "pe.rope_train_length", "pe.yarn_beta_fast",
+                                           "pe.yarn_beta_slow",    "task.test_lengths",
+                                           "task.lm_eval_lengths", "task.num_eval_examples"};
   return ok.count(k) || k.rfind("eval.", 0) == 0;
 }
 
 // Keys that may differ between a stored run and the wanted config without retraining.
 bool reusable_difference(const std::string& k) {
-  static const std::set<std::string> ok = {
-      "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
-      "train.threads",   "train.device",     "train.run_dir",          "train.run_name",
-      "train.resume",    "train.tags",       "task.test_lengths",      "task.lm_eval_lengths",
-      "task.num_eval_examples"};
+  static const std::set<std::string> ok = {"train.log_every",        "train.eval_every",
+                                           "train.checkpoint_every", "train.keep_checkpoints",
+                                           "train.threads",          "train.device",
+                                           "train.run_dir",          "train.run_name",
+                                           "train.resume",           "train.tags",
+                                           "task.test_lengths",      "task.lm_eval_lengths",
+                                           "task.num_eval_examples"};
   return ok.count(k) || k.rfind("eval.", 0) == 0 || (eval_time_key(k) && k.rfind("pe.", 0) == 0);
 }
 
@@ -160,8 +170,9 @@ std::vector<std::string> parse_set_map(const YAML::Node& n, const std::string& s
       config_fail(at_line(source, it->first), what + ".set: keys must be section.key");
     const std::string k = it->first.Scalar();
     if (k.find('.') == std::string::npos)
-      config_fail(at_line(source, it->first),
-                  what + ".set: '" + k + "' needs a section: write section.key (e.g. pe." + k + ")");
+      config_fail(
+          at_line(source, it->first),
+          what + ".set: '" + k + "' needs a section: write section.key (e.g. pe." + k + ")");
     out.push_back(k + "=" + value_text(it->second));
   }
   return out;
@@ -238,9 +249,10 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
         } else {
           config_fail(at_line(source, e), what + " must be a scheme name or {name, set}");
         }
+        s.where = at_line(source, e);
         if (!safe_name(s.name))
-          config_fail(at_line(source, e), what + ": name '" + s.name +
-                                              "' must use only letters, digits, _ - + .");
+          config_fail(at_line(source, e),
+                      what + ": name '" + s.name + "' must use only letters, digits, _ - + .");
         for (const auto& set : s.sets)
           if (managed_key(key_of(set)))
             config_fail(at_line(source, e), what + " (" + s.name + "): " + key_of(set) +
@@ -257,7 +269,10 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
         const YAML::Node e = v[i];
         const std::string what = "compare.variants[" + std::to_string(i) + "]";
         CompareVariant var;
-        if (e.IsScalar()) {
+        if (e.IsScalar() && e.Scalar() == "randpos") {
+          var.name = "randpos";
+          var.positions = "random";
+        } else if (e.IsScalar()) {
           var.name = e.Scalar();
           if (!known_variants().count(var.name))
             config_fail(at_line(source, e),
@@ -268,15 +283,24 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
         } else if (e.IsMap()) {
           for (auto f = e.begin(); f != e.end(); ++f) {
             const std::string fk = f->first.Scalar();
-            if (fk != "name" && fk != "set" && fk != "schemes")
-              config_fail(at_line(source, f->first),
-                          what + ": unknown key '" + fk + "' (valid: name, set, schemes)");
+            if (fk != "name" && fk != "set" && fk != "schemes" && fk != "positions")
+              config_fail(
+                  at_line(source, f->first),
+                  what + ": unknown key '" + fk + "' (valid: name, set, schemes, positions)");
           }
           if (!e["name"] || !e["name"].IsScalar())
             config_fail(at_line(source, e), what + " needs a name");
           var.name = e["name"].Scalar();
           var.sets = parse_set_map(e["set"], source, what);
-          if (var.sets.empty() && known_variants().count(var.name))
+          if (e["positions"]) {
+            var.positions = value_text(e["positions"]);
+            if (var.positions != "random" && var.positions != "default")
+              config_fail(
+                  at_line(source, e["positions"]),
+                  what + ".positions: expected random or default, got '" + var.positions + "'");
+            if (var.positions == "default") var.positions.clear();
+          }
+          if (var.sets.empty() && var.positions.empty() && known_variants().count(var.name))
             var.sets = {"pe.rope_scaling=" + var.name, "pe.rope_scaling_factor=auto"};
           if (e["schemes"]) {
             const YAML::Node sc = e["schemes"];
@@ -294,7 +318,8 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
           config_fail(at_line(source, e), what + ": name '" + var.name +
                                               "' must use only letters, digits, _ - + . "
                                               "(and not be 'base')");
-        if (var.sets.empty()) config_fail(at_line(source, e), what + " (" + var.name + ") sets nothing");
+        if (var.sets.empty() && var.positions.empty())
+          config_fail(at_line(source, e), what + " (" + var.name + ") sets nothing");
         for (const auto& set : var.sets)
           if (!eval_time_key(key_of(set)))
             config_fail(at_line(source, e),
@@ -305,7 +330,8 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
                             "task.num_eval_examples and eval.*");
         for (const auto& o : spec.variants)
           if (o.name == var.name)
-            config_fail(at_line(source, e), what + ": variant name '" + var.name + "' appears twice");
+            config_fail(at_line(source, e),
+                        what + ": variant name '" + var.name + "' appears twice");
         spec.variants.push_back(var);
       }
     } else {
@@ -318,7 +344,8 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
     for (const auto& s : v.schemes) {
       bool found = false;
       for (const auto& sc : spec.schemes) found = found || sc.name == s;
-      if (!found) config_fail(source, "compare.variants (" + v.name + "): unknown scheme '" + s + "'");
+      if (!found)
+        config_fail(source, "compare.variants (" + v.name + "): unknown scheme '" + s + "'");
     }
 }
 
@@ -383,6 +410,14 @@ std::string default_out(const std::string& source) {
 
 bool is_lm(const Config& c) { return c.task.name == "lm"; }
 
+// The 1-minute load average ("?" when unknown): timings on a shared machine need it.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string v;
+  if (!(in >> v)) return "?";
+  return v;
+}
+
 }  // namespace
 
 // ---------------- loading ----------------
@@ -403,8 +438,9 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
     config_fail(where, "YAML syntax error in the compare section: " + ex.msg);
   }
   if (!root.IsDefined() || root.IsNull() || !root.IsMap() || !root["compare"])
-    config_fail(source, "no compare section (a compare config needs compare.schemes; see "
-                        "docs/experiments.md)");
+    config_fail(source,
+                "no compare section (a compare config needs compare.schemes; see "
+                "docs/experiments.md)");
   parse_compare_node(root["compare"], source, spec);
   std::vector<std::string> base_sets;
   for (const auto& o : overrides) {
@@ -432,17 +468,29 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
     } else if (k == "compare.metric") {
       spec.metric = v;
     } else {
-      config_fail(where, "compare.schemes / compare.variants cannot be set from the command line; "
-                         "valid: compare.seeds, compare.out, compare.title, compare.metric");
+      config_fail(where,
+                  "compare.schemes / compare.variants cannot be set from the command line; "
+                  "valid: compare.seeds, compare.out, compare.title, compare.metric");
     }
   }
   spec.cli_sets = base_sets;
   spec.base = load_config_string(base_text, source, base_sets);
   if (!metric_names().count(spec.metric))
-    config_fail(source, "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
-                        "or loss, got '" + spec.metric + "'");
+    config_fail(source,
+                "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
+                "or loss, got '" +
+                    spec.metric + "'");
   if (spec.metric == "exact_match" && is_lm(spec.base))
     config_fail(source, "compare.metric: the lm task has no exact match (use perplexity or loss)");
+  // Every scheme's settings must make a valid config (the model-level checks run in compare_plan).
+  for (const auto& s : spec.schemes) {
+    Config c = spec.base;
+    try {
+      apply_overrides(c, s.sets);
+    } catch (const std::exception& e) {
+      config_fail(s.where, "compare.schemes (" + s.name + "): " + e.what());
+    }
+  }
   if (spec.seeds.empty()) spec.seeds = {spec.base.train.seed};
   if (spec.out.empty()) spec.out = default_out(source);
   if (spec.title.empty()) {
@@ -486,17 +534,18 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       throw ConfigError(spec.source + ": compare.schemes (" + s.name + "): " + e.what());
     }
     // Eval-time variants of this scheme.
-    std::vector<std::pair<std::string, Config>> variants;
+    std::vector<ComparePlanVariant> variants;
     for (const auto& v : spec.variants) {
-      const bool applies = v.schemes.empty()
-                               ? cfg.pe.scheme == "rope"
-                               : std::find(v.schemes.begin(), v.schemes.end(), s.name) !=
-                                     v.schemes.end();
+      const bool applies =
+          v.schemes.empty()
+              ? (v.positions == "random" ? cfg.pe.randomized_positions : cfg.pe.scheme == "rope")
+              : std::find(v.schemes.begin(), v.schemes.end(), s.name) != v.schemes.end();
       if (!applies) continue;
       Config vc = cfg;
       std::vector<std::string> sets;
       for (std::string set : v.sets) {
-        if (key_of(set) == "pe.rope_scaling_factor" && trim(set.substr(set.find('=') + 1)) == "auto") {
+        if (key_of(set) == "pe.rope_scaling_factor" &&
+            trim(set.substr(set.find('=') + 1)) == "auto") {
           int64_t need = data->train_positions();
           std::shared_ptr<TaskData> vd = data;
           // The variant may change the test lengths: compute over the variant's own tests.
@@ -506,7 +555,8 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
             if (key_of(o) != "pe.rope_scaling_factor") others.push_back(o);
           apply_overrides(probe, others);
           vd = data_for(probe);
-          for (const auto& t : vd->tests()) need = std::max(need, positions_needed(t, vd->is_decoder()));
+          for (const auto& t : vd->tests())
+            need = std::max(need, positions_needed(t, vd->is_decoder()));
           const double f = static_cast<double>(need) / static_cast<double>(data->train_positions());
           set = "pe.rope_scaling_factor=" + format_double(std::max(1.0, f), 6);
         }
@@ -516,10 +566,10 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
         apply_overrides(vc, sets);
         (void)build_model(vc, *data_for(vc));
       } catch (const std::exception& e) {
-        throw ConfigError(spec.source + ": compare.variants (" + v.name + ") for scheme " +
-                          s.name + ": " + e.what());
+        throw ConfigError(spec.source + ": compare.variants (" + v.name + ") for scheme " + s.name +
+                          ": " + e.what());
       }
-      variants.emplace_back(v.name, vc);
+      variants.push_back({v.name, vc, v.positions == "random"});
     }
     for (int64_t seed : spec.seeds) {
       ComparePlanRun r;
@@ -531,12 +581,12 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       r.cfg.train.run_name = s.name + "_seed" + std::to_string(seed);
       r.cfg.train.resume = "";
       validate_config(r.cfg);
-      for (auto [name, vc] : variants) {
-        vc.train.seed = seed;
-        vc.train.run_dir = r.cfg.train.run_dir;
-        vc.train.run_name = r.cfg.train.run_name;
-        vc.train.resume = "";
-        r.variants.emplace_back(name, vc);
+      for (ComparePlanVariant v : variants) {
+        v.cfg.train.seed = seed;
+        v.cfg.train.run_dir = r.cfg.train.run_dir;
+        v.cfg.train.run_name = r.cfg.train.run_name;
+        v.cfg.train.resume = "";
+        r.variants.push_back(v);
       }
       plan.push_back(std::move(r));
     }
@@ -614,7 +664,8 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
 }
 
 // Wall time (s) of training and the training-loss curve, from a run's metrics.jsonl.
-void read_run_metrics(const std::string& dir, double& wall, std::vector<std::pair<int64_t, double>>& curve) {
+void read_run_metrics(const std::string& dir, double& wall,
+                      std::vector<std::pair<int64_t, double>>& curve) {
   wall = std::numeric_limits<double>::quiet_NaN();
   curve.clear();
   std::error_code ec;
@@ -651,10 +702,158 @@ int in_distribution(const Config& c, int64_t length) {
   return length >= c.task.train_min_len && length <= c.task.train_max_len ? 1 : 0;
 }
 
+// Adds teacher-forced loss / token accuracy of logits [B, L, V] against targets (kIgnoreIndex
+// where not scored).
+void score_logits(const Tensor& logits, const Tensor& targets, double& loss_sum, int64_t& tokens,
+                  int64_t& correct) {
+  const std::vector<int64_t> tg = targets.to_int_vector();
+  int64_t n = 0;
+  for (int64_t t : tg) n += t != kIgnoreIndex;
+  if (n == 0) return;
+  loss_sum += cross_entropy(logits, targets, kIgnoreIndex, 0.0).item() * static_cast<double>(n);
+  tokens += n;
+  const std::vector<int64_t> am = argmax(logits, -1).to_int_vector();
+  for (size_t i = 0; i < tg.size(); ++i) correct += tg[i] != kIgnoreIndex && am[i] == tg[i];
+}
+
+// Greedy continuation of a decoder cache: feeds `first` (one token per row) and then each argmax,
+// at positions pos[0..], until every row produced eos or pos runs out. Returns per-row tokens
+// (without eos) and whether the row finished.
+void greedy_with_positions(models::Transformer& model, models::DecoderCache& cache,
+                           std::vector<int64_t> cur, const std::vector<int64_t>& pos,
+                           const Tensor* first_logits, std::vector<std::vector<int64_t>>& out,
+                           std::vector<bool>& finished) {
+  const int64_t B = static_cast<int64_t>(cur.size());
+  const Device dev = model.parameters().front().device();
+  out.assign(static_cast<size_t>(B), {});
+  finished.assign(static_cast<size_t>(B), false);
+  auto take = [&](const Tensor& logits) {  // logits [B, n, V]: argmax of the last step
+    const int64_t n = logits.size(1);
+    const std::vector<int64_t> am = argmax(logits, -1).to_int_vector();
+    bool all = true;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t t = am[static_cast<size_t>(b * n + n - 1)];
+      cur[static_cast<size_t>(b)] = t;
+      if (finished[static_cast<size_t>(b)]) continue;
+      if (t == data::Vocab::kEos)
+        finished[static_cast<size_t>(b)] = true;
+      else
+        out[static_cast<size_t>(b)].push_back(t);
+      all = all && finished[static_cast<size_t>(b)];
+    }
+    return all;
+  };
+  size_t k = 0;
+  if (first_logits && take(*first_logits)) return;
+  for (; k < pos.size(); ++k) {
+    std::vector<int64_t> p = {pos[k]};
+    Tensor logits = model.decode_step(cache, Tensor::from_ints(cur, {B, 1}, dev), Tensor(), &p);
+    if (take(logits)) return;
+  }
+}
+
+// evaluate_set with the positions of randomized-position training (Ruoss et al. 2023 evaluate
+// this way): per batch and stack a sorted random subset of [0, pe.randomized_max_position). Greedy
+// decoding gets as many positions as the longest target (+ eos) of the batch, so it can emit the
+// right answer but nothing longer. A sequence longer than pe.randomized_max_position gets status
+// "n/a (> randomized_max_position)".
+EvalResult evaluate_random_positions(models::Transformer& model, const TaskData& data,
+                                     const EvalSet& set, const Config& cfg, Generator& gen) {
+  EvalResult r;
+  r.split = set.name;
+  r.length = set.length;
+  r.examples = static_cast<int64_t>(data.is_lm() ? set.windows.size() : set.examples.size());
+  if (set.empty()) {
+    r.status = "n/a (empty)";
+    return r;
+  }
+  const int64_t maxp = cfg.pe.randomized_max_position;
+  if (positions_needed(set, data.is_decoder()) > maxp) {
+    r.status = "n/a (> randomized_max_position)";
+    return r;
+  }
+  NoGradGuard ng;
+  const bool was_training = model.is_training();
+  model.eval();
+  const Device dev = model.parameters().front().device();
+  const int64_t EB = cfg.eval.batch_size;
+  double loss_sum = 0;
+  int64_t tokens = 0, correct = 0, exact = 0;
+  if (data.is_lm()) {
+    for (size_t i = 0; i < set.windows.size(); i += static_cast<size_t>(EB)) {
+      const size_t end = std::min(set.windows.size(), i + static_cast<size_t>(EB));
+      data::LmBatch b = data::make_lm_batch({set.windows.begin() + i, set.windows.begin() + end});
+      const std::vector<int64_t> pos = random_positions(gen, b.L, maxp);
+      Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor(), &pos);
+      score_logits(logits, ids_tensor(b.target, b.B, b.L, dev), loss_sum, tokens, correct);
+    }
+  } else {
+    // Batches of equal prompt length (decoder-only prompts are not padded).
+    std::map<size_t, std::vector<data::Example>> by_len;
+    for (const auto& ex : set.examples) by_len[ex.src.size()].push_back(ex);
+    for (const auto& [len, group] : by_len) {
+      for (const auto& batch : data::make_batches(group, EB)) {
+        const int64_t B = static_cast<int64_t>(batch.size());
+        std::vector<std::vector<int64_t>> outs;
+        std::vector<bool> fin;
+        if (!data.is_decoder()) {
+          data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
+          const std::vector<int64_t> sp = random_positions(gen, b.S, maxp);
+          const std::vector<int64_t> tp = random_positions(gen, b.T, maxp);
+          Tensor src = ids_tensor(b.src, b.B, b.S, dev),
+                 sm = mask_tensor(b.src_mask, b.B, b.S, dev);
+          Tensor logits = model.forward_seq2seq(src, sm, ids_tensor(b.tgt_in, b.B, b.T, dev),
+                                                mask_tensor(b.tgt_mask, b.B, b.T, dev), &sp, &tp);
+          score_logits(logits, targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, dev), loss_sum,
+                       tokens, correct);
+          Tensor memory = model.encode(src, sm, &sp);
+          models::DecoderCache cache = model.start_cache(memory, sm, &sp);
+          greedy_with_positions(model, cache,
+                                std::vector<int64_t>(static_cast<size_t>(B), data::Vocab::kBos), tp,
+                                nullptr, outs, fin);
+        } else {
+          data::DecoderBatch b = data::make_decoder_batch(batch);
+          const std::vector<int64_t> pos = random_positions(gen, b.L, maxp);
+          Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
+                                                mask_tensor(b.mask, b.B, b.L, dev), &pos);
+          score_logits(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), loss_sum,
+                       tokens, correct);
+          const int64_t P = static_cast<int64_t>(len) + 2;  // bos + src + sep
+          std::vector<int64_t> prompt;
+          for (const auto& ex : batch) {
+            const std::vector<int64_t> p = data::decoder_prompt(ex.src);
+            prompt.insert(prompt.end(), p.begin(), p.end());
+          }
+          models::DecoderCache cache = model.start_cache(B);
+          const std::vector<int64_t> ppos(pos.begin(), pos.begin() + P);
+          Tensor first =
+              model.decode_step(cache, Tensor::from_ints(prompt, {B, P}, dev), Tensor(), &ppos);
+          const std::vector<int64_t> rest(pos.begin() + P, pos.end());
+          greedy_with_positions(model, cache, std::vector<int64_t>(static_cast<size_t>(B), 0), rest,
+                                &first, outs, fin);
+        }
+        for (int64_t i = 0; i < B; ++i)
+          exact += fin[static_cast<size_t>(i)] &&
+                   outs[static_cast<size_t>(i)] == batch[static_cast<size_t>(i)].tgt;
+      }
+    }
+  }
+  model.train(was_training);
+  r.tokens = tokens;
+  if (tokens > 0) {
+    r.loss = loss_sum / static_cast<double>(tokens);
+    r.perplexity = std::exp(r.loss);
+    r.token_accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
+  }
+  if (!data.is_lm()) r.exact_match = static_cast<double>(exact) / static_cast<double>(r.examples);
+  return r;
+}
+
 // Evaluates one run with one config (cached in <run>/compare_eval/<name>.csv).
-std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const std::string& variant,
-                                    const Config& ecfg, const std::string& run_dir, bool& cached,
-                                    double train_wall) {
+std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlanVariant& pv,
+                                    const std::string& run_dir, bool& cached, double train_wall) {
+  const std::string& variant = pv.name;
+  const Config& ecfg = pv.cfg;
   const std::string ck = latest_checkpoint(run_dir);
   PELAB_CHECK(!ck.empty(), "compare: no checkpoint in ", run_dir, "/checkpoints");
   std::error_code ec;
@@ -664,7 +863,8 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const std::string
   std::string stamp = real.filename().string();
   if (::stat(real.c_str(), &st) == 0)
     stamp += ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtime);
-  const std::string fp = fingerprint(eval_identity(ecfg) + "\n" + stamp);
+  const std::string fp = fingerprint(eval_identity(ecfg) + "\n" + stamp +
+                                     (pv.random_positions ? "\nrandom positions" : ""));
   const fs::path cache_dir = fs::path(run_dir) / "compare_eval";
   const fs::path cache = cache_dir / ((variant.empty() ? "base" : variant) + ".csv");
   const std::string head = "# pelab compare evaluation cache " + fp + "\n";
@@ -686,9 +886,12 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const std::string
   set_num_threads(ecfg.train.threads);
   LoadedModel lm = load_model(ecfg, ck);
   std::vector<EvalResult> res;
+  Generator gen(
+      data::derive_seed(static_cast<uint64_t>(ecfg.train.seed), "compare_eval_positions"));
   for (const auto& s : lm.data->tests()) {
     if (g_compare_signal.load()) return {};
-    res.push_back(evaluate_set(*lm.model, *lm.data, s, ecfg));
+    res.push_back(pv.random_positions ? evaluate_random_positions(*lm.model, *lm.data, s, ecfg, gen)
+                                      : evaluate_set(*lm.model, *lm.data, s, ecfg));
   }
   const double wall = now_s() - t0;
   std::vector<ResultRow> rows;
@@ -730,8 +933,8 @@ std::string task_summary(const Config& c) {
     os << c.model.encoder_layers << "+" << c.model.decoder_layers << " layers";
   else
     os << c.model.decoder_layers << " layers";
-  os << "; " << c.train.steps << " steps of batch " << c.train.batch_size << " (" << c.train.optimizer
-     << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
+  os << "; " << c.train.steps << " steps of batch " << c.train.batch_size << " ("
+     << c.train.optimizer << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
   if (is_lm(c)) {
     os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : t.corpus)
        << ", non-overlapping evaluation windows of";
@@ -750,6 +953,7 @@ std::string task_summary(const Config& c) {
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   std::ostream& log = opt.log ? *opt.log : std::cerr;
   const double t_start = now_s();
+  const std::string load_start = load_average();
   CompareResult res;
   res.out_dir = opt.out.empty() ? spec.out : opt.out;
   std::error_code ec;
@@ -760,8 +964,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   const std::vector<ComparePlanRun> plan = compare_plan(spec, res.out_dir);
   const size_t N = plan.size();
   log << "pelab compare: " << spec.schemes.size() << " schemes x " << spec.seeds.size()
-      << " seeds = " << N << " runs of " << spec.base.train.steps << " steps; report in "
-      << res.out_dir << "\n"
+      << (spec.seeds.size() == 1 ? " seed = " : " seeds = ") << N << " runs of "
+      << spec.base.train.steps << " steps; report in " << res.out_dir << "\n"
       << std::flush;
 
   CompareSignalScope signals;
@@ -794,10 +998,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
             << " ...\n";
         ++res.resumed;
       } else {
-        if (ins.state == RunState::Stale) {
+        if (ins.state == RunState::Stale)
           log << tag << who << ": " << ins.reason << " -> training afresh\n";
-          to.overwrite = true;
-        }
         to.overwrite = true;  // also clears a half-created run directory without a checkpoint
         log << tag << "training " << who << " (" << tcfg.train.steps << " steps) ...\n";
         ++res.trained;
@@ -828,17 +1030,18 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     read_run_metrics(dir, wall, curve.points);
     curves[run.cfg.train.run_name] = curve;
 
-    std::vector<std::pair<std::string, const Config*>> evals = {{"", &run.cfg}};
-    for (const auto& [name, vc] : run.variants) evals.emplace_back(name, &vc);
+    std::vector<ComparePlanVariant> evals = {{"", run.cfg, false}};
+    for (const auto& v : run.variants) evals.push_back(v);
     std::string names;
-    for (const auto& [name, c] : evals) names += (names.empty() ? "" : ", ") + (name.empty() ? "as trained" : name);
+    for (const auto& v : evals)
+      names += (names.empty() ? "" : ", ") + (v.name.empty() ? std::string("as trained") : v.name);
     log << tag << "evaluating " << who << " (" << names << ") ...";
     log.flush();
     const double te = now_s();
     int n_cached = 0;
-    for (const auto& [name, c] : evals) {
+    for (const auto& v : evals) {
       bool cached = false;
-      std::vector<ResultRow> rows = evaluate_run(run, name, *c, dir, cached, wall);
+      std::vector<ResultRow> rows = evaluate_run(run, v, dir, cached, wall);
       if (g_compare_signal.load()) {
         res.interrupted = true;
         log << " interrupted\n";
@@ -885,13 +1088,18 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     in.run_settings.emplace_back(s.name, sets_text(s.sets));
     for (const auto& run : plan) {
       if (run.scheme != s.name || run.seed != spec.seeds.front()) continue;
-      for (const auto& [vname, vc] : run.variants) {
+      for (const auto& pv : run.variants) {
+        const std::string& vname = pv.name;
+        const Config& vc = pv.cfg;
         const std::string label = s.name + "+" + vname;
         in.labels.push_back(label);
-        std::string note = "eval-time variant of " + s.name + " (no retraining): pe.rope_scaling " +
-                           vc.pe.rope_scaling + ", factor " +
-                           format_double(vc.pe.rope_scaling_factor, 4);
-        if (vc.pe.rope_scaling != "rope_scaling" && vc.pe.rope_scaling == "none") note = "eval-time variant of " + s.name;
+        std::string note = "eval-time variant of " + s.name + " (no retraining)";
+        if (vc.pe.rope_scaling != "none")
+          note += ": pe.rope_scaling " + vc.pe.rope_scaling + ", factor " +
+                  format_double(vc.pe.rope_scaling_factor, 4);
+        if (pv.random_positions)
+          note += ": evaluated with sorted random positions from [0, " +
+                  std::to_string(vc.pe.randomized_max_position) + ") as in training";
         in.label_notes[label] = note;
         for (const auto& v : spec.variants)
           if (v.name == vname) in.run_settings.emplace_back(label, sets_text(v.sets));
@@ -903,10 +1111,19 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   in.command = opt.command.empty() ? "pelab compare " + spec.source : opt.command;
   in.config_text = spec.config_text;
   in.resolved_yaml = config_to_yaml(spec.base);
-  in.total_wall_s = now_s() - t_start;
-  in.timing_note = std::to_string(spec.base.train.threads) + " threads; " +
-                   std::to_string(res.trained + res.resumed) + " of " + std::to_string(N) +
-                   " runs trained in this invocation, the rest reused";
+  const std::string threads =
+      std::to_string(spec.base.train.threads) +
+      (spec.base.train.threads == 1 ? " thread per run" : " threads per run");
+  if (res.trained + res.resumed > 0) {
+    in.total_wall_s = now_s() - t_start;
+    in.timing_note = "machine: " + std::to_string(std::thread::hardware_concurrency()) +
+                     " cores, 1-min load average " + load_start + " at the start and " +
+                     load_average() + " at the end; " + threads + "; " +
+                     std::to_string(res.trained + res.resumed) + " of " + std::to_string(N) +
+                     " runs trained in this invocation, the rest reused";
+  } else {
+    in.timing_note = threads + "; every run reused from an earlier invocation";
+  }
   res.report = write_report(res.out_dir, in, opt.plots);
   log << "pelab compare: report " << res.report.report_md << " (" << res.report.pngs.size()
       << " plots";
@@ -939,8 +1156,9 @@ const char* kCompareHelp =
     "  -h, --help               show this help\n";
 
 std::string shell_word(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                        "_-+./=:,@") == std::string::npos)
+  if (!s.empty() &&
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                          "_-+./=:,@") == std::string::npos)
     return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -972,7 +1190,8 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
     }
     auto need = [&](const std::string& name) -> std::string {
       if (inline_value) return value;
-      if (i + 1 >= a.size()) throw std::invalid_argument("compare: option " + name + " needs a value");
+      if (i + 1 >= a.size())
+        throw std::invalid_argument("compare: option " + name + " needs a value");
       return a[++i];
     };
     try {
@@ -993,11 +1212,12 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
             {"auto", -1}, {"lines", 0}, {"bar", 1}, {"none", 2}};
         auto it = modes.find(m);
         if (it == modes.end())
-          return usage_error(err, "compare: --progress must be auto, bar, lines or none, got '" +
-                                      m + "'");
+          return usage_error(
+              err, "compare: --progress must be auto, bar, lines or none, got '" + m + "'");
         opt.progress = it->second;
       } else if (s.size() > 1 && s[0] == '-') {
-        return usage_error(err, "compare: unknown option '" + a[i] + "' (see pelab compare --help)");
+        return usage_error(err,
+                           "compare: unknown option '" + a[i] + "' (see pelab compare --help)");
       } else {
         positional.push_back(a[i]);
       }
@@ -1005,10 +1225,11 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
       return usage_error(err, std::string(e.what()) + " (see pelab compare --help)");
     }
   }
-  if (positional.empty()) return usage_error(err, "compare: missing CONFIG (see pelab compare --help)");
+  if (positional.empty())
+    return usage_error(err, "compare: missing CONFIG (see pelab compare --help)");
   if (positional.size() > 1)
-    return usage_error(err, "compare: unexpected argument '" + positional[1] +
-                                "' (see pelab compare --help)");
+    return usage_error(
+        err, "compare: unexpected argument '" + positional[1] + "' (see pelab compare --help)");
   const CompareSpec spec = load_compare(positional[0], sets);
   opt.log = &err;
   const CompareResult r = run_compare(spec, opt);

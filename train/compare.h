@@ -17,10 +17,12 @@
 //       - rope
 //       - {name: learned, set: {pe.scheme: learned, pe.max_positions: 24}}
 //       - {name: rope+rand, set: {pe.scheme: rope, pe.randomized_positions: true}}
-//     variants:                        # eval-time variants (no retraining); a plain name pi | ntk |
-//       - pi                           # dynamic_ntk | yarn means {pe.rope_scaling: X,
+//     variants:                        # eval-time variants (no retraining)
+//       - pi                           # pi | ntk | dynamic_ntk | yarn: {pe.rope_scaling: X,
+//                                      #   pe.rope_scaling_factor: auto} for every rope scheme
 //       - {name: yarn2, set: {pe.rope_scaling: yarn, pe.rope_scaling_factor: 2}, schemes: [rope]}
-//                                      # pe.rope_scaling_factor: auto} for every rope scheme
+//       - randpos                      # = {name: randpos, positions: random}: schemes trained with
+//                                      # randomized positions, evaluated with random positions too
 //
 // `pe.rope_scaling_factor: auto` = (positions of the longest test sequence) / (positions of the
 // longest training sequence). A variant without `schemes:` applies to every scheme whose pe.scheme
@@ -47,18 +49,25 @@ namespace pelab {
 struct CompareScheme {
   std::string name;
   std::vector<std::string> sets;  // "section.key=value" applied to the base config
+  std::string where;              // "FILE:LINE" of the entry (messages)
 };
 
 struct CompareVariant {
   std::string name;
   std::vector<std::string> sets;     // eval-time overrides ("pe.rope_scaling_factor=auto" allowed)
   std::vector<std::string> schemes;  // scheme names it applies to; empty = every rope scheme
+                                     // (every scheme trained with randomized positions for
+                                     // `positions: random`)
+  // "random": evaluate with the positions drawn as in training with pe.randomized_positions (a
+  // sorted random subset of [0, pe.randomized_max_position) per batch and stack), as Ruoss et al.
+  // (2023) do at test time; "" = positions 0..L-1 (pelab eval's protocol).
+  std::string positions;
 };
 
 struct CompareSpec {
-  Config base;               // base config with the command-line overrides applied
-  std::string source;        // the config file
-  std::string config_text;   // the file as given
+  Config base;              // base config with the command-line overrides applied
+  std::string source;       // the config file
+  std::string config_text;  // the file as given
   std::vector<std::string> cli_sets;
   std::string title, out, metric = "auto";
   std::vector<int64_t> seeds;
@@ -72,22 +81,28 @@ CompareSpec load_compare(const std::string& path, const std::vector<std::string>
 CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
                                 const std::vector<std::string>& overrides = {});
 
+// An eval-time variant of one run: its name, the evaluation config, the position protocol.
+struct ComparePlanVariant {
+  std::string name;
+  Config cfg;
+  bool random_positions = false;
+};
 // One run of the plan: its config (train.seed, train.run_dir, train.run_name set).
 struct ComparePlanRun {
   std::string scheme;
   int64_t seed = 0;
   Config cfg;
-  std::vector<std::pair<std::string, Config>> variants;  // eval-time variants: name -> eval config
+  std::vector<ComparePlanVariant> variants;
 };
 // Resolves every scheme × seed (and its variants) without training anything; validates them all.
 std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::string& out_dir);
 
 struct CompareOptions {
-  std::string out;          // report directory ("" = compare.out)
-  int progress = -1;        // per-run progress: TrainOptions::progress
-  bool retrain = false;     // train every run afresh (overwrite)
+  std::string out;       // report directory ("" = compare.out)
+  int progress = -1;     // per-run progress: TrainOptions::progress
+  bool retrain = false;  // train every run afresh (overwrite)
   bool plots = true;
-  std::string command;      // the command line, recorded in report.md
+  std::string command;  // the command line, recorded in report.md
   // Test hook: the first run that needs training stops after this many steps in total, and the
   // comparison stops there as if interrupted (-1 = off).
   int64_t stop_after = -1;

@@ -220,8 +220,10 @@ void write_eval_files(const std::string& dir, const std::vector<EvalResult>& res
 std::string eval_table(const std::vector<EvalResult>& results) {
   std::ostringstream os;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-12s %6s %8s %9s %10s %9s %11s\n", "split", "length", "examples",
-                "loss", "perplexity", "token_acc", "exact_match");
+  int w = 12;
+  for (const auto& r : results) w = std::max(w, static_cast<int>(r.split.size()));
+  std::snprintf(buf, sizeof buf, "%-*s %6s %8s %9s %10s %9s %11s\n", w, "split", "length",
+                "examples", "loss", "perplexity", "token_acc", "exact_match");
   os << buf;
   auto num = [](double v, const char* f) {
     if (!std::isfinite(v)) return std::string("-");
@@ -232,10 +234,10 @@ std::string eval_table(const std::vector<EvalResult>& results) {
   for (const auto& r : results) {
     const std::string len = r.length > 0 ? std::to_string(r.length) : "-";
     if (!r.available()) {
-      std::snprintf(buf, sizeof buf, "%-12s %6s %8lld %s\n", r.split.c_str(), len.c_str(),
+      std::snprintf(buf, sizeof buf, "%-*s %6s %8lld %s\n", w, r.split.c_str(), len.c_str(),
                     static_cast<long long>(r.examples), r.status.c_str());
     } else {
-      std::snprintf(buf, sizeof buf, "%-12s %6s %8lld %9s %10s %9s %11s\n", r.split.c_str(),
+      std::snprintf(buf, sizeof buf, "%-*s %6s %8lld %9s %10s %9s %11s\n", w, r.split.c_str(),
                     len.c_str(), static_cast<long long>(r.examples), num(r.loss, "%.4f").c_str(),
                     num(r.perplexity, "%.3f").c_str(), num(r.token_accuracy, "%.4f").c_str(),
                     num(r.exact_match, "%.4f").c_str());

@@ -68,7 +68,8 @@ std::string terminal(int w, int h) {
 }
 
 const char* kDiverging = "set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')\n";
-const char* kSequential = "set palette defined (0 '#ffffff', 0.3 '#9ecae1', 0.7 '#3182bd', 1 '#08306b')\n";
+const char* kSequential =
+    "set palette defined (0 '#ffffff', 0.3 '#9ecae1', 0.7 '#3182bd', 1 '#08306b')\n";
 
 class Plotter {
  public:
@@ -186,7 +187,8 @@ void rope_decay(Plotter& p, const PlotPeOptions& o) {
     const std::vector<double> qv = q.to_vector(), kv = kt.to_vector();
     for (int64_t r = 0; r <= N; ++r) {
       double dot = 0;
-      for (int64_t i = 0; i < d; ++i) dot += qv[static_cast<size_t>(i)] * kv[static_cast<size_t>(r * d + i)];
+      for (int64_t i = 0; i < d; ++i)
+        dot += qv[static_cast<size_t>(i)] * kv[static_cast<size_t>(r * d + i)];
       score[k].push_back(dot / static_cast<double>(d));
     }
   }
@@ -217,14 +219,16 @@ void rope_decay(Plotter& p, const PlotPeOptions& o) {
   gp += "set title 'RoPE long-term decay (RoFormer bound, d = " + std::to_string(d) +
         ", base 10000; scalings with factor " + fs_ + ", train length " + tl + ")'\n";
   gp += "set ylabel '(1/(d/2)) sum_j |S_j|'\n";
-  gp += "plot 'rope_decay.dat' using 1:2 with lines lw 2 title 'rope', '' using 1:3 with lines lw 2 "
-        "title 'pi', '' using 1:4 with lines lw 2 title 'ntk', '' using 1:5 with lines lw 2 "
-        "title 'yarn'\n";
+  gp +=
+      "plot 'rope_decay.dat' using 1:2 with lines lw 2 title 'rope', '' using 1:3 with lines lw 2 "
+      "title 'pi', '' using 1:4 with lines lw 2 title 'ntk', '' using 1:5 with lines lw 2 "
+      "title 'yarn'\n";
   gp += "set title \"score q'.k'/d of constant q = k through pelab's rope module (eval mode)\"\n";
   gp += "set ylabel 'score / d'\n";
-  gp += "plot 'rope_decay.dat' using 1:6 with lines lw 1.5 title 'rope', '' using 1:7 with lines "
-        "lw 1.5 title 'pi', '' using 1:8 with lines lw 1.5 title 'ntk', '' using 1:9 with lines "
-        "lw 1.5 title 'yarn'\n";
+  gp +=
+      "plot 'rope_decay.dat' using 1:6 with lines lw 1.5 title 'rope', '' using 1:7 with lines "
+      "lw 1.5 title 'pi', '' using 1:8 with lines lw 1.5 title 'ntk', '' using 1:9 with lines "
+      "lw 1.5 title 'yarn'\n";
   gp += "unset multiplot\n";
   p.plot("rope_decay", gp);
 }
@@ -246,9 +250,12 @@ void t5_buckets(Plotter& p, int64_t nb, int64_t maxd) {
   std::string gp = terminal(1000, 600) + "set output 't5_buckets.png'\n";
   gp += "set title 'T5 relative-position buckets (num_buckets " + std::to_string(nb) +
         ", max_distance " + std::to_string(maxd) + "); relative position = key - query'\n";
-  gp += "set xlabel 'relative position (key - query)'\nset ylabel 'bucket'\nset grid\nset key top left\n";
-  gp += "plot 't5_buckets.dat' using 1:2 with steps lw 2 title 'bidirectional (encoder)', '' using "
-        "1:3 with steps lw 2 dt 2 title 'unidirectional (decoder)'\n";
+  gp +=
+      "set xlabel 'relative position (key - query)'\nset ylabel 'bucket'\nset grid\nset key top "
+      "left\n";
+  gp +=
+      "plot 't5_buckets.dat' using 1:2 with steps lw 2 title 'bidirectional (encoder)', '' using "
+      "1:3 with steps lw 2 dt 2 title 'unidirectional (decoder)'\n";
   p.plot("t5_buckets", gp);
 }
 
@@ -346,8 +353,9 @@ void t5_bias(Plotter& p, const Config& cfg, const std::vector<NamedTensor>& ps) 
       std::string gp = terminal(1000, 600) + "set output '" + stem + ".png'\n";
       gp += "set title 'learned T5 bias per head, " + stack + suffix + " (" +
             (bidir ? "bidirectional" : "unidirectional") + ")'\n";
-      gp += "set xlabel 'relative position (key - query)'\nset ylabel 'bias'\nset grid\n"
-            "set key outside right\nplot ";
+      gp +=
+          "set xlabel 'relative position (key - query)'\nset ylabel 'bias'\nset grid\n"
+          "set key outside right\nplot ";
       for (int64_t h = 0; h < H; ++h)
         gp += std::string(h ? ", " : "") + "'" + stem + ".dat' using 1:" + std::to_string(h + 2) +
               " with steps lw 2 title 'head " + std::to_string(h + 1) + "'";
@@ -362,8 +370,7 @@ void shaw_tables(Plotter& p, const Config& cfg, const std::vector<NamedTensor>& 
     std::vector<std::pair<std::string, Matrix>> mats;  // title -> [2k+1, dh]
     for (int l = 0; l < 64; ++l)
       for (const std::string kind : {"rel_k", "rel_v"}) {
-        const Tensor* t =
-            find_param(ps, stack + ".pe.layers." + std::to_string(l) + "." + kind);
+        const Tensor* t = find_param(ps, stack + ".pe.layers." + std::to_string(l) + "." + kind);
         if (!t) continue;
         Matrix m;
         const std::vector<double> w = t->to_vector();
@@ -437,7 +444,8 @@ void learned_positions(Plotter& p, const Config& cfg, const std::vector<NamedTen
       for (int64_t j = 0; j < P; ++j) {
         double s = 0;
         for (int64_t d = 0; d < D; ++d) s += m.at(i, d) * m.at(j, d);
-        cs.v[static_cast<size_t>(i * P + j)] = s / (norm[static_cast<size_t>(i)] * norm[static_cast<size_t>(j)]);
+        cs.v[static_cast<size_t>(i * P + j)] =
+            s / (norm[static_cast<size_t>(i)] * norm[static_cast<size_t>(j)]);
       }
     const std::string stem = "learned_positions_" + stack;
     std::string csv = "position_i,position_j,cosine_similarity\n";
@@ -445,7 +453,8 @@ void learned_positions(Plotter& p, const Config& cfg, const std::vector<NamedTen
       for (int64_t j = 0; j < P; ++j)
         csv += std::to_string(i) + "," + std::to_string(j) + "," + num(cs.at(i, j)) + "\n";
     p.data(stem + ".csv", csv);
-    p.data(stem + ".dat", "# table\n" + matrix_dat(m) + "\n\n# cosine similarity\n" + matrix_dat(cs));
+    p.data(stem + ".dat",
+           "# table\n" + matrix_dat(m) + "\n\n# cosine similarity\n" + matrix_dat(cs));
     std::string gp = terminal(1200, 560) + "set output '" + stem + ".png'\n";
     gp += "set multiplot layout 1,2 title 'learned absolute positions, " + stack + " (first " +
           std::to_string(P) + " of " + std::to_string(t->size(0)) + "; trained: 0.." +
@@ -581,25 +590,25 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
     for (int64_t id : b.src) stok.push_back(token_label(vocab, id));
     for (int64_t id : tgt_in) ttok.push_back(token_label(vocab, id));
     keep(true);
-    (void)model.forward_seq2seq(s, sm, ids_tensor(tgt_in, 1, static_cast<int64_t>(tgt_in.size()), dev),
-                                Tensor());
+    (void)model.forward_seq2seq(
+        s, sm, ids_tensor(tgt_in, 1, static_cast<int64_t>(tgt_in.size()), dev), Tensor());
     keep(false);
     const std::string out_text = data.render(g.tokens[0]);
     for (size_t i = 0; i < model.encoder->layers->size(); ++i)
       attention_picture(p, "attention_encoder_self_layer" + std::to_string(i),
-                        "encoder self-attention, layer " + std::to_string(i) + " (" + cfg.pe.scheme +
-                            "; " + in_text + ")",
+                        "encoder self-attention, layer " + std::to_string(i) + " (" +
+                            cfg.pe.scheme + "; " + in_text + ")",
                         model.encoder->layers->at<models::EncoderLayer>(i).self_attn->last_probs,
                         stok, stok);
     for (size_t i = 0; i < model.decoder->layers->size(); ++i) {
       auto& l = model.decoder->layers->at<models::DecoderLayer>(i);
       attention_picture(p, "attention_decoder_self_layer" + std::to_string(i),
-                        "decoder self-attention, layer " + std::to_string(i) + " (" + cfg.pe.scheme +
-                            "; output '" + out_text + "')",
+                        "decoder self-attention, layer " + std::to_string(i) + " (" +
+                            cfg.pe.scheme + "; output '" + out_text + "')",
                         l.self_attn->last_probs, ttok, ttok);
       attention_picture(p, "attention_decoder_cross_layer" + std::to_string(i),
-                        "cross-attention, layer " + std::to_string(i) + " (" + cfg.pe.scheme + "; " +
-                            in_text + " -> '" + out_text + "')",
+                        "cross-attention, layer " + std::to_string(i) + " (" + cfg.pe.scheme +
+                            "; " + in_text + " -> '" + out_text + "')",
                         l.cross_attn->last_probs, ttok, stok);
     }
     return;
@@ -608,7 +617,8 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
   std::string out_text;
   if (!data.is_lm()) {
     int64_t budget = decode_budget(cfg, static_cast<int64_t>(src.size()));
-    if (learned) budget = std::min<int64_t>(budget, cfg.pe.max_positions - static_cast<int64_t>(seq.size()));
+    if (learned)
+      budget = std::min<int64_t>(budget, cfg.pe.max_positions - static_cast<int64_t>(seq.size()));
     PELAB_CHECK(budget > 0, "plot-pe: the input is too long for pe.max_positions ",
                 cfg.pe.max_positions);
     models::GreedyResult g = models::greedy_decode(model, {seq}, budget);
@@ -642,10 +652,13 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
                 " is not a run directory (no config.yaml)");
     cfg = load_config((fs::path(opt.run) / "config.yaml").string());
   }
-  sinusoidal_heatmap(p, opt);
-  rope_decay(p, opt);
-  t5_buckets(p, have_run ? cfg.pe.t5_num_buckets : 32, have_run ? cfg.pe.t5_max_distance : 128);
-  alibi_bias(p, have_run ? cfg.model.heads : opt.heads);
+  PELAB_CHECK(!opt.run_only || have_run, "plot-pe: --run-only needs --run RUN_DIR");
+  if (!opt.run_only) {
+    sinusoidal_heatmap(p, opt);
+    rope_decay(p, opt);
+    t5_buckets(p, have_run ? cfg.pe.t5_num_buckets : 32, have_run ? cfg.pe.t5_max_distance : 128);
+    alibi_bias(p, have_run ? cfg.model.heads : opt.heads);
+  }
   if (!have_run) {
     PELAB_CHECK(opt.input.empty(), "plot-pe: --input needs --run RUN_DIR (a trained run)");
     return res;
@@ -665,21 +678,25 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
 namespace {
 
 const char* kPlotPeHelp =
-    "usage: pelab plot-pe [--out DIR] [--run RUN_DIR [--input TEXT] [--checkpoint PATH]]\n"
-    "                     [--no-plots]\n"
+    "usage: pelab plot-pe [--out DIR] [--run RUN_DIR [--input TEXT] [--checkpoint PATH]\n"
+    "                     [--run-only]] [--no-plots]\n"
     "\n"
     "Draws the positional encodings with pelab's own modules, each as a PNG (gnuplot) plus the\n"
-    "CSV behind it: the sinusoidal table, RoPE's long-range decay (RoFormer bound; plain, pi, ntk,\n"
+    "CSV behind it: the sinusoidal table, RoPE's long-range decay (RoFormer bound; plain, pi, "
+    "ntk,\n"
     "yarn), the T5 bucket map and the ALiBi biases per head. With --run RUN_DIR (a trained run)\n"
-    "also its learned tables (T5 bias per head, Shaw key/value tables, learned absolute positions)\n"
+    "also its learned tables (T5 bias per head, Shaw key/value tables, learned absolute "
+    "positions)\n"
     "and attention maps per layer and head for --input TEXT (default: the first example of the\n"
     "run's longest test length).\n"
     "\n"
     "options:\n"
     "  --out DIR          output directory (default reports/pe)\n"
     "  --run RUN_DIR      a trained run directory\n"
-    "  --input TEXT       source for the attention maps, written like the task's data (e.g. 31415)\n"
+    "  --input TEXT       source for the attention maps, written like the task's data (e.g. "
+    "31415)\n"
     "  --checkpoint PATH  checkpoint of the run (default: its newest)\n"
+    "  --run-only         with --run: only the pictures of the run (skip the scheme pictures)\n"
     "  --no-plots         only write the CSV / .dat files\n"
     "  -h, --help         show this help\n";
 
@@ -719,10 +736,12 @@ int plot_pe_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
       ok = need(opt.checkpoint);
     } else if (s == "--no-plots" && !inline_value) {
       opt.plots = false;
+    } else if (s == "--run-only" && !inline_value) {
+      opt.run_only = true;
     } else {
-      err << "pelab: error: plot-pe: " << (s.size() > 1 && s[0] == '-' ? "unknown option '"
-                                                                       : "unexpected argument '")
-          << a[i] << "' (see pelab plot-pe --help)\n";
+      err << "pelab: error: plot-pe: "
+          << (s.size() > 1 && s[0] == '-' ? "unknown option '" : "unexpected argument '") << a[i]
+          << "' (see pelab plot-pe --help)\n";
       return 2;
     }
     if (!ok) {
@@ -730,8 +749,9 @@ int plot_pe_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
       return 2;
     }
   }
-  if (!opt.input.empty() && opt.run.empty()) {
-    err << "pelab: error: plot-pe: --input needs --run RUN_DIR (see pelab plot-pe --help)\n";
+  if ((!opt.input.empty() || opt.run_only) && opt.run.empty()) {
+    err << "pelab: error: plot-pe: " << (opt.run_only ? "--run-only" : "--input")
+        << " needs --run RUN_DIR (see pelab plot-pe --help)\n";
     return 2;
   }
   const PlotPeResult r = plot_pe(opt);

@@ -1,11 +1,11 @@
-// pelab — pictures of the positional encodings (`pelab plot-pe`, docs/experiments.md), computed with
-// pelab's own PE modules (make_pe) and, with a trained run, from its checkpoint: each picture is a
-// PNG (gnuplot) next to the CSV behind it.
+// pelab — pictures of the positional encodings (`pelab plot-pe`, docs/experiments.md), computed
+// with pelab's own PE modules (make_pe) and, with a trained run, from its checkpoint: each picture
+// is a PNG (gnuplot) next to the CSV behind it.
 //
 //   sinusoidal_heatmap     PE[position, dim] of the sinusoidal table
 //   rope_decay             RoFormer's long-range decay bound (1/(d/2))·Σ_j |Σ_{i<j} e^{i·r·θ_i}| vs
-//                          relative distance r, for plain RoPE and its pi / ntk / yarn scalings, and
-//                          the score q'·k'/d of constant q = k through the rope module
+//                          relative distance r, for plain RoPE and its pi / ntk / yarn scalings,
+//                          and the score q'·k'/d of constant q = k through the rope module
 //   t5_buckets             relative position -> bucket (bidirectional and unidirectional)
 //   alibi_bias             the ALiBi bias −m_h·(i − j) per head vs distance
 //   with --run RUN_DIR (a trained run; pictures for its scheme):
@@ -23,10 +23,11 @@ namespace pelab {
 
 struct PlotPeOptions {
   std::string out = "reports/pe";
-  std::string run;    // a run directory ("" = only the scheme pictures)
-  std::string input;  // source text for the attention maps ("" = a test example)
+  std::string run;         // a run directory ("" = only the scheme pictures)
+  std::string input;       // source text for the attention maps ("" = a test example)
   std::string checkpoint;  // "" = the run's newest checkpoint
-  bool plots = true;  // call gnuplot (else only the CSV / .dat files)
+  bool plots = true;       // call gnuplot (else only the CSV / .dat files)
+  bool run_only = false;   // with a run: skip the scheme pictures that do not depend on it
   // Sizes of the scheme pictures without a run.
   int64_t positions = 128, d_model = 128, heads = 8, rope_dims = 128, distance = 1024;
 };

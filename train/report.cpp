@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "pelab/error.h"
 #include "train/metrics.h"
@@ -126,9 +127,7 @@ double parse_num(const std::string& s, const std::string& where) {
   return v;
 }
 
-bool is_percent_metric(const std::string& m) {
-  return m == "exact_match" || m == "token_accuracy";
-}
+bool is_percent_metric(const std::string& m) { return m == "exact_match" || m == "token_accuracy"; }
 
 bool higher_better(const std::string& m) { return is_percent_metric(m); }
 
@@ -153,9 +152,8 @@ std::vector<Column> columns_of(const std::vector<ResultRow>& rows) {
   for (const auto& r : rows) {
     if (seen.insert(r.split).second) cols.push_back({r.split, r.length, r.in_distribution});
   }
-  const bool all_len = std::all_of(cols.begin(), cols.end(), [](const Column& c) {
-    return c.length > 0;
-  });
+  const bool all_len =
+      std::all_of(cols.begin(), cols.end(), [](const Column& c) { return c.length > 0; });
   if (all_len)
     std::stable_sort(cols.begin(), cols.end(),
                      [](const Column& a, const Column& b) { return a.length < b.length; });
@@ -175,14 +173,16 @@ std::string gnuplot_terminal_line(int w, int h) {
   return "set terminal png size " + std::to_string(w) + "," + std::to_string(h) + " noenhanced\n";
 }
 
-// Colours for up to 12 series (tab10 and two more); cycles beyond.
+// Colours for up to 16 series (tab10 and six more); cycles beyond.
 const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                         "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#a05195"};
+                         "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#a05195",
+                         "#393b79", "#637939", "#e7969c", "#8c6d31"};
+constexpr size_t kNumColors = sizeof(kColors) / sizeof(kColors[0]);
 
 std::string style_lines(size_t n) {
   std::string s;
   for (size_t i = 0; i < n; ++i)
-    s += "set linetype " + std::to_string(i + 1) + " lc rgb '" + kColors[i % 12] +
+    s += "set linetype " + std::to_string(i + 1) + " lc rgb '" + kColors[i % kNumColors] +
          "' lw 2 pt " + std::to_string(static_cast<int>(i % 13) + 1) + " ps 1.1\n";
   return s;
 }
@@ -229,8 +229,8 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
 
   std::string gp = gnuplot_terminal_line(1100, 650);
   gp += "set output '" + stem + ".png'\n";
-  gp += "set title " + gnuplot_quote(in.title + ": " + metric_title(metric) + " vs " +
-                                     in.length_name) + "\n";
+  gp += "set title " +
+        gnuplot_quote(in.title + ": " + metric_title(metric) + " vs " + in.length_name) + "\n";
   gp += "set xlabel " + gnuplot_quote(in.length_name) + "\nset ylabel " +
         gnuplot_quote(metric_title(metric)) + "\n";
   gp += "set key outside right top\nset grid\n" + style_lines(series.size());
@@ -253,9 +253,9 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
   if (r1 > r0) {
     gp += "set object 1 rect from first " + format_double(r0) + ", graph 0 to first " +
           format_double(r1) + ", graph 1 behind fc rgb '#e6e6e6' fs solid 1.0 noborder\n";
-    gp += "set label 1 'training range' at first " + format_double(in.log_x ? std::sqrt(r0 * r1)
-                                                                             : (r0 + r1) / 2) +
-          ", graph 0.96 center tc rgb '#555555'\n";
+    gp += "set label 1 'training range' at first " +
+          format_double(in.log_x ? std::sqrt(r0 * r1) : (r0 + r1) / 2) +
+          ", graph 0.03 center tc rgb '#555555'\n";
   }
   gp += "plot \\\n";
   for (size_t i = 0; i < series.size(); ++i) {
@@ -263,8 +263,8 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
                          in.label_notes.count(series[i]) &&
                          in.label_notes.at(series[i]).rfind("eval-time", 0) == 0;
     gp += "  '" + stem + ".dat' index " + std::to_string(i) + " using 1:2:3 with yerrorlines ls " +
-          std::to_string(i + 1) + (variant ? " dt 2" : "") + " title " +
-          gnuplot_quote(series[i]) + (i + 1 < series.size() ? ", \\\n" : "\n");
+          std::to_string(i + 1) + (variant ? " dt 2" : "") + " title " + gnuplot_quote(series[i]) +
+          (i + 1 < series.size() ? ", \\\n" : "\n");
   }
   std::string err;
   if (run_gnuplot(dir + "/" + stem + ".gp", gp, &err))
@@ -332,7 +332,8 @@ void plot_loss(const std::string& dir, const ReportInput& in, PlotResult& pr, bo
 std::string duration_text(double s) {
   if (!std::isfinite(s)) return "–";
   if (s < 60) return fmtf("%.1f s", s);
-  if (s < 3600) return fmtf("%.0f", std::floor(s / 60)) + " min " + fmtf("%02.0f s", std::fmod(s, 60));
+  if (s < 3600)
+    return fmtf("%.0f", std::floor(s / 60)) + " min " + fmtf("%02.0f s", std::fmod(s, 60));
   return fmtf("%.0f", std::floor(s / 3600)) + " h " + fmtf("%02.0f min", std::fmod(s, 3600) / 60);
 }
 
@@ -344,8 +345,10 @@ std::string summary_csv(const ReportInput& in, const std::string& metric,
     for (const auto& c : cols) {
       const Stat s = aggregate(in.rows, label, c.split, metric);
       csv += csv_cell(label) + "," + c.split + "," + std::to_string(c.length) + "," +
-             (c.in_distribution == 1 ? "true" : c.in_distribution == 0 ? "false" : "") + "," +
-             format_double(s.mean, 10) + "," + format_double(s.std, 10) + "," +
+             (c.in_distribution == 1   ? "true"
+              : c.in_distribution == 0 ? "false"
+                                       : "") +
+             "," + format_double(s.mean, 10) + "," + format_double(s.std, 10) + "," +
              std::to_string(s.n) + "," + csv_cell(s.n > 0 ? "ok" : s.status) + "\n";
     }
   return csv;
@@ -357,8 +360,9 @@ std::string summary_csv(const ReportInput& in, const std::string& metric,
 
 const std::vector<std::string>& results_csv_columns() {
   static const std::vector<std::string> c = {
-      "scheme", "variant", "seed", "split", "length", "in_distribution", "status", "loss",
-      "perplexity", "token_accuracy", "exact_match", "train_wall_s", "eval_wall_s"};
+      "scheme",          "variant",      "seed",       "split",      "length",
+      "in_distribution", "status",       "loss",       "perplexity", "token_accuracy",
+      "exact_match",     "train_wall_s", "eval_wall_s"};
   return c;
 }
 
@@ -370,8 +374,10 @@ std::string results_csv(const std::vector<ResultRow>& rows) {
   for (const auto& r : rows) {
     out += csv_cell(r.scheme) + "," + csv_cell(r.variant) + "," + std::to_string(r.seed) + "," +
            csv_cell(r.split) + "," + (r.length > 0 ? std::to_string(r.length) : "") + "," +
-           (r.in_distribution == 1 ? "true" : r.in_distribution == 0 ? "false" : "") + "," +
-           csv_cell(r.status) + "," + num_cell(r.loss) + "," + num_cell(r.perplexity) + "," +
+           (r.in_distribution == 1   ? "true"
+            : r.in_distribution == 0 ? "false"
+                                     : "") +
+           "," + csv_cell(r.status) + "," + num_cell(r.loss) + "," + num_cell(r.perplexity) + "," +
            num_cell(r.token_accuracy) + "," + num_cell(r.exact_match) + "," +
            num_cell(r.train_wall_s) + "," + num_cell(r.eval_wall_s) + "\n";
   }
@@ -458,8 +464,10 @@ std::string format_cell(const Stat& s, const std::string& metric) {
   const bool pct = is_percent_metric(metric);
   const double k = pct ? 100.0 : 1.0;
   const double m = s.mean * k;
-  const char* f = pct ? "%.1f" : (std::fabs(m) >= 1000 ? "%.0f" : std::fabs(m) >= 100 ? "%.1f"
-                                                                                      : "%.2f");
+  const char* f = pct ? "%.1f"
+                      : (std::fabs(m) >= 1000  ? "%.0f"
+                         : std::fabs(m) >= 100 ? "%.1f"
+                                               : "%.2f");
   std::string out = fmtf(f, m);
   if (s.n > 1 && std::isfinite(s.std)) out += " ± " + fmtf(f, s.std * k);
   return out;
@@ -480,16 +488,21 @@ std::string metric_table_markdown(const ReportInput& in, const std::string& metr
     sep += "|---:";
   }
   md += " |\n" + sep + "|\n";
-  // Best mean per column (bold).
+  // Best mean per column (bold) — only where the rows differ (a column of equal values has no
+  // best).
   std::map<std::string, double> best;
-  for (const auto& c : cols)
+  for (const auto& c : cols) {
+    double lo = 0, hi = 0;
+    bool any = false;
     for (const auto& label : in.labels) {
       const Stat s = aggregate(in.rows, label, c.split, metric);
       if (s.n == 0) continue;
-      auto it = best.find(c.split);
-      if (it == best.end() || (higher_better(metric) ? s.mean > it->second : s.mean < it->second))
-        best[c.split] = s.mean;
+      lo = any ? std::min(lo, s.mean) : s.mean;
+      hi = any ? std::max(hi, s.mean) : s.mean;
+      any = true;
     }
+    if (any && hi > lo) best[c.split] = higher_better(metric) ? hi : lo;
+  }
   for (const auto& label : in.labels) {
     bool any = false;
     std::string line = "| " + label;
@@ -540,12 +553,13 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   const bool lm = in.primary_metric == "perplexity" || in.primary_metric == "loss";
   std::vector<std::string> metrics = {in.primary_metric};
   if (!lm && in.primary_metric != "token_accuracy") metrics.push_back("token_accuracy");
-  const std::string third = lm ? (in.primary_metric == "loss" ? "perplexity" : "loss")
-                               : "perplexity";
+  const std::string third =
+      lm ? (in.primary_metric == "loss" ? "perplexity" : "loss") : "perplexity";
   metrics.push_back(third);
 
   const bool can_plot = plots && !gnuplot_path().empty();
-  if (plots && !can_plot) files.plot_note = "gnuplot not found: no PNG plots (the .dat/.csv files are written)";
+  if (plots && !can_plot)
+    files.plot_note = "gnuplot not found: no PNG plots (the .dat/.csv files are written)";
   if (!plots) files.plot_note = "plots disabled";
   PlotResult pr;
   for (size_t i = 0; i < metrics.size(); ++i)
@@ -576,9 +590,23 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
      << (in.primary_metric == "exact_match" ? " (greedy decoding, whole output must match)" : "")
      << ". Best value per column in bold. \"n/a (> max_positions)\": a learned absolute table "
         "cannot represent that length.\n";
-  if (std::isfinite(in.total_wall_s))
-    md << "- Total wall time of this comparison: " << duration_text(in.total_wall_s)
-       << (in.timing_note.empty() ? "" : " (" + in.timing_note + ")") << ".\n";
+  {
+    // Compute time summed over the runs (each run's training and each evaluation counted once).
+    std::set<std::pair<std::string, int64_t>> runs;
+    std::set<std::tuple<std::string, std::string, int64_t>> evals;
+    double train_sum = 0, eval_sum = 0;
+    for (const auto& r : in.rows) {
+      if (std::isfinite(r.train_wall_s) && runs.insert({r.scheme, r.seed}).second)
+        train_sum += r.train_wall_s;
+      if (std::isfinite(r.eval_wall_s) && evals.insert({r.scheme, r.variant, r.seed}).second)
+        eval_sum += r.eval_wall_s;
+    }
+    md << "- Wall time of all runs: " << duration_text(train_sum + eval_sum) << " (training "
+       << duration_text(train_sum) << ", evaluation " << duration_text(eval_sum) << ")";
+    if (std::isfinite(in.total_wall_s))
+      md << "; this invocation of pelab compare: " << duration_text(in.total_wall_s);
+    md << (in.timing_note.empty() ? "" : " (" + in.timing_note + ")") << ".\n";
+  }
   md << "\n";
   for (size_t i = 0; i < metrics.size(); ++i) {
     const std::string& m = metrics[i];
@@ -715,8 +743,8 @@ bool run_gnuplot(const std::string& script_path, const std::string& script, std:
   if (rc != 0) {
     if (error) {
       while (!msg.empty() && (msg.back() == '\n' || msg.back() == '\r')) msg.pop_back();
-      *error = "gnuplot " + p.filename().string() + " failed (status " + std::to_string(rc) +
-               ")" + (msg.empty() ? "" : ": " + msg);
+      *error = "gnuplot " + p.filename().string() + " failed (status " + std::to_string(rc) + ")" +
+               (msg.empty() ? "" : ": " + msg);
     }
     return false;
   }

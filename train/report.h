@@ -18,8 +18,8 @@ struct ResultRow {
   std::string scheme;   // the compare entry's name ("rope", "rope+rand")
   std::string variant;  // "" = as trained; else an eval-time variant ("pi", "yarn", ...)
   int64_t seed = 0;
-  std::string split;    // "len_24", "ctx_128", a file stem
-  int64_t length = 0;   // task / window length; 0 when not applicable
+  std::string split;         // "len_24", "ctx_128", a file stem
+  int64_t length = 0;        // task / window length; 0 when not applicable
   int in_distribution = -1;  // 1 / 0; -1 unknown
   std::string status = "ok";
   double loss = std::numeric_limits<double>::quiet_NaN();
@@ -50,24 +50,24 @@ struct LossCurve {
 
 struct ReportInput {
   std::string title;
-  std::string task_summary;     // one line: task, formulation, lengths
-  std::string primary_metric;   // exact_match | token_accuracy | perplexity | loss
-  std::string length_name;      // "task length" / "context length"
+  std::string task_summary;    // one line: task, formulation, lengths
+  std::string primary_metric;  // exact_match | token_accuracy | perplexity | loss
+  std::string length_name;     // "task length" / "context length"
   // In-distribution range of lengths (inclusive); the report marks these columns.
   int64_t train_min = 0, train_max = 0;
   std::string train_range_text;  // e.g. "task lengths 1–16"
   std::vector<int64_t> seeds;
-  std::vector<std::string> labels;               // row order (scheme or scheme+variant)
+  std::vector<std::string> labels;                 // row order (scheme or scheme+variant)
   std::map<std::string, std::string> label_notes;  // label -> one-line description
   std::vector<ResultRow> rows;
   std::vector<LossCurve> curves;
-  std::string command;          // the exact command line
-  std::string config_text;      // the config file as given
-  std::string resolved_yaml;    // the resolved base config (overrides applied)
+  std::string command;        // the exact command line
+  std::string config_text;    // the config file as given
+  std::string resolved_yaml;  // the resolved base config (overrides applied)
   std::vector<std::pair<std::string, std::string>> run_settings;  // label -> "--set ..." summary
   double total_wall_s = std::numeric_limits<double>::quiet_NaN();
-  std::string timing_note;      // threads, machine load, ...
-  bool log_x = false;           // plots over lengths on a log2 axis (lm)
+  std::string timing_note;  // threads, machine load, ...
+  bool log_x = false;       // plots over lengths on a log2 axis (lm)
 };
 
 // Mean ± sample std over the available values (n = count).
@@ -90,9 +90,9 @@ std::string metric_table_markdown(const ReportInput& in, const std::string& metr
 // What write_report made.
 struct ReportFiles {
   std::string report_md, results_csv;
-  std::vector<std::string> pngs;   // written PNG plots
-  std::vector<std::string> data;   // .dat / .csv behind the plots
-  std::string plot_note;           // why plots are missing, if they are
+  std::vector<std::string> pngs;  // written PNG plots
+  std::vector<std::string> data;  // .dat / .csv behind the plots
+  std::string plot_note;          // why plots are missing, if they are
 };
 // Writes results.csv, report.md, the summary tables as CSV and (when gnuplot is available and
 // `plots`) the PNG plots into `dir`.

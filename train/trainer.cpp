@@ -141,9 +141,10 @@ class Trainer {
   std::vector<int64_t> positions_for(int64_t L);
   void add_row(const MetricRow& row);
   void rewrite_metrics_files();
-  EvalResult validate(bool final_step);
+  EvalResult validate();
   void save(const std::string& path);
   void save_step_checkpoint();
+  void update_last_link();
   void write_predictions(const std::vector<EvalResult>& results);
 
   Config cfg_;
@@ -180,6 +181,7 @@ void Trainer::open_run() {
     resume = cfg_.train.resume == "latest" ? run_directory(cfg_) : cfg_.train.resume;
   std::error_code ec;
   if (resume.empty()) {
+    setup_model({});  // data and model first: a config or data error leaves no run directory
     const fs::path dir = run_directory(cfg_);
     if (holds_a_run(dir)) {
       PELAB_CHECK(opt_.overwrite, "run directory ", dir.string(),
@@ -196,7 +198,6 @@ void Trainer::open_run() {
                                           config_to_yaml(stored, true));
     write_text(dir_ + "/metrics.jsonl", "");
     write_text(dir_ + "/metrics.csv", metrics_csv_header() + "\n");
-    setup_model({});
     return;
   }
 
@@ -239,6 +240,7 @@ void Trainer::open_run() {
   // Checkpoints newer than the one resumed from belong to a future this run no longer has.
   for (const auto& [s, p] : step_checkpoints(dir_))
     if (s > step_) fs::remove(p, ec);
+  update_last_link();
   rewrite_metrics_files();
 }
 
@@ -395,7 +397,7 @@ void Trainer::rewrite_metrics_files() {
   write_text(dir_ + "/metrics.csv", csv);
 }
 
-EvalResult Trainer::validate(bool final_step) {
+EvalResult Trainer::validate() {
   EvalResult r = evaluate_set(*model_, *data_, data_->valid(), cfg_);
   last_valid_ = r;
   last_valid_step_ = step_;
@@ -422,7 +424,6 @@ EvalResult Trainer::validate(bool final_step) {
   if (best) msg += " (best " + metric + ")";
   progress_->line(msg);
   if (best) save(dir_ + "/checkpoints/best.h5");
-  (void)final_step;
   return r;
 }
 
@@ -460,16 +461,27 @@ void Trainer::save_step_checkpoint() {
   save((ckdir / name).string());
   saved_step_ = step_;
   std::error_code ec;
-  // last.h5 -> step_<N>.h5, replaced atomically.
-  const fs::path tmp = ckdir / "last.h5.tmp";
-  fs::remove(tmp, ec);
-  fs::create_symlink(name, tmp, ec);
-  if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
   const int keep = cfg_.train.keep_checkpoints;
   if (keep > 0) {
     auto all = step_checkpoints(dir_);
     for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i].second, ec);
   }
+  update_last_link();
+}
+
+void Trainer::update_last_link() {
+  // last.h5 -> the newest step_<N>.h5, replaced atomically (a new link renamed over the old one).
+  const fs::path ckdir = fs::path(dir_) / "checkpoints";
+  const auto all = step_checkpoints(dir_);
+  std::error_code ec;
+  if (all.empty()) {
+    fs::remove(ckdir / "last.h5", ec);
+    return;
+  }
+  const fs::path tmp = ckdir / "last.h5.tmp";
+  fs::remove(tmp, ec);
+  fs::create_symlink(fs::path(all.back().second).filename(), tmp, ec);
+  if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
 }
 
 void Trainer::write_predictions(const std::vector<EvalResult>& results) {
@@ -535,7 +547,7 @@ TrainResult Trainer::run() {
       t_log = now;
       tok_log = 0;
     }
-    if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total) validate(step_ == total);
+    if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total) validate();
     if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total)
       save_step_checkpoint();
   }
@@ -550,7 +562,7 @@ TrainResult Trainer::run() {
   }
   // Finished (possibly already on resume): valid + every test split with the final parameters.
   if (total == 0 && saved_step_ != 0) {
-    validate(true);
+    validate();
     save_step_checkpoint();
   }
   const bool keep = cfg_.eval.save_predictions;

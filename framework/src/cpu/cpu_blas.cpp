@@ -6,12 +6,15 @@
 #include <algorithm>
 
 #include "cpu/cpu_backend.h"
+#include "pelab/parallel.h"
 
 namespace pelab {
 namespace {
 
 // Below this M*N*K one product is too small to be worth BLAS-internal threading.
 constexpr int64_t kLargeGemm = 64 * 64 * 64;
+// Above this one product of a batch is large enough to use every thread on its own.
+constexpr int64_t kHugeGemm = 256 * 256 * 256;
 
 template <class T>
 void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
@@ -69,7 +72,9 @@ void CpuBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t 
     const T* b = static_cast<const T*>(B);
     T* c = static_cast<T*>(C);
     const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
-    const bool large = M * N * K >= kLargeGemm;
+    // Many medium products (batched attention) parallelise better over the batch than inside BLAS.
+    const bool large = M * N * K >= kLargeGemm &&
+                       (batch < 2 * num_threads() || M * N * K >= kHugeGemm);
     // a shared output (strideC == 0) must be updated in batch order
     if (batch == 1 || large || strideC == 0) {
       for (int64_t i = 0; i < batch; ++i)

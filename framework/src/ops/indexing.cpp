@@ -131,8 +131,6 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   }
   const DType dt = a.dtype();
   const Device dev = a.device();
-  Tensor ic = contig(index);
-  check_range("gather", ic, ashape[d], "index", a, d);
   // The part of `a` the index can reach: index sizes except along `dim`.
   Shape sub = index.shape();
   sub[d] = ashape[d];
@@ -140,16 +138,56 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   const int64_t n_in = sub[d], n_idx = index.size(d);
   int64_t outer, inner;
   split(sub, d, outer, inner);
+  // An index expanded (stride 0) over every dim before `dim` is one [n_idx, inner] block shared by
+  // all outer slices: it is neither materialised nor read back (the kernels check its range); the
+  // kernels run once per outer slice on that block.
+  bool shared = outer > 1;
+  for (int64_t k = 0; k < d && shared; ++k) shared = index.size(k) == 1 || index.strides()[k] == 0;
+  Tensor ic;
+  int64_t blocks = 1, bo = outer;  // kernel calls and the outer size of each call
+  if (shared) {
+    Shape one = index.shape(), one_strides = index.strides();
+    for (int64_t k = 0; k < d; ++k) one[k] = 1;
+    ic = contig(make_view(index, one, one_strides));
+    blocks = outer;
+    bo = 1;
+  } else {
+    ic = contig(index);
+    check_range("gather", ic, ashape[d], "index", a, d);
+  }
+  const int64_t in_block = bo * n_in * inner, out_block = bo * n_idx * inner;
+  auto block_view = [](const Tensor& t, int64_t b, int64_t n) {
+    View v = view_of(t);
+    v.data = static_cast<char*>(v.data) + static_cast<size_t>(b * n) * dtype_size(t.dtype());
+    v.shape = {n};
+    v.strides = {1};
+    return v;
+  };
+  const View iv = shared ? flat_view(ic, {n_idx * inner}) : view_of(ic);
   Tensor out = Tensor::empty(index.shape(), dt, dev);
   if (out.numel() > 0) {
-    backend_for(dev).gather(view_of(out), view_of(as), view_of(ic), outer, n_in, n_idx, inner);
+    Backend& be = backend_for(dev);
+    if (!shared) {
+      be.gather(view_of(out), view_of(as), iv, outer, n_in, n_idx, inner);
+    } else {
+      for (int64_t b = 0; b < blocks; ++b)
+        be.gather(block_view(out, b, out_block), block_view(as, b, in_block), iv, bo, n_in, n_idx,
+                  inner);
+    }
   }
   return record("gather", {a}, out, [=](const Tensor& g) -> std::vector<Tensor> {
     Backend& be = backend_for(dev);
     Tensor acc = Tensor::zeros(sub, dt, dev);
     Tensor gc = contig(g);
+    const View iv = shared ? flat_view(ic, {n_idx * inner}) : view_of(ic);  // keeps `ic` alive
     if (gc.numel() > 0) {
-      be.scatter_add(view_of(acc), view_of(gc), view_of(ic), outer, n_in, n_idx, inner);
+      if (!shared) {
+        be.scatter_add(view_of(acc), view_of(gc), iv, outer, n_in, n_idx, inner);
+      } else {
+        for (int64_t b = 0; b < blocks; ++b)
+          be.scatter_add(block_view(acc, b, in_block), block_view(gc, b, out_block), iv, bo, n_in,
+                         n_idx, inner);
+      }
     }
     if (sub == ashape) return {acc};
     // Place the reachable window into a zero gradient of the full input shape.

@@ -1,0 +1,155 @@
+// pelab — training-step benchmark: times full steps (forward, backward, AdamW) of models::Transformer
+// for one configuration and prints one JSON line (ms/step, peak RSS). `--sgemm N` instead measures
+// the cblas_sgemm peak (GFLOP/s) on N x N x N. Driven by bench/run.sh (alternating with PyTorch).
+//   bench_train --scheme rope --d_model 128 --heads 4 --d_ff 512 --layers 2 --batch 32 --len 32
+//               --steps 20 --warmup 3 --threads 2
+#include <cblas.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "models/transformer.h"
+#include "pelab/optim.h"
+#include "pelab/parallel.h"
+#include "pelab/pelab.h"
+
+using namespace pelab;
+using Clock = std::chrono::steady_clock;
+
+static double now_ms() {
+  return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
+}
+
+static long peak_rss_kb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+static double cpu_ms() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-3;
+}
+
+static int run_sgemm(int64_t n, int threads) {
+  set_num_threads(threads);
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
+  auto once = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+  };
+  once();
+  double best = 1e30;
+  for (int r = 0; r < 10; ++r) {
+    const double t0 = now_ms();
+    once();
+    best = std::min(best, now_ms() - t0);
+  }
+  const double gflops = 2.0 * n * n * n / (best * 1e-3) / 1e9;
+  std::printf("{\"sgemm_n\": %lld, \"best_ms\": %.4f, \"gflops\": %.3f}\n",
+              static_cast<long long>(n), best, gflops);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  std::string scheme = "sinusoidal";
+  int64_t d_model = 128, heads = 4, d_ff = 512, layers = 2, batch = 32, len = 32, vocab = 32;
+  int steps = 20, warmup = 3, threads = 2;
+  int64_t sgemm = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--scheme") scheme = v;
+    else if (k == "--d_model") d_model = std::atoll(v);
+    else if (k == "--heads") heads = std::atoll(v);
+    else if (k == "--d_ff") d_ff = std::atoll(v);
+    else if (k == "--layers") layers = std::atoll(v);
+    else if (k == "--batch") batch = std::atoll(v);
+    else if (k == "--len") len = std::atoll(v);
+    else if (k == "--vocab") vocab = std::atoll(v);
+    else if (k == "--steps") steps = std::atoi(v);
+    else if (k == "--warmup") warmup = std::atoi(v);
+    else if (k == "--threads") threads = std::atoi(v);
+    else if (k == "--sgemm") sgemm = std::atoll(v);
+    else {
+      std::fprintf(stderr, "bench_train: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (sgemm > 0) return run_sgemm(sgemm, threads);
+  try {
+    set_num_threads(threads);
+    models::ModelConfig cfg;
+    cfg.arch = "seq2seq";
+    cfg.vocab = vocab;
+    cfg.d_model = d_model;
+    cfg.heads = heads;
+    cfg.d_ff = d_ff;
+    cfg.encoder_layers = layers;
+    cfg.decoder_layers = layers;
+    cfg.dropout = 0.0;
+    cfg.norm = "pre";
+    cfg.activation = "gelu";
+    cfg.pe.scheme = scheme;
+    cfg.pe.max_positions = std::max<int64_t>(512, len);
+    cfg.seed = 1;
+    models::Transformer model(cfg);
+    model.train();
+    AdamW opt(model.parameters(), 1e-3);
+
+    // Fixed synthetic batch: ids in [3, vocab).
+    Generator gen(7);
+    std::vector<int64_t> src(batch * len), tin(batch * len), tout(batch * len);
+    uint64_t s = 12345;
+    auto next = [&] {
+      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<int64_t>(3 + (s >> 33) % static_cast<uint64_t>(vocab - 3));
+    };
+    for (auto& x : src) x = next();
+    for (auto& x : tin) x = next();
+    for (auto& x : tout) x = next();
+    Tensor src_t = Tensor::from_ints(src, {batch, len});
+    Tensor tin_t = Tensor::from_ints(tin, {batch, len});
+    Tensor tout_t = Tensor::from_ints(tout, {batch, len});
+
+    double loss_v = 0;
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor logits = model.forward_seq2seq(src_t, Tensor(), tin_t, Tensor());
+      Tensor loss = cross_entropy(logits, tout_t);
+      loss.backward();
+      opt.step();
+      loss_v = loss.item();
+    };
+    for (int i = 0; i < warmup; ++i) step();
+    std::vector<double> times, cpu;
+    for (int i = 0; i < steps; ++i) {
+      const double t0 = now_ms(), c0 = cpu_ms();
+      step();
+      times.push_back(now_ms() - t0);
+      cpu.push_back(cpu_ms() - c0);
+    }
+    std::sort(cpu.begin(), cpu.end());
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    double mean = 0;
+    for (double t : times) mean += t;
+    mean /= times.size();
+    std::printf(
+        "{\"impl\": \"pelab\", \"scheme\": \"%s\", \"median_ms\": %.4f, \"mean_ms\": %.4f, "
+        "\"min_ms\": %.4f, \"cpu_ms\": %.4f, \"peak_rss_kb\": %ld, \"loss\": %.6f}\n",
+        scheme.c_str(), median, mean, times.front(), cpu[cpu.size() / 2], peak_rss_kb(), loss_v);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# pelab — one command for the CPU training benchmark: builds Release (build-perf), then times full
+# training steps of pelab and of the PyTorch eager reference ALTERNATELY for every PE scheme and
+# prints/writes the table (bench/results/train_bench.{md,csv}). Extra arguments go to run_bench.py,
+# e.g. bench/run.sh --configs ref --reps 3 --steps 10.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="${PELAB_BENCH_BUILD:-$ROOT/build-perf}"
+PY="${PELAB_TORCH_PYTHON:-/usr/bin/python3}"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C "$BUILD" bench_train
+mkdir -p "$ROOT/bench/results"
+lscpu | sed -n '1,20p' > "$ROOT/bench/results/machine.txt"
+# libgomp spin-waits (the default) are ruinous on an oversubscribed machine; same policy for both.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+exec "$PY" "$ROOT/bench/run_bench.py" --bin "$BUILD/bench_train" --python "$PY" \
+  --out "$ROOT/bench/results/train_bench" "$@"

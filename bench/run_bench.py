@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""pelab — side-by-side training benchmark driver (called by bench/run.sh).
+
+For every configuration and scheme it runs bench_train (pelab) and bench_torch.py (PyTorch eager)
+ALTERNATELY, each measurement in its own process (so peak RSS is per process), REPS times, and
+reports medians: ms/step (wall and CPU), the ratio torch/pelab, tokens/s, achieved GFLOP/s of the
+analytic matmul FLOPs against a cblas_sgemm peak measured in the same run, and peak RSS.
+Writes a markdown table and a CSV.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+SCHEMES = ["sinusoidal", "learned", "shaw", "t5", "rope", "alibi", "none"]
+
+
+def train_flops(V, D, H, Fd, layers, B, L):
+    """Analytic matmul FLOPs of one training step (forward x 3: forward + two backward GEMMs).
+    Projections, FF, attention QK^T and PV, lm head; PE extras and elementwise ops not counted."""
+    N = B * L
+    proj = 2 * N * D * D
+    ff = 2 * 2 * N * D * Fd
+    attn = 2 * 2 * B * L * L * D
+    enc = layers * (4 * proj + attn + ff)
+    dec = layers * (4 * proj + attn + 4 * proj + attn + ff)
+    head = 2 * N * D * V
+    return 3 * (enc + dec + head)
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        raise SystemExit("failed: " + " ".join(cmd))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--out", required=True, help="output prefix (.md and .csv)")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--schemes", default=",".join(SCHEMES))
+    ap.add_argument("--configs", default="ref,large,sweep")
+    ap.add_argument("--sweep", default="32,64,128,256,512")
+    ap.add_argument("--sweep_tokens", type=int, default=1024,
+                    help="sweep batch = sweep_tokens / L (0: keep batch 32)")
+    a = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    schemes = a.schemes.split(",")
+
+    configs = []  # (name, dict)
+    ref = dict(d_model=128, heads=4, d_ff=512, layers=2, batch=32, len=32, vocab=32)
+    if "ref" in a.configs:
+        configs += [("ref", dict(ref))]
+    if "large" in a.configs:
+        configs += [("large", dict(ref, d_model=256, d_ff=1024, len=128, batch=16))]
+    if "sweep" in a.configs:
+        for L in [int(x) for x in a.sweep.split(",")]:
+            b = max(1, a.sweep_tokens // L) if a.sweep_tokens > 0 else 32
+            configs += [("L%d" % L, dict(ref, len=L, batch=b))]
+
+    sg = [run_json([a.bin, "--sgemm", "1024", "--threads", str(a.threads)])["gflops"]]
+    rows = []
+    for cname, c in configs:
+        for s in schemes:
+            args = ["--scheme", s, "--steps", str(a.steps), "--warmup", str(a.warmup),
+                    "--threads", str(a.threads)]
+            for k, v in c.items():
+                args += ["--" + k, str(v)]
+            res = {"pelab": [], "torch": []}
+            for r in range(a.reps):  # alternate
+                order = ["pelab", "torch"] if r % 2 == 0 else ["torch", "pelab"]
+                for impl in order:
+                    cmd = [a.bin] + args if impl == "pelab" else \
+                        [a.python, os.path.join(here, "bench_torch.py")] + args
+                    res[impl].append(run_json(cmd))
+            sg.append(run_json([a.bin, "--sgemm", "1024", "--threads", str(a.threads)])["gflops"])
+            med = {i: {k: statistics.median(x[k] for x in res[i])
+                       for k in ("median_ms", "cpu_ms", "peak_rss_kb")} for i in res}
+            fl = train_flops(c["vocab"], c["d_model"], c["heads"], c["d_ff"], c["layers"],
+                             c["batch"], c["len"])
+            tokens = c["batch"] * c["len"] * 2  # source + target tokens
+            p, t = med["pelab"], med["torch"]
+            row = dict(config=cname, scheme=s, B=c["batch"], L=c["len"], D=c["d_model"],
+                       pelab_ms=p["median_ms"], torch_ms=t["median_ms"],
+                       speedup=t["median_ms"] / p["median_ms"],
+                       pelab_cpu_ms=p["cpu_ms"], torch_cpu_ms=t["cpu_ms"],
+                       cpu_speedup=t["cpu_ms"] / p["cpu_ms"],
+                       pelab_tok_s=tokens / p["median_ms"] * 1e3,
+                       torch_tok_s=tokens / t["median_ms"] * 1e3,
+                       pelab_gflops=fl / p["median_ms"] / 1e6,
+                       torch_gflops=fl / t["median_ms"] / 1e6,
+                       pelab_rss_mb=p["peak_rss_kb"] / 1024, torch_rss_mb=t["peak_rss_kb"] / 1024,
+                       rss_ratio=p["peak_rss_kb"] / t["peak_rss_kb"])
+            rows.append(row)
+            print("%-6s %-10s pelab %8.1f ms (cpu %8.1f)  torch %8.1f ms (cpu %8.1f)  x%.2f "
+                  "(cpu x%.2f)  rss %.0f/%.0f MB" % (cname, s, row["pelab_ms"], row["pelab_cpu_ms"],
+                                                      row["torch_ms"], row["torch_cpu_ms"],
+                                                      row["speedup"], row["cpu_speedup"],
+                                                      row["pelab_rss_mb"], row["torch_rss_mb"]),
+                  flush=True)
+
+    peak = max(sg)
+    for r in rows:
+        r["pelab_pct_peak"] = 100.0 * r["pelab_gflops"] / peak
+    keys = list(rows[0].keys()) if rows else []
+    with open(a.out + ".csv", "w") as f:
+        f.write(",".join(keys) + "\n")
+        for r in rows:
+            f.write(",".join(("%.4g" % r[k]) if isinstance(r[k], float) else str(r[k])
+                             for k in keys) + "\n")
+    with open(a.out + ".md", "w") as f:
+        f.write("Measured %s, %d threads, %d reps x %d steps (after %d warm-up), alternating "
+                "pelab / PyTorch %s.\n\n" % (datetime.datetime.now().isoformat(timespec="minutes"),
+                                              a.threads, a.reps, a.steps, a.warmup, "eager"))
+        f.write("cblas_sgemm peak (1024^3, best of the run): %.1f GFLOP/s (samples: %s)\n\n"
+                % (peak, ", ".join("%.1f" % x for x in sg)))
+        f.write("| config | scheme | B | L | pelab ms/step | torch ms/step | speedup | pelab cpu-ms "
+                "| torch cpu-ms | cpu speedup | pelab tok/s | torch tok/s | pelab GFLOP/s | % sgemm "
+                "peak | pelab RSS MB | torch RSS MB | RSS ratio |\n")
+        f.write("|" + "---|" * 17 + "\n")
+        for r in rows:
+            f.write("| %s | %s | %d | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %.0f | %.0f | "
+                    "%.1f | %.0f%% | %.0f | %.0f | %.2f |\n" % (
+                        r["config"], r["scheme"], r["B"], r["L"], r["pelab_ms"], r["torch_ms"],
+                        r["speedup"], r["pelab_cpu_ms"], r["torch_cpu_ms"], r["cpu_speedup"],
+                        r["pelab_tok_s"], r["torch_tok_s"], r["pelab_gflops"], r["pelab_pct_peak"],
+                        r["pelab_rss_mb"], r["torch_rss_mb"], r["rss_ratio"]))
+    print("wrote %s.md and %s.csv (sgemm peak %.1f GFLOP/s)" % (a.out, a.out, peak))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,597 @@
+// pelab — tests of length-extrapolation comparisons (train/compare.h), their reports
+// (train/report.h) and `pelab plot-pe` (train/plot_pe.h). Every comparison is tiny (1+1 layers,
+// d_model 16, a few steps) so a test takes a few seconds at most.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "train/cli.h"
+#include "train/compare.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/plot_pe.h"
+#include "train/report.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace pelab;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int64_t mtime_ns(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+class CompareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("pelab_compare_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A tiny comparison: reverse over 4 symbols, trained on lengths 1-4, tested at 2, 4, 6, 8;
+  // learned positions with max_positions 6 (lengths 6 and 8 need 7 and 9 positions) and rope,
+  // with the rope `pi` variant.
+  std::string tiny_config(const std::string& schemes_yaml, const std::string& extra = "",
+                          int steps = 16) {
+    std::ostringstream y;
+    y << "task: {name: reverse, num_symbols: 4, train_min_len: 1, train_max_len: 4,\n"
+         "       test_lengths: [2, 4, 6, 8], num_eval_examples: 6}\n"
+         "model: {d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1, decoder_layers: 1}\n"
+         "train: {steps: "
+      << steps
+      << ", batch_size: 8, warmup: 2, log_every: 4, eval_every: 0,\n"
+         "        checkpoint_every: 4, threads: 1}\n"
+         "eval: {batch_size: 6}\n"
+         "compare:\n"
+         "  title: tiny\n"
+         "  seeds: [1, 2]\n"
+         "  schemes:\n"
+      << schemes_yaml << extra;
+    const std::string path = (dir_ / "tiny.yaml").string();
+    std::ofstream(path) << y.str();
+    return path;
+  }
+
+  std::string default_schemes() const {
+    return "    - {name: learned, set: {pe.scheme: learned, pe.max_positions: 6}}\n"
+           "    - rope\n"
+           "  variants: [pi]\n";
+  }
+
+  CompareOptions quiet() {
+    CompareOptions o;
+    o.out = (dir_ / "report").string();
+    o.progress = 2;
+    o.log = &log_;
+    return o;
+  }
+
+  fs::path dir_;
+  std::ostringstream log_;
+};
+
+// ---------------- report formatting (no training) ----------------
+
+TEST(CompareReport, AggregateMeanStdAndCells) {
+  std::vector<ResultRow> rows;
+  for (int seed = 1; seed <= 3; ++seed) {
+    ResultRow r;
+    r.scheme = "rope";
+    r.seed = seed;
+    r.split = "len_8";
+    r.length = 8;
+    r.exact_match = 0.5 + 0.1 * (seed - 2);  // 0.4, 0.5, 0.6
+    r.perplexity = 2.0 * seed;               // 2, 4, 6
+    rows.push_back(r);
+    ResultRow na = r;
+    na.scheme = "learned";
+    na.status = kNaMaxPositions;
+    na.exact_match = std::nan("");
+    rows.push_back(na);
+  }
+  const Stat s = aggregate(rows, "rope", "len_8", "exact_match");
+  EXPECT_EQ(s.n, 3);
+  EXPECT_NEAR(s.mean, 0.5, 1e-12);
+  EXPECT_NEAR(s.std, 0.1, 1e-12);  // sample std
+  EXPECT_EQ(format_cell(s, "exact_match"), "50.0 ± 10.0");
+  const Stat p = aggregate(rows, "rope", "len_8", "perplexity");
+  EXPECT_EQ(format_cell(p, "perplexity"), "4.00 ± 2.00");
+  const Stat na = aggregate(rows, "learned", "len_8", "exact_match");
+  EXPECT_EQ(na.n, 0);
+  EXPECT_EQ(format_cell(na, "exact_match"), "n/a (> max_positions)");
+  EXPECT_EQ(aggregate(rows, "rope+pi", "len_8", "exact_match").n, 0);
+}
+
+TEST(CompareReport, ResultsCsvRoundTrip) {
+  ResultRow a;
+  a.scheme = "rope+rand";
+  a.variant = "yarn";
+  a.seed = 7;
+  a.split = "len_24";
+  a.length = 24;
+  a.in_distribution = 0;
+  a.loss = 0.1234567890123;
+  a.perplexity = std::exp(a.loss);
+  a.token_accuracy = 0.75;
+  a.exact_match = 0.5;
+  a.train_wall_s = 12.5;
+  ResultRow b;
+  b.scheme = "learned";
+  b.seed = 1;
+  b.split = "len_32";
+  b.length = 32;
+  b.in_distribution = 0;
+  b.status = kNaMaxPositions;
+  const std::string csv = results_csv({a, b});
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "scheme,variant,seed,split,length,in_distribution,status,loss,perplexity,"
+            "token_accuracy,exact_match,train_wall_s,eval_wall_s");
+  const auto back = parse_results_csv(csv, "test");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].label(), "rope+rand+yarn");
+  EXPECT_EQ(back[0].seed, 7);
+  EXPECT_EQ(back[0].length, 24);
+  EXPECT_EQ(back[0].in_distribution, 0);
+  EXPECT_EQ(back[0].loss, a.loss);  // 17 significant digits: exact
+  EXPECT_EQ(back[0].exact_match, 0.5);
+  EXPECT_EQ(back[1].status, kNaMaxPositions);
+  EXPECT_TRUE(std::isnan(back[1].exact_match));
+  EXPECT_TRUE(std::isnan(back[1].eval_wall_s));
+  EXPECT_THROW(parse_results_csv("scheme,seed\nx,1\n", "bad"), Error);
+}
+
+// ---------------- the compare section ----------------
+
+TEST_F(CompareTest, ParsesSectionShorthandsAndOverrides) {
+  const std::string path = tiny_config(
+      "    - rope\n"
+      "    - {name: rope+rand, set: {pe.scheme: rope, pe.randomized_positions: true,\n"
+      "                              pe.randomized_max_position: 64}}\n"
+      "  variants:\n"
+      "    - ntk\n"
+      "    - {name: yarn2, set: {pe.rope_scaling: yarn, pe.rope_scaling_factor: 2},\n"
+      "       schemes: [rope]}\n");
+  const CompareSpec spec =
+      load_compare(path, {"compare.seeds=[3]", "train.steps=8", "compare.out=" + dir_.string()});
+  EXPECT_EQ(spec.seeds, std::vector<int64_t>({3}));
+  EXPECT_EQ(spec.out, dir_.string());
+  EXPECT_EQ(spec.base.train.steps, 8);
+  EXPECT_EQ(spec.base.task.name, "reverse");
+  ASSERT_EQ(spec.schemes.size(), 2u);
+  EXPECT_EQ(spec.schemes[0].sets, std::vector<std::string>({"pe.scheme=rope"}));
+  ASSERT_EQ(spec.variants.size(), 2u);
+  EXPECT_EQ(spec.variants[0].sets,
+            std::vector<std::string>({"pe.rope_scaling=ntk", "pe.rope_scaling_factor=auto"}));
+  // The plan: ntk applies to both rope schemes, yarn2 only to "rope"; auto factor = positions of
+  // the longest test (8 + 1) / longest training sequence (4 + 1).
+  const auto plan = compare_plan(spec, (dir_ / "out").string());
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].cfg.train.seed, 3);
+  EXPECT_EQ(plan[0].cfg.train.run_name, "rope_seed3");
+  EXPECT_EQ(plan[0].cfg.train.run_dir, (dir_ / "out" / "runs").string());
+  ASSERT_EQ(plan[0].variants.size(), 2u);
+  EXPECT_EQ(plan[0].variants[0].name, "ntk");
+  EXPECT_DOUBLE_EQ(plan[0].variants[0].cfg.pe.rope_scaling_factor, 9.0 / 5.0);
+  EXPECT_EQ(plan[0].variants[1].cfg.pe.rope_scaling, "yarn");
+  EXPECT_DOUBLE_EQ(plan[0].variants[1].cfg.pe.rope_scaling_factor, 2.0);
+  EXPECT_FALSE(plan[0].variants[0].random_positions);
+  ASSERT_EQ(plan[1].variants.size(), 1u);
+  EXPECT_TRUE(plan[1].cfg.pe.randomized_positions);
+}
+
+TEST_F(CompareTest, RejectsBadSectionsWithLocation) {
+  auto err = [&](const std::string& schemes, const std::string& extra = "") {
+    try {
+      load_compare(tiny_config(schemes, extra));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Line numbers refer to the file (the compare block starts at line 7; schemes at line 10).
+  EXPECT_NE(err("    - rope\n  colour: red\n").find("tiny.yaml:12: unknown key 'compare.colour'"),
+            std::string::npos);
+  EXPECT_NE(err("    - rope\n    - rope\n").find("appears twice"), std::string::npos);
+  EXPECT_NE(
+      err("    - {name: r, set: {train.seed: 3}}\n").find("train.seed is set by the comparison"),
+      std::string::npos);
+  EXPECT_NE(err("    - rope\n  variants: [{name: big, set: {model.d_model: 32}}]\n")
+                .find("model.d_model changes the trained model"),
+            std::string::npos);
+  EXPECT_NE(err("    - rope\n  variants: [bogus]\n").find("not a RoPE scaling"), std::string::npos);
+  EXPECT_NE(err("    - {name: r, set: {pe.scheme: bogus}}\n").find("compare.schemes (r)"),
+            std::string::npos);
+  EXPECT_NE(err("    - {name: a/b}\n").find("must use only letters"), std::string::npos);
+  // A mistake in the base sections keeps its own line number.
+  const std::string path = (dir_ / "base.yaml").string();
+  std::ofstream(path) << "compare:\n  schemes: [rope]\nmodel:\n  d_modle: 16\n";
+  try {
+    load_compare(path);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("base.yaml:4:"), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << "model: {d_model: 16}\n";
+  EXPECT_THROW(load_compare(path), ConfigError);  // no compare section
+}
+
+// ---------------- end to end ----------------
+
+TEST_F(CompareTest, WritesReportWithTablesPlotsAndNaCells) {
+  const CompareSpec spec = load_compare(tiny_config(default_schemes()));
+  const CompareResult r = run_compare(spec, quiet());
+  ASSERT_FALSE(r.interrupted) << log_.str();
+  EXPECT_EQ(r.trained, 4);
+  EXPECT_EQ(r.reused, 0);
+  EXPECT_EQ(r.evaluated, 6);  // 4 runs as trained + 2 rope runs with pi
+  const fs::path out = dir_ / "report";
+
+  // results.csv: (2 schemes x 2 seeds + 1 variant x 2 seeds) x 4 lengths.
+  const auto rows = parse_results_csv(slurp(out / "results.csv"), "results.csv");
+  ASSERT_EQ(rows.size(), 24u);
+  std::map<std::string, int> per_label;
+  for (const auto& row : rows) {
+    ++per_label[row.label()];
+    EXPECT_EQ(row.in_distribution, row.length <= 4 ? 1 : 0) << row.split;
+    EXPECT_TRUE(std::isfinite(row.train_wall_s) && row.train_wall_s > 0);
+    if (row.scheme == "learned" && row.length >= 6) {
+      EXPECT_EQ(row.status, kNaMaxPositions);
+      EXPECT_TRUE(std::isnan(row.exact_match));
+    } else {
+      EXPECT_EQ(row.status, "ok");
+      EXPECT_GE(row.exact_match, 0.0);
+      EXPECT_LE(row.exact_match, 1.0);
+      EXPECT_GT(row.perplexity, 1.0);
+    }
+  }
+  EXPECT_EQ(per_label["learned"], 8);
+  EXPECT_EQ(per_label["rope"], 8);
+  EXPECT_EQ(per_label["rope+pi"], 8);
+  // The pi rows really are a different evaluation of the same checkpoints.
+  bool differs = false;
+  for (const auto& a : rows)
+    for (const auto& b : rows)
+      if (a.scheme == "rope" && a.variant.empty() && b.variant == "pi" && a.seed == b.seed &&
+          a.split == b.split)
+        differs = differs || a.loss != b.loss;
+  EXPECT_TRUE(differs);
+
+  // report.md: the table with training-range marks, mean ± std, n/a cells and the reproduce block.
+  const std::string md = slurp(out / "report.md");
+  EXPECT_NE(md.find("| scheme | 2 (train) | 4 (train) | 6 | 8 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("±"), std::string::npos);
+  EXPECT_NE(md.find("| learned |"), std::string::npos);
+  EXPECT_NE(md.find("| rope+pi |"), std::string::npos);
+  EXPECT_NE(md.find("n/a (> max_positions)"), std::string::npos);
+  EXPECT_NE(md.find("task lengths 1–4"), std::string::npos);
+  EXPECT_NE(md.find("compare:"), std::string::npos);  // the config as given
+  EXPECT_NE(md.find("## Reproduce"), std::string::npos);
+  // The learned row: two numeric in-distribution cells, then two n/a cells.
+  const size_t lp = md.find("| learned |");
+  const std::string learned_line = md.substr(lp, md.find('\n', lp) - lp);
+  EXPECT_NE(learned_line.find("n/a (> max_positions) | n/a (> max_positions) |"), std::string::npos)
+      << learned_line;
+  EXPECT_EQ(learned_line.find("n/a"), learned_line.find("n/a (> max_positions) | n/a"))
+      << learned_line;
+  EXPECT_NE(learned_line.find(" ± "), std::string::npos) << learned_line;
+
+  // Plots and the data behind them.
+  for (const char* f : {"exact_match_vs_length.dat", "exact_match_vs_length.csv", "train_loss.csv",
+                        "token_accuracy_vs_length.csv", "table_exact_match.csv"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  const std::string loss_csv = slurp(out / "train_loss.csv");
+  EXPECT_NE(loss_csv.find("rope,2,16,"), std::string::npos);  // seed 2's last logged step
+  if (!gnuplot_path().empty()) {
+    for (const char* f :
+         {"exact_match_vs_length.png", "token_accuracy_vs_length.png", "train_loss.png"}) {
+      EXPECT_TRUE(is_png_file((out / f).string())) << f;
+      EXPECT_NE(md.find(std::string("](") + f + ")"), std::string::npos) << f;
+    }
+  } else {
+    EXPECT_NE(md.find("gnuplot not found"), std::string::npos);
+  }
+}
+
+TEST_F(CompareTest, RerunReusesFinishedRunsAndCachedEvaluations) {
+  const CompareSpec spec = load_compare(tiny_config(default_schemes()));
+  const CompareResult first = run_compare(spec, quiet());
+  ASSERT_FALSE(first.interrupted);
+  const fs::path ck = dir_ / "report" / "runs" / "rope_seed1" / "checkpoints" / "step_16.h5";
+  ASSERT_TRUE(fs::exists(ck));
+  const int64_t before = mtime_ns(ck);
+  const std::string csv_before = slurp(dir_ / "report" / "results.csv");
+
+  const CompareResult again = run_compare(spec, quiet());
+  EXPECT_EQ(again.trained, 0);
+  EXPECT_EQ(again.resumed, 0);
+  EXPECT_EQ(again.reused, 4);
+  EXPECT_EQ(again.evaluated, 0);
+  EXPECT_EQ(again.eval_cached, 6);
+  EXPECT_EQ(mtime_ns(ck), before);  // not retrained
+  EXPECT_EQ(slurp(dir_ / "report" / "results.csv"), csv_before);
+  EXPECT_NE(log_.str().find("finished run reused"), std::string::npos);
+
+  // New test lengths: no retraining, but a fresh evaluation.
+  const CompareSpec more =
+      load_compare(tiny_config(default_schemes()), {"task.test_lengths=[3, 9]"});
+  const CompareResult third = run_compare(more, quiet());
+  EXPECT_EQ(third.trained, 0);
+  EXPECT_EQ(third.evaluated, 6);
+  EXPECT_EQ(mtime_ns(ck), before);
+  EXPECT_EQ(third.rows.size(), 12u);
+  // A change that affects training retrains.
+  const CompareSpec changed =
+      load_compare(tiny_config(default_schemes()), {"train.lr=0.01", "compare.seeds=[1]"});
+  const CompareResult fourth = run_compare(changed, quiet());
+  EXPECT_EQ(fourth.trained, 2);
+  EXPECT_NE(log_.str().find("config changed: train.lr"), std::string::npos);
+}
+
+TEST_F(CompareTest, InterruptedComparisonResumesToTheSameResults) {
+  const std::string schemes = "    - rope\n";
+  const CompareSpec spec = load_compare(tiny_config(schemes), {"compare.seeds=[1]"});
+  // Uninterrupted reference in another directory.
+  CompareOptions ref = quiet();
+  ref.out = (dir_ / "reference").string();
+  const CompareResult full = run_compare(spec, ref);
+  ASSERT_FALSE(full.interrupted);
+
+  CompareOptions stop = quiet();
+  stop.stop_after = 8;  // as if Ctrl-C after step 8 of the first run
+  const CompareResult cut = run_compare(spec, stop);
+  EXPECT_TRUE(cut.interrupted);
+  EXPECT_FALSE(fs::exists(dir_ / "report" / "results.csv"));
+  EXPECT_TRUE(fs::exists(dir_ / "report" / "runs" / "rope_seed1" / "checkpoints" / "step_8.h5"));
+  EXPECT_NE(log_.str().find("run the same command again"), std::string::npos);
+
+  const CompareResult resumed = run_compare(spec, quiet());
+  ASSERT_FALSE(resumed.interrupted);
+  EXPECT_EQ(resumed.resumed, 1);
+  EXPECT_EQ(resumed.trained, 0);
+  ASSERT_EQ(resumed.rows.size(), full.rows.size());
+  for (size_t i = 0; i < full.rows.size(); ++i) {
+    EXPECT_EQ(resumed.rows[i].split, full.rows[i].split);
+    EXPECT_EQ(resumed.rows[i].loss, full.rows[i].loss) << full.rows[i].split;
+    EXPECT_EQ(resumed.rows[i].exact_match, full.rows[i].exact_match) << full.rows[i].split;
+  }
+  EXPECT_NE(slurp(dir_ / "report" / "runs" / "rope_seed1" / "train.log").find("resumed"),
+            std::string::npos);
+}
+
+TEST_F(CompareTest, CommandLineVerbs) {
+  std::istringstream in;
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"compare", "--help"}, in, out, err), 0);
+  EXPECT_NE(out.str().find("usage: pelab compare CONFIG"), std::string::npos);
+  EXPECT_EQ(run_cli({"compare"}, in, out, err), 2);
+  EXPECT_NE(err.str().find("missing CONFIG"), std::string::npos);
+  EXPECT_EQ(run_cli({"compare", "x.yaml", "--bogus"}, in, out, err), 2);
+  EXPECT_EQ(run_cli({"plot-pe", "--help"}, in, out, err), 0);
+  EXPECT_NE(out.str().find("usage: pelab plot-pe"), std::string::npos);
+  EXPECT_EQ(run_cli({"plot-pe", "--input", "123"}, in, out, err), 2);
+  EXPECT_EQ(run_cli({"compare", (dir_ / "missing.yaml").string()}, in, out, err), 1);
+  EXPECT_NE(err.str().find("no such config file"), std::string::npos);
+}
+
+TEST_F(CompareTest, RandomizedPositionsRowsAndRandomPositionEvaluation) {
+  // rope trained with randomized positions from [0, 8): evaluated as pelab eval does (0..L-1) and
+  // with random positions as in training (randpos); length 8 needs 9 positions > 8.
+  const std::string path = tiny_config(
+      "    - rope\n"
+      "    - {name: rope+rand, set: {pe.scheme: rope, pe.randomized_positions: true,\n"
+      "                              pe.randomized_max_position: 8}}\n"
+      "  variants: [randpos]\n");
+  // Length 7 is 8 tokens in each stack: the only 8-subset of [0, 8) is 0..7, so there the random
+  // evaluation must equal pelab's own (teacher forcing and the hand-written greedy decoding).
+  const CompareSpec spec =
+      load_compare(path, {"compare.seeds=[1]", "task.test_lengths=[2, 4, 7, 8]"});
+  const auto plan = compare_plan(spec, (dir_ / "report").string());
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_TRUE(plan[0].variants.empty());  // randpos applies to randomized runs only
+  ASSERT_EQ(plan[1].variants.size(), 1u);
+  EXPECT_TRUE(plan[1].variants[0].random_positions);
+  CompareOptions o = quiet();
+  o.plots = false;
+  const CompareResult r = run_compare(spec, o);
+  ASSERT_FALSE(r.interrupted);
+  std::map<std::string, std::map<int64_t, ResultRow>> by;
+  for (const auto& row : r.rows) by[row.label()][row.length] = row;
+  ASSERT_EQ(by.size(), 3u);
+  ASSERT_EQ(by["rope+rand+randpos"].size(), 4u);
+  EXPECT_EQ(by["rope+rand+randpos"][8].status, "n/a (> randomized_max_position)");
+  EXPECT_EQ(by["rope+rand"][8].status, "ok");  // positions 0..8 need no table
+  const ResultRow& same = by["rope+rand+randpos"][7];
+  ASSERT_EQ(same.status, "ok");
+  EXPECT_EQ(same.loss, by["rope+rand"][7].loss);
+  EXPECT_EQ(same.token_accuracy, by["rope+rand"][7].token_accuracy);
+  EXPECT_EQ(same.exact_match, by["rope+rand"][7].exact_match);
+  for (int64_t L : {2, 4}) {
+    const ResultRow& a = by["rope+rand+randpos"][L];
+    EXPECT_EQ(a.status, "ok") << L;
+    EXPECT_GE(a.exact_match, 0.0);
+    EXPECT_LE(a.exact_match, 1.0);
+    EXPECT_GT(a.token_accuracy, 0.0);
+    EXPECT_NE(a.loss, by["rope+rand"][L].loss) << L;  // other positions, other scores
+  }
+  EXPECT_NE(slurp(dir_ / "report" / "report.md").find("| rope+rand+randpos |"), std::string::npos);
+  // Random-position evaluation is reproducible (seeded from train.seed): the cache is bypassed by
+  // a fresh directory.
+  CompareOptions o2 = o;
+  o2.out = (dir_ / "again").string();
+  const CompareResult r2 = run_compare(spec, o2);
+  ASSERT_EQ(r2.rows.size(), r.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i)
+    if (r.rows[i].available()) EXPECT_EQ(r2.rows[i].loss, r.rows[i].loss) << r.rows[i].label();
+}
+
+TEST_F(CompareTest, RandomPositionEvaluationMatchesDefaultWhenTheRangeIsExact) {
+  // Decoder-only count: a length-n example is 2n + 2 tokens. With randomized_max_position 18 the
+  // only 18-subset of [0, 18) is 0..17, so at n = 8 the random-position evaluation (teacher
+  // forcing and the hand-written cached greedy decoding) must equal pelab's own evaluation; n = 9
+  // needs 20 positions (n/a).
+  const std::string path = (dir_ / "count.yaml").string();
+  std::ofstream(path)
+      << "task: {name: count, formulation: decoder, train_min_len: 1, train_max_len: 8,\n"
+         "       test_lengths: [3, 8, 9], num_eval_examples: 5}\n"
+         "model: {arch: decoder, d_model: 16, heads: 2, d_ff: 32, decoder_layers: 1}\n"
+         "train: {steps: 40, batch_size: 8, warmup: 4, lr: 0.01, log_every: 10, eval_every: 0,\n"
+         "        checkpoint_every: 40, threads: 1}\n"
+         "eval: {batch_size: 5}\n"
+         "compare:\n"
+         "  seeds: [1]\n"
+         "  schemes:\n"
+         "    - {name: rope+rand, set: {pe.scheme: rope, pe.randomized_positions: true,\n"
+         "                              pe.randomized_max_position: 18}}\n"
+         "  variants: [randpos]\n";
+  CompareOptions o = quiet();
+  o.plots = false;
+  const CompareResult r = run_compare(load_compare(path), o);
+  ASSERT_FALSE(r.interrupted);
+  std::map<std::string, std::map<int64_t, ResultRow>> by;
+  for (const auto& row : r.rows) by[row.label()][row.length] = row;
+  const ResultRow& a = by["rope+rand"][8];
+  const ResultRow& b = by["rope+rand+randpos"][8];
+  ASSERT_EQ(a.status, "ok");
+  ASSERT_EQ(b.status, "ok");
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(a.token_accuracy, b.token_accuracy);
+  EXPECT_EQ(a.exact_match, b.exact_match);
+  EXPECT_EQ(by["rope+rand+randpos"][9].status, "n/a (> randomized_max_position)");
+  EXPECT_NE(by["rope+rand+randpos"][3].loss, by["rope+rand"][3].loss);
+  // A model that learned something: the comparison is not between two zeros.
+  EXPECT_GT(a.token_accuracy, 0.3);
+}
+
+// ---------------- plot-pe ----------------
+
+std::vector<std::vector<double>> read_numeric_csv(const fs::path& p, std::string* header) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  if (header) *header = line;
+  std::vector<std::vector<double>> rows;
+  while (std::getline(in, line)) {
+    std::vector<double> r;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) r.push_back(std::strtod(cell.c_str(), nullptr));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+TEST_F(CompareTest, PlotPeSchemePictures) {
+  PlotPeOptions o;
+  o.out = (dir_ / "pe").string();
+  o.positions = 16;
+  o.d_model = 8;
+  o.heads = 4;
+  o.rope_dims = 16;
+  o.distance = 64;
+  const PlotPeResult r = plot_pe(o);
+  // Sinusoidal: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...).
+  const auto sin_rows = read_numeric_csv(dir_ / "pe" / "sinusoidal_heatmap.csv", nullptr);
+  ASSERT_EQ(sin_rows.size(), 16u);
+  EXPECT_NEAR(sin_rows[3][1 + 0], std::sin(3.0), 1e-6);
+  EXPECT_NEAR(sin_rows[3][1 + 3], std::cos(3.0 / std::pow(10000.0, 2.0 / 8)), 1e-6);
+  // RoPE: the bound is 1 ... at distance 0 it equals (1/(d/2)) Σ_j j = (d/2 + 1) / 2, and the
+  // module score of constant q = k at distance 0 is 1; both decay with distance.
+  std::string header;
+  const auto rope = read_numeric_csv(dir_ / "pe" / "rope_decay.csv", &header);
+  ASSERT_EQ(rope.size(), 65u);
+  EXPECT_EQ(header.substr(0, 20), "distance,bound_rope,");
+  EXPECT_NEAR(rope[0][1], (8 + 1) / 2.0, 1e-9);
+  EXPECT_NEAR(rope[0][5], 1.0, 1e-9);
+  EXPECT_LT(rope[64][1], rope[0][1]);
+  EXPECT_LT(rope[64][5], rope[0][5]);
+  // T5 buckets (32, 128): d = 0 -> 0; d = +1 -> 17 (bidirectional); d = -200 -> 31
+  // (unidirectional).
+  const auto t5 = read_numeric_csv(dir_ / "pe" / "t5_buckets.csv", nullptr);
+  for (const auto& row : t5) {
+    if (row[0] == 0) EXPECT_EQ(row[1], 0);
+    if (row[0] == 1) EXPECT_EQ(row[1], 17);
+    if (row[0] == -200) EXPECT_EQ(row[2], 31);
+  }
+  // ALiBi with 4 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8; bias at distance 10 = -10·m_h.
+  const auto alibi = read_numeric_csv(dir_ / "pe" / "alibi_bias.csv", nullptr);
+  ASSERT_GT(alibi.size(), 10u);
+  EXPECT_NEAR(alibi[10][1], -10.0 / 4.0, 1e-12);
+  EXPECT_NEAR(alibi[10][4], -10.0 / 256.0, 1e-12);
+  if (!gnuplot_path().empty()) {
+    EXPECT_EQ(r.pngs.size(), 4u) << r.note;
+    for (const auto& p : r.pngs) EXPECT_TRUE(is_png_file(p)) << p;
+  }
+}
+
+TEST_F(CompareTest, PlotPeFromTrainedRun) {
+  // A trained t5 run (the smallest comparison: one run).
+  const CompareSpec spec = load_compare(tiny_config("    - t5\n", "", 8), {"compare.seeds=[1]"});
+  CompareOptions co = quiet();
+  co.plots = false;
+  ASSERT_FALSE(run_compare(spec, co).interrupted);
+  PlotPeOptions o;
+  o.out = (dir_ / "pe").string();
+  o.run = (dir_ / "report" / "runs" / "t5_seed1").string();
+  o.input = "0123";
+  o.positions = 8;
+  o.d_model = 8;
+  o.rope_dims = 8;
+  o.distance = 16;
+  const PlotPeResult r = plot_pe(o);
+  EXPECT_TRUE(fs::exists(dir_ / "pe" / "t5_bias_encoder.csv"));
+  EXPECT_TRUE(fs::exists(dir_ / "pe" / "t5_bias_decoder.csv"));
+  // Attention maps: probabilities of every query row sum to 1 over the keys.
+  for (const char* f : {"attention_encoder_self_layer0.csv", "attention_decoder_self_layer0.csv",
+                        "attention_decoder_cross_layer0.csv"}) {
+    ASSERT_TRUE(fs::exists(dir_ / "pe" / f)) << f;
+    std::ifstream in(dir_ / "pe" / f);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "head,query,key,query_token,key_token,probability");
+    std::map<std::pair<int, int>, double> sums;
+    while (std::getline(in, line)) {
+      std::stringstream ss(line);
+      std::string h, q, k, qt, kt, p;
+      std::getline(ss, h, ',');
+      std::getline(ss, q, ',');
+      std::getline(ss, k, ',');
+      std::getline(ss, qt, ',');
+      std::getline(ss, kt, ',');
+      std::getline(ss, p, ',');
+      sums[{std::stoi(h), std::stoi(q)}] += std::stod(p);
+    }
+    EXPECT_EQ(sums.size() % 2, 0u);  // 2 heads
+    for (const auto& [key, s] : sums) EXPECT_NEAR(s, 1.0, 1e-5) << f;
+  }
+  // The encoder input is "0123" + eos: 5 keys for query 0 of head 1.
+  const std::string enc = slurp(dir_ / "pe" / "attention_encoder_self_layer0.csv");
+  EXPECT_NE(enc.find("1,0,4,0,<eos>,"), std::string::npos);
+  if (!gnuplot_path().empty())
+    for (const auto& p : r.pngs) EXPECT_TRUE(is_png_file(p)) << p;
+}
+
+}  // namespace
