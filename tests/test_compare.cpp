@@ -444,8 +444,11 @@ TEST_F(CompareTest, RandomizedPositionsRowsAndRandomPositionEvaluation) {
   o2.out = (dir_ / "again").string();
   const CompareResult r2 = run_compare(spec, o2);
   ASSERT_EQ(r2.rows.size(), r.rows.size());
-  for (size_t i = 0; i < r.rows.size(); ++i)
-    if (r.rows[i].available()) EXPECT_EQ(r2.rows[i].loss, r.rows[i].loss) << r.rows[i].label();
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    if (r.rows[i].available()) {
+      EXPECT_EQ(r2.rows[i].loss, r.rows[i].loss) << r.rows[i].label();
+    }
+  }
 }
 
 TEST_F(CompareTest, RandomPositionEvaluationMatchesDefaultWhenTheRangeIsExact) {
@@ -532,9 +535,15 @@ TEST_F(CompareTest, PlotPeSchemePictures) {
   // (unidirectional).
   const auto t5 = read_numeric_csv(dir_ / "pe" / "t5_buckets.csv", nullptr);
   for (const auto& row : t5) {
-    if (row[0] == 0) EXPECT_EQ(row[1], 0);
-    if (row[0] == 1) EXPECT_EQ(row[1], 17);
-    if (row[0] == -200) EXPECT_EQ(row[2], 31);
+    if (row[0] == 0) {
+      EXPECT_EQ(row[1], 0);
+    }
+    if (row[0] == 1) {
+      EXPECT_EQ(row[1], 17);
+    }
+    if (row[0] == -200) {
+      EXPECT_EQ(row[2], 31);
+    }
   }
   // ALiBi with 4 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8; bias at distance 10 = -10·m_h.
   const auto alibi = read_numeric_csv(dir_ / "pe" / "alibi_bias.csv", nullptr);
@@ -590,8 +599,9 @@ TEST_F(CompareTest, PlotPeFromTrainedRun) {
   // The encoder input is "0123" + eos: 5 keys for query 0 of head 1.
   const std::string enc = slurp(dir_ / "pe" / "attention_encoder_self_layer0.csv");
   EXPECT_NE(enc.find("1,0,4,0,<eos>,"), std::string::npos);
-  if (!gnuplot_path().empty())
+  if (!gnuplot_path().empty()) {
     for (const auto& p : r.pngs) EXPECT_TRUE(is_png_file(p)) << p;
+  }
 }
 
 }  // namespace
