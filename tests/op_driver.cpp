@@ -28,24 +28,14 @@ bool add_case(OpCase c) {
 }
 const std::vector<OpCase>& all_cases() { return case_list(); }
 
-}  // namespace pelab::testing
-
-namespace {
-
-using namespace pelab;
-using pelab::testing::all_cases;
-using pelab::testing::OpCase;
-using Values = std::vector<double>;
-
-uint64_t fnv1a(const std::string& s) {
+uint64_t case_seed(const OpCase& c) {
   uint64_t h = 1469598103934665603ULL;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ULL;
+  for (unsigned char ch : c.op + "/" + c.label) h = (h ^ ch) * 1099511628211ULL;
   return h;
 }
 
-// Raw input values of a case: seeded N(0,1) mapped through its domain.
 std::vector<Values> case_inputs(const OpCase& c) {
-  Generator gen(fnv1a(c.op + "/" + c.label));
+  Generator gen(case_seed(c));
   std::vector<Values> raw;
   for (size_t i = 0; i < c.shapes.size(); ++i) {
     Values v(static_cast<size_t>(shape_numel(c.shapes[i])));
@@ -58,15 +48,6 @@ std::vector<Values> case_inputs(const OpCase& c) {
   return raw;
 }
 
-std::vector<Device> devices() {
-  std::vector<Device> d{Device::cpu()};
-  if (backend_available(DeviceType::CUDA)) d.push_back(Device::cuda(0));
-  return d;
-}
-
-// An input holding `vals` (row-major for `shape`). Non-contiguous layout: rank >= 2 is a transposed
-// view of a contiguous tensor of the permuted shape; rank 1 is a stride-2 slice whose gaps hold NaN
-// (so a kernel that ignores strides produces NaN).
 Tensor make_input(const Values& vals, const Shape& shape, DType dt, Device dev, bool noncontig) {
   if (!noncontig || shape.empty()) return Tensor::from_vector(vals, shape, dt, dev);
   if (shape.size() == 1) {
@@ -97,6 +78,25 @@ std::vector<Tensor> make_inputs(const OpCase& c, const std::vector<Values>& raw,
   }
   return in;
 }
+
+}  // namespace pelab::testing
+
+namespace {
+
+using namespace pelab;
+using pelab::testing::all_cases;
+using pelab::testing::OpCase;
+using pelab::testing::Values;
+using pelab::testing::case_inputs;
+using pelab::testing::case_seed;
+using pelab::testing::make_inputs;
+
+std::vector<Device> devices() {
+  std::vector<Device> d{Device::cpu()};
+  if (backend_available(DeviceType::CUDA)) d.push_back(Device::cuda(0));
+  return d;
+}
+
 
 // max |a - b| / max(1, max |ref|); NaN/inf must match exactly. Returns the error and its index.
 double scaled_error(const Values& ref, const Values& got, size_t* worst) {
@@ -210,7 +210,7 @@ TEST_P(OpDriverCase, ForwardAndGradient) {
   ASSERT_FALSE(int_out) << "a gradient case needs a floating output";
 
   // ---- numeric gradients of L = sum(out * W), float64 central differences ----
-  Generator wgen(fnv1a(c.op + "/" + c.label) ^ 0x5bd1e995ULL);
+  Generator wgen(case_seed(c) ^ 0x5bd1e995ULL);
   Values w(ref.size());
   for (double& x : w) x = wgen.normal();
   std::vector<Values> numeric(raw.size());

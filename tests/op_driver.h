@@ -29,6 +29,19 @@ struct OpCase {
   double fwd_tol = 1e-5;           // max relative float32-vs-float64 forward error
 };
 
+using Values = std::vector<double>;
+
+// Seed for a case's random values (FNV-1a of "op/label"), so every driver draws the same inputs.
+uint64_t case_seed(const OpCase& c);
+// Raw input values of a case: seeded N(0,1) mapped through its domain.
+std::vector<Values> case_inputs(const OpCase& c);
+// An input holding `vals` (row-major for `shape`). Non-contiguous layout: rank >= 2 is a transposed
+// view of a contiguous tensor of the permuted shape; rank 1 is a stride-2 slice whose gaps hold NaN
+// (so a kernel that ignores strides produces NaN).
+Tensor make_input(const Values& vals, const Shape& shape, DType dt, Device dev, bool noncontig);
+std::vector<Tensor> make_inputs(const OpCase& c, const std::vector<Values>& raw, DType dt,
+                                Device dev, bool noncontig, bool requires_grad);
+
 // Registers a case at static-init time; returns true.
 bool add_case(OpCase c);
 const std::vector<OpCase>& all_cases();

@@ -40,15 +40,13 @@ using pelab::testing::OpCase;
 
 namespace {
 
-using Values = std::vector<double>;
+using pelab::testing::Values;
+using pelab::testing::case_inputs;
+using pelab::testing::case_seed;
+using pelab::testing::make_inputs;
 const Device kCuda = Device::cuda(0);
 const Device kCpu = Device::cpu();
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ULL;
-  return h;
-}
 
 // max |a - b| / max(1, max |ref|); NaN/inf must match exactly. `worst` gets the index.
 double scaled_error(const Values& ref, const Values& got, size_t* worst) {
@@ -111,52 +109,6 @@ std::string error_of(const std::function<void()>& f) {
 // ---------------------------------------------------------------------------------------------
 // Op-driver parity: every case of tests/op_driver.h, on CUDA vs CPU, same dtype and layout.
 
-std::vector<Values> case_inputs(const OpCase& c) {
-  Generator gen(fnv1a(c.op + "/" + c.label));
-  std::vector<Values> raw;
-  for (size_t i = 0; i < c.shapes.size(); ++i) {
-    Values v(static_cast<size_t>(shape_numel(c.shapes[i])));
-    for (double& x : v) {
-      x = gen.normal();
-      if (c.domain) x = c.domain(i, x);
-    }
-    raw.push_back(std::move(v));
-  }
-  return raw;
-}
-
-// As in the op driver: rank >= 2 non-contiguous inputs are transposed views of the permuted shape;
-// rank 1 is a stride-2 slice whose gaps hold NaN.
-Tensor make_input(const Values& vals, const Shape& shape, DType dt, Device dev, bool noncontig) {
-  if (!noncontig || shape.empty()) return Tensor::from_vector(vals, shape, dt, dev);
-  if (shape.size() == 1) {
-    const int64_t n = shape[0];
-    Values b(static_cast<size_t>(2 * n), std::numeric_limits<double>::quiet_NaN());
-    for (int64_t i = 0; i < n; ++i) b[2 * i] = vals[i];
-    return slice(Tensor::from_vector(b, {2 * n}, dt, dev), 0, 0, 2 * n, 2);
-  }
-  const size_t r = shape.size();
-  const int64_t m = shape[r - 2], n = shape[r - 1];
-  const int64_t batch = shape_numel(shape) / std::max<int64_t>(m * n, 1);
-  Shape ps = shape;
-  std::swap(ps[r - 2], ps[r - 1]);
-  Values b(vals.size());
-  for (int64_t k = 0; k < batch; ++k)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) b[(k * n + j) * m + i] = vals[(k * m + i) * n + j];
-  return transpose(Tensor::from_vector(b, ps, dt, dev), -1, -2);
-}
-
-std::vector<Tensor> make_inputs(const OpCase& c, const std::vector<Values>& raw, DType dt,
-                                Device dev, bool noncontig, bool requires_grad) {
-  std::vector<Tensor> in;
-  for (size_t i = 0; i < raw.size(); ++i) {
-    Tensor t = make_input(raw[i], c.shapes[i], dt, dev, noncontig);
-    if (requires_grad) t.set_requires_grad(true);
-    in.push_back(t);
-  }
-  return in;
-}
 
 class CudaOpParity : public ::testing::TestWithParam<size_t> {};
 
@@ -191,7 +143,7 @@ TEST_P(CudaOpParity, ForwardAndBackwardMatchCpu) {
       }
       if (!c.grad) continue;
       // ---- backward with the same seeded output weights on both devices ----
-      Generator wgen(fnv1a(c.op + "/" + c.label) ^ 0x5bd1e995ULL);
+      Generator wgen(case_seed(c) ^ 0x5bd1e995ULL);
       Values w(static_cast<size_t>(ref.numel()));
       for (double& x : w) x = wgen.normal();
       std::vector<Tensor> in_cpu = make_inputs(c, raw, dt, kCpu, nc, true);
