@@ -121,15 +121,26 @@ int main(int argc, char** argv) {
     Tensor tout_t = Tensor::from_ints(tout, {batch, len});
 
     double loss_v = 0;
+    std::vector<double> t_fwd, t_bwd, t_opt;  // per-phase wall ms of the timed steps
+    bool timing = false;
     auto step = [&] {
+      const double a = now_ms();
       opt.zero_grad();
       Tensor logits = model.forward_seq2seq(src_t, Tensor(), tin_t, Tensor());
       Tensor loss = cross_entropy(logits, tout_t);
+      const double b = now_ms();
       loss.backward();
+      const double c = now_ms();
       opt.step();
       loss_v = loss.item();
+      if (timing) {
+        t_fwd.push_back(b - a);
+        t_bwd.push_back(c - b);
+        t_opt.push_back(now_ms() - c);
+      }
     };
     for (int i = 0; i < warmup; ++i) step();
+    timing = true;
     std::vector<double> times, cpu;
     for (int i = 0; i < steps; ++i) {
       const double t0 = now_ms(), c0 = cpu_ms();
@@ -137,6 +148,10 @@ int main(int argc, char** argv) {
       times.push_back(now_ms() - t0);
       cpu.push_back(cpu_ms() - c0);
     }
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
     std::sort(cpu.begin(), cpu.end());
     std::sort(times.begin(), times.end());
     const double median = times[times.size() / 2];
@@ -145,8 +160,10 @@ int main(int argc, char** argv) {
     mean /= times.size();
     std::printf(
         "{\"impl\": \"pelab\", \"scheme\": \"%s\", \"median_ms\": %.4f, \"mean_ms\": %.4f, "
-        "\"min_ms\": %.4f, \"cpu_ms\": %.4f, \"peak_rss_kb\": %ld, \"loss\": %.6f}\n",
-        scheme.c_str(), median, mean, times.front(), cpu[cpu.size() / 2], peak_rss_kb(), loss_v);
+        "\"min_ms\": %.4f, \"cpu_ms\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
+        "\"optimizer_ms\": %.4f, \"peak_rss_kb\": %ld, \"loss\": %.6f}\n",
+        scheme.c_str(), median, mean, times.front(), cpu[cpu.size() / 2], med(t_fwd), med(t_bwd),
+        med(t_opt), peak_rss_kb(), loss_v);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

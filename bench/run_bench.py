@@ -31,8 +31,23 @@ def train_flops(V, D, H, Fd, layers, B, L):
     return 3 * (enc + dec + head)
 
 
-def run_json(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True)
+# OpenMP wait settings tried for both sides; each side is reported under the one that is fastest
+# for it (median over the reps). libgomp reads these at start-up, so each run is its own process.
+POLICIES = {
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},  # sleep at once (futex)
+    "spin1000": {"GOMP_SPINCOUNT": "1000"},     # spin ~20 us, then sleep (pelab's CLI default)
+    "default": {},                              # libgomp's default: spin 300000 iterations
+}
+
+
+def policy_env(name):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(POLICIES[name])
+    return env
+
+
+def run_json(cmd, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         raise SystemExit("failed: " + " ".join(cmd))
@@ -50,12 +65,18 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--configs", default="ref,large,sweep")
+    ap.add_argument("--policies", default="passive,spin1000,default",
+                    help="OpenMP wait settings to try for both sides: " + ",".join(POLICIES))
     ap.add_argument("--sweep", default="32,64,128,256,512")
     ap.add_argument("--sweep_tokens", type=int, default=1024,
                     help="sweep batch = sweep_tokens / L (0: keep batch 32)")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     schemes = a.schemes.split(",")
+    policies = a.policies.split(",")
+    for p in policies:
+        if p not in POLICIES:
+            raise SystemExit("unknown policy %s (known: %s)" % (p, ", ".join(POLICIES)))
 
     configs = []  # (name, dict)
     ref = dict(d_model=128, heads=4, d_ff=512, layers=2, batch=32, len=32, vocab=32)
@@ -76,16 +97,22 @@ def main():
                     "--threads", str(a.threads)]
             for k, v in c.items():
                 args += ["--" + k, str(v)]
-            res = {"pelab": [], "torch": []}
-            for r in range(a.reps):  # alternate
-                order = ["pelab", "torch"] if r % 2 == 0 else ["torch", "pelab"]
-                for impl in order:
+            res = {(i, p): [] for i in ("pelab", "torch") for p in policies}
+            for r in range(a.reps):  # alternate implementations and policies
+                order = [(i, p) for p in policies for i in ("pelab", "torch")]
+                if r % 2 == 1:
+                    order.reverse()
+                for impl, pol in order:
                     cmd = [a.bin] + args if impl == "pelab" else \
                         [a.python, os.path.join(here, "bench_torch.py")] + args
-                    res[impl].append(run_json(cmd))
+                    res[(impl, pol)].append(run_json(cmd, policy_env(pol)))
             sg.append(run_json([a.bin, "--sgemm", "1024", "--threads", str(a.threads)])["gflops"])
-            med = {i: {k: statistics.median(x[k] for x in res[i])
-                       for k in ("median_ms", "cpu_ms", "peak_rss_kb")} for i in res}
+            allmed = {k: {m: statistics.median(x[m] for x in v)
+                          for m in ("median_ms", "cpu_ms", "peak_rss_kb")} for k, v in res.items()}
+            med, best_pol = {}, {}
+            for impl in ("pelab", "torch"):
+                pol = min(policies, key=lambda p: allmed[(impl, p)]["median_ms"])
+                med[impl], best_pol[impl] = allmed[(impl, pol)], pol
             fl = train_flops(c["vocab"], c["d_model"], c["heads"], c["d_ff"], c["layers"],
                              c["batch"], c["len"])
             tokens = c["batch"] * c["len"] * 2  # source + target tokens
@@ -100,13 +127,18 @@ def main():
                        pelab_gflops=fl / p["median_ms"] / 1e6,
                        torch_gflops=fl / t["median_ms"] / 1e6,
                        pelab_rss_mb=p["peak_rss_kb"] / 1024, torch_rss_mb=t["peak_rss_kb"] / 1024,
-                       rss_ratio=p["peak_rss_kb"] / t["peak_rss_kb"])
+                       rss_ratio=p["peak_rss_kb"] / t["peak_rss_kb"],
+                       pelab_policy=best_pol["pelab"], torch_policy=best_pol["torch"])
+            for (impl, pol), m in sorted(allmed.items()):
+                row["%s_ms_%s" % (impl, pol)] = m["median_ms"]
             rows.append(row)
             print("%-6s %-10s pelab %8.1f ms (cpu %8.1f)  torch %8.1f ms (cpu %8.1f)  x%.2f "
-                  "(cpu x%.2f)  rss %.0f/%.0f MB" % (cname, s, row["pelab_ms"], row["pelab_cpu_ms"],
-                                                      row["torch_ms"], row["torch_cpu_ms"],
-                                                      row["speedup"], row["cpu_speedup"],
-                                                      row["pelab_rss_mb"], row["torch_rss_mb"]),
+                  "(cpu x%.2f)  rss %.0f/%.0f MB  wait %s/%s  [%s]" % (
+                      cname, s, row["pelab_ms"], row["pelab_cpu_ms"], row["torch_ms"],
+                      row["torch_cpu_ms"], row["speedup"], row["cpu_speedup"], row["pelab_rss_mb"],
+                      row["torch_rss_mb"], row["pelab_policy"], row["torch_policy"],
+                      " ".join("%s/%s %.1f" % (i, p, m["median_ms"])
+                               for (i, p), m in sorted(allmed.items()))),
                   flush=True)
 
     peak = max(sg)
@@ -120,21 +152,24 @@ def main():
                              for k in keys) + "\n")
     with open(a.out + ".md", "w") as f:
         f.write("Measured %s, %d threads, %d reps x %d steps (after %d warm-up), alternating "
-                "pelab / PyTorch %s.\n\n" % (datetime.datetime.now().isoformat(timespec="minutes"),
-                                              a.threads, a.reps, a.steps, a.warmup, "eager"))
+                "pelab / PyTorch %s. OpenMP wait settings tried for both: %s; each side is shown under its "
+                "fastest (the `wait` columns; every setting's time is in the CSV).\n\n" % (
+                    datetime.datetime.now().isoformat(timespec="minutes"), a.threads, a.reps,
+                    a.steps, a.warmup, "eager", ", ".join(policies)))
         f.write("cblas_sgemm peak (1024^3, best of the run): %.1f GFLOP/s (samples: %s)\n\n"
                 % (peak, ", ".join("%.1f" % x for x in sg)))
         f.write("| config | scheme | B | L | pelab ms/step | torch ms/step | speedup | pelab cpu-ms "
                 "| torch cpu-ms | cpu speedup | pelab tok/s | torch tok/s | pelab GFLOP/s | % sgemm "
-                "peak | pelab RSS MB | torch RSS MB | RSS ratio |\n")
-        f.write("|" + "---|" * 17 + "\n")
+                "peak | pelab RSS MB | torch RSS MB | RSS ratio | pelab wait | torch wait |\n")
+        f.write("|" + "---|" * 19 + "\n")
         for r in rows:
             f.write("| %s | %s | %d | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %.0f | %.0f | "
-                    "%.1f | %.0f%% | %.0f | %.0f | %.2f |\n" % (
+                    "%.1f | %.0f%% | %.0f | %.0f | %.2f | %s | %s |\n" % (
                         r["config"], r["scheme"], r["B"], r["L"], r["pelab_ms"], r["torch_ms"],
                         r["speedup"], r["pelab_cpu_ms"], r["torch_cpu_ms"], r["cpu_speedup"],
                         r["pelab_tok_s"], r["torch_tok_s"], r["pelab_gflops"], r["pelab_pct_peak"],
-                        r["pelab_rss_mb"], r["torch_rss_mb"], r["rss_ratio"]))
+                        r["pelab_rss_mb"], r["torch_rss_mb"], r["rss_ratio"], r["pelab_policy"],
+                        r["torch_policy"]))
     print("wrote %s.md and %s.csv (sgemm peak %.1f GFLOP/s)" % (a.out, a.out, peak))
 
 

@@ -10,11 +10,14 @@
 #include "train/cli.h"
 
 int main(int argc, char** argv) {
-  // OpenMP threads that busy-wait at barriers (libgomp's default) make training ~20x slower as
-  // soon as another process shares the cores. libgomp reads OMP_WAIT_POLICY when it is loaded, so
-  // when the user has not chosen a policy, set PASSIVE and re-execute ourselves once.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  // Waiting OpenMP threads spin for GOMP_SPINCOUNT iterations before they sleep. libgomp's default
+  // (300000, milliseconds) makes training several times slower as soon as another process shares the
+  // cores; sleeping at once (OMP_WAIT_POLICY=PASSIVE) makes every fork/join pay a futex wake-up
+  // (~2x slower on an idle machine). 1000 spins (~20 us) keeps nearly all of the idle-machine speed
+  // and bounds the loss under sharing (docs/performance.md). libgomp reads these when it is loaded,
+  // so when the user has chosen neither, set the spin count and re-execute ourselves once.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+    ::setenv("GOMP_SPINCOUNT", "1000", 1);
     ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   }
   std::vector<std::string> args(argv + 1, argv + argc);
