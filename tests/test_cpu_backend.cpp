@@ -82,13 +82,22 @@ double ref_binary(BinaryOp op, double a, double b) {
       return a > b ? 1 : 0;
     case BinaryOp::TanhGrad:
       return a * (1 - b * b);
+    case BinaryOp::GeluGrad:  // a * d/db [b Phi(b)]
+      return a * (0.5 * (1 + std::erf(b / std::sqrt(2.0))) +
+                  b * std::exp(-0.5 * b * b) / std::sqrt(2 * M_PI));
+    case BinaryOp::GeluTanhGrad: {
+      const double k0 = std::sqrt(2 / M_PI), k1 = 0.044715;
+      const double t = std::tanh(k0 * (b + k1 * b * b * b));
+      return a * (0.5 * (1 + t) + 0.5 * b * (1 - t * t) * k0 * (1 + 3 * k1 * b * b));
+    }
   }
   return 0;
 }
 
 const BinaryOp kAllBinary[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul,     BinaryOp::Div,
                                BinaryOp::Max, BinaryOp::Min, BinaryOp::Eq,      BinaryOp::Ne,
-                               BinaryOp::Lt,  BinaryOp::Gt,  BinaryOp::TanhGrad};
+                               BinaryOp::Lt,  BinaryOp::Gt,  BinaryOp::TanhGrad,
+                               BinaryOp::GeluGrad, BinaryOp::GeluTanhGrad};
 
 // a: a permuted [4,3,5] buffer viewed as [5,3,4]... general strided view; b broadcast along axes.
 template <class T>

@@ -55,3 +55,35 @@ TEST(GatherExpanded, OutOfRangeSharedIndexThrows) {
   Tensor a = ramp({2, 3, 2, 3}, 1.0);
   EXPECT_THROW(gather(a, 3, expand(idx, {2, 3, 2, 2})), Error);
 }
+
+// Backend contract: an index of P blocks [n_idx, inner] (P dividing outer) is read as block o mod P
+// by slice o — the same as the materialised [outer, n_idx, inner] index — for gather and scatter_add.
+TEST(GatherExpanded, BackendIndexBlocksRepeatOverOuterSlices) {
+  const int64_t outer = 6, n_in = 3, n_idx = 4, inner = 2, P = 3;
+  std::vector<int64_t> blocks(P * n_idx * inner), full(outer * n_idx * inner);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int64_t>((i * 5 + i / 7) % n_in);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t e = 0; e < n_idx * inner; ++e)
+      full[o * n_idx * inner + e] = blocks[(o % P) * n_idx * inner + e];
+  Tensor ib = Tensor::from_ints(blocks, {P * n_idx * inner});
+  Tensor iff = Tensor::from_ints(full, {outer * n_idx * inner});
+  Tensor in = ramp({outer * n_in * inner}, 0.7);
+  Tensor src = ramp({outer * n_idx * inner}, 0.4);
+  Backend& be = backend_for(Device::cpu());
+  Tensor g1 = Tensor::empty({outer * n_idx * inner}, DType::Float64);
+  Tensor g2 = Tensor::empty({outer * n_idx * inner}, DType::Float64);
+  be.gather(view_of(g1), view_of(in), view_of(ib), outer, n_in, n_idx, inner);
+  be.gather(view_of(g2), view_of(in), view_of(iff), outer, n_in, n_idx, inner);
+  EXPECT_EQ(g1.to_vector(), g2.to_vector());
+  Tensor a1 = Tensor::zeros({outer * n_in * inner}, DType::Float64);
+  Tensor a2 = Tensor::zeros({outer * n_in * inner}, DType::Float64);
+  be.scatter_add(view_of(a1), view_of(src), view_of(ib), outer, n_in, n_idx, inner);
+  be.scatter_add(view_of(a2), view_of(src), view_of(iff), outer, n_in, n_idx, inner);
+  EXPECT_EQ(a1.to_vector(), a2.to_vector());
+  // 4 blocks do not divide 6 slices; 5 elements are not whole blocks
+  Tensor bad4 = Tensor::zeros({4 * n_idx * inner}, DType::Int64);
+  EXPECT_THROW(be.gather(view_of(g1), view_of(in), view_of(bad4), outer, n_in, n_idx, inner), Error);
+  Tensor bad5 = Tensor::zeros({5}, DType::Int64);
+  EXPECT_THROW(be.scatter_add(view_of(a1), view_of(src), view_of(bad5), outer, n_in, n_idx, inner),
+               Error);
+}

@@ -262,7 +262,9 @@ TEST_F(TrainerTest, RandomizedPositionsAreSortedUniqueInRangeAndTrainingWorks) {
     for (size_t i = 0; i < p.size(); ++i) {
       ASSERT_GE(p[i], 0);
       ASSERT_LT(p[i], M);
-      if (i) ASSERT_LT(p[i - 1], p[i]);
+      if (i) {
+        ASSERT_LT(p[i - 1], p[i]);
+      }
     }
     seen_first.insert(p[0]);
   }
@@ -281,7 +283,9 @@ TEST_F(TrainerTest, RandomizedPositionsAreSortedUniqueInRangeAndTrainingWorks) {
       for (const auto& p : pos) {
         for (size_t i = 0; i < p.size(); ++i) {
           ASSERT_LT(p[i], 64);
-          if (i) ASSERT_LT(p[i - 1], p[i]);
+          if (i) {
+            ASSERT_LT(p[i - 1], p[i]);
+          }
           any_shifted |= p[i] != static_cast<int64_t>(i);
         }
       }

@@ -50,8 +50,21 @@ Tensor record(const char* op, const std::vector<Tensor>& inputs, Tensor output, 
   return output;
 }
 
+// True when `t` is the only handle on a whole, dense buffer of its own: nothing else (no view, no
+// saved tensor, no other gradient) can observe it, so it may be adopted or updated in place.
+static bool sole_owner(const Tensor& t) {
+  const TensorImpl* i = t.impl();
+  return t.impl_ptr().use_count() == 1 && i->storage && i->storage.use_count() == 1 &&
+         i->offset == 0 && !i->grad_fn && t.is_contiguous() &&
+         i->storage->nbytes == static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+}
+
 static void accumulate_leaf(TensorImpl* leaf, const Tensor& g) {
   if (!leaf->grad) {
+    if (sole_owner(g)) {  // adopt the freshly computed gradient instead of copying it
+      leaf->grad = g.impl_ptr();
+      return;
+    }
     Tensor copy = Tensor::empty(g.shape(), g.dtype(), g.device());
     copy.copy_(g);
     leaf->grad = copy.impl_ptr();
@@ -122,6 +135,8 @@ void run_backward(const Tensor& root, const Tensor& grad) {
           auto it = grads.find(e.fn.get());
           if (it == grads.end() || !it->second.defined())
             grads[e.fn.get()] = gi;
+          else if (sole_owner(it->second))
+            it->second.add_(gi);  // a gradient sum nobody else holds: accumulate in place
           else
             it->second = add(it->second, gi);
         }

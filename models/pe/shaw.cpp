@@ -28,8 +28,8 @@ class ParamHolder : public Module {
 };
 
 // w[b,h,i,r] = Σ_j probs[b,h,i,j] · [idx[i,j] = r] for probs [B,H,Lq,Lk], idx Int64 [Lq,Lk]
-// (contiguous, values in [0, bins)). One scatter-add kernel call per (b, h) slice, so the index is
-// never replicated over batch and heads. Backward: grad_probs = gather(grad_w, 3, idx expanded).
+// (contiguous, values in [0, bins)). One scatter-add kernel call whose index is the [Lq, Lk] block
+// repeated over batch and heads (never replicated). Backward: grad_probs = gather(grad_w, 3, idx expanded).
 Tensor shaw_bin(const Tensor& probs, const Tensor& idx, int64_t bins) {
   PELAB_CHECK(probs.dim() == 4 && idx.dim() == 2 && probs.size(2) == idx.size(0) &&
                   probs.size(3) == idx.size(1),
@@ -45,20 +45,15 @@ Tensor shaw_bin(const Tensor& probs, const Tensor& idx, int64_t bins) {
       NoGradGuard ng;
       p = probs.detach().contiguous();
     }
-    Backend& be = backend_for(dev);
-    const size_t esz = dtype_size(dt);
+    // One scatter-add over all B·H·Lq rows; the [Lq, Lk] index is the block repeated over B·H.
     View src = view_of(p), acc = view_of(w), ix = view_of(idx);
-    src.shape = {Lq, Lk};
+    src.shape = {B * H * Lq, Lk};
     src.strides = {Lk, 1};
-    acc.shape = {Lq, bins};
+    acc.shape = {B * H * Lq, bins};
     acc.strides = {bins, 1};
-    char* src0 = static_cast<char*>(p.raw_data());
-    char* acc0 = static_cast<char*>(w.raw_data());
-    for (int64_t s = 0; s < B * H; ++s) {
-      src.data = src0 + static_cast<size_t>(s * Lq * Lk) * esz;
-      acc.data = acc0 + static_cast<size_t>(s * Lq * bins) * esz;
-      be.scatter_add(acc, src, ix, Lq, bins, Lk, 1);
-    }
+    ix.shape = {Lq * Lk};
+    ix.strides = {1};
+    backend_for(dev).scatter_add(acc, src, ix, B * H * Lq, bins, Lk, 1);
   }
   return record("shaw_bin", {probs}, w, [idx, B, H, Lq, Lk](const Tensor& g) -> std::vector<Tensor> {
     return {gather(g, 3, expand(reshape(idx, {1, 1, Lq, Lk}), {B, H, Lq, Lk}))};

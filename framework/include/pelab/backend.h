@@ -11,6 +11,7 @@
 //    (inner = 1 for the last axis), so "along any axis" needs no transpose.
 //  * Results must be identical run to run for a fixed thread count.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,7 +46,9 @@ enum class UnaryOp {
 enum class BinaryOp {
   Add, Sub, Mul, Div, Max, Min,
   Eq, Ne, Lt, Gt,   // 1.0 / 0.0 results in the output dtype
-  TanhGrad          // a * (1 - b^2): grad * tanh'(x) from the tanh output b
+  TanhGrad,         // a * (1 - b^2): grad * tanh'(x) from the tanh output b
+  GeluGrad,         // a * gelu'(b): grad * d gelu(x) / dx at x = b (erf form), one pass
+  GeluTanhGrad      // a * gelu_tanh'(b)
 };
 
 enum class ReduceOp { Sum, Max };
@@ -122,10 +125,12 @@ class Backend {
   // index_add: acc[o, idx[j], i] += src[o, j, i] (acc contiguous [outer, n_in, inner], not zeroed here)
   virtual void index_add(const View& acc, const View& src, const View& idx, int64_t outer,
                          int64_t n_in, int64_t n_idx, int64_t inner) = 0;
-  // gather: out[o, j, i] = in[o, idx[o, j, i], i]; idx contiguous [outer, n_idx, inner].
+  // gather: out[o, j, i] = in[o, idx[o, j, i], i]. idx is contiguous and holds P blocks of
+  // [n_idx, inner] where P divides outer; slice o reads block o mod P (P = outer: the plain
+  // [outer, n_idx, inner] index; P < outer: an index repeated over leading dims, never replicated).
   virtual void gather(const View& out, const View& in, const View& idx, int64_t outer,
                       int64_t n_in, int64_t n_idx, int64_t inner) = 0;
-  // scatter_add: acc[o, idx[o, j, i], i] += src[o, j, i]
+  // scatter_add: acc[o, idx[o, j, i], i] += src[o, j, i] (idx blocks as for gather)
   virtual void scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
                            int64_t n_in, int64_t n_idx, int64_t inner) = 0;
 
@@ -146,6 +151,17 @@ class Backend {
 };
 
 // The backend for a device; throws if that device type is not available in this build or machine.
+// The block count P of a gather / scatter_add index (see Backend::gather), checked.
+inline int64_t index_blocks(const View& idx, int64_t outer, int64_t n_idx, int64_t inner,
+                            const char* op) {
+  const int64_t block = n_idx * inner, n = idx.numel();
+  if (block == 0 || outer == 0) return std::max<int64_t>(outer, 1);
+  PELAB_CHECK(n % block == 0 && n / block >= 1 && outer % (n / block) == 0, op, ": index ",
+              shape_str(idx.shape), " is not a whole number of [", n_idx, ", ", inner,
+              "] blocks dividing the ", outer, " outer slices");
+  return n / block;
+}
+
 Backend& backend_for(Device device);
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
 bool backend_available(DeviceType type);

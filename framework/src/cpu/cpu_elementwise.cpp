@@ -133,6 +133,23 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kGeluC = 0.044715;
 
+// d gelu(x) / dx, erf and tanh forms (shared by the unary derivative and the fused backward).
+template <class C>
+inline C gelu_grad(C x) {
+  const C half(0.5), one(1);
+  const C cdf = half * (one + cpu::verf(x * static_cast<C>(kSqrt1_2)));
+  const C pdf = static_cast<C>(kInvSqrt2Pi) * cpu::vexp(-half * x * x);
+  return cdf + x * pdf;
+}
+template <class C>
+inline C gelu_tanh_grad(C x) {
+  const C half(0.5), one(1);
+  const C k0 = static_cast<C>(kSqrt2OverPi), k1 = static_cast<C>(kGeluC);
+  const C x2 = x * x;
+  const C t = cpu::vtanh(k0 * (x + k1 * x2 * x));
+  return half * (one + t) + half * x * (one - t * t) * k0 * (one + C(3) * k1 * x2);
+}
+
 template <class T>
 void unary_impl(UnaryOp op, const Layout<2>& L, double alpha) {
   using C = typename Compute<T>::type;
@@ -191,18 +208,9 @@ void unary_impl(UnaryOp op, const Layout<2>& L, double alpha) {
     case UnaryOp::Step:
       return unary_loop<T>(L, [zero, one](C x) { return x > zero ? one : zero; });
     case UnaryOp::GeluGrad:
-      return unary_loop<T>(L, [half, one](C x) {
-        const C cdf = half * (one + cpu::verf(x * static_cast<C>(kSqrt1_2)));
-        const C pdf = static_cast<C>(kInvSqrt2Pi) * cpu::vexp(-half * x * x);
-        return cdf + x * pdf;
-      });
+      return unary_loop<T>(L, [](C x) { return gelu_grad(x); });
     case UnaryOp::GeluTanhGrad:
-      return unary_loop<T>(L, [half, one](C x) {
-        const C k0 = static_cast<C>(kSqrt2OverPi), k1 = static_cast<C>(kGeluC);
-        const C x2 = x * x;
-        const C t = cpu::vtanh(k0 * (x + k1 * x2 * x));
-        return half * (one + t) + half * x * (one - t * t) * k0 * (one + C(3) * k1 * x2);
-      });
+      return unary_loop<T>(L, [](C x) { return gelu_tanh_grad(x); });
   }
   fail("unary: unknown op ", static_cast<int>(op));
 }
@@ -276,6 +284,17 @@ void binary_impl(BinaryOp op, const Layout<3>& L) {
       return binary_loop<T, T>(L, [](T x, T y) { return (x < y || x != x) ? x : y; });
     case BinaryOp::TanhGrad:
       return binary_loop<T, T>(L, [](T x, T y) { return x * (T(1) - y * y); });
+    case BinaryOp::GeluGrad:
+    case BinaryOp::GeluTanhGrad: {
+      using C = typename Compute<T>::type;
+      if (op == BinaryOp::GeluGrad)
+        return binary_loop<T, T>(L, [](T g, T x) {
+          return static_cast<T>(static_cast<C>(g) * gelu_grad(static_cast<C>(x)));
+        });
+      return binary_loop<T, T>(L, [](T g, T x) {
+        return static_cast<T>(static_cast<C>(g) * gelu_tanh_grad(static_cast<C>(x)));
+      });
+    }
     default:
       break;
   }

@@ -567,11 +567,12 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
   const int64_t total = outer * n_idx * inner;
   check_rows(in, outer * n_in * inner, op, "input");
   check_rows(out, total, op, "output");
-  check_rows(idx, total, op, "index");
+  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
+  check_rows(idx, P * n_idx * inner, op, "index");
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(out, in.dtype, op, "output");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  check_indices(ix, total, n_in, op);
+  check_indices(ix, P * n_idx * inner, n_in, op);
   cpu::dispatch_all(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
@@ -579,7 +580,7 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
 #pragma omp parallel for schedule(static) if (total > kParallelGrain)
     for (int64_t t = 0; t < outer * n_idx; ++t) {
       const int64_t o = t / n_idx;
-      const int64_t* ir = ix + t * inner;
+      const int64_t* ir = ix + ((o % P) * n_idx + t % n_idx) * inner;
       const T* sb = src + o * n_in * inner;
       T* d = dst + t * inner;
       for (int64_t i = 0; i < inner; ++i) d[i] = sb[ir[i] * inner + i];
@@ -593,11 +594,12 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
   const int64_t total = outer * n_idx * inner;
   check_rows(acc, outer * n_in * inner, op, "accumulator");
   check_rows(src, total, op, "source");
-  check_rows(idx, total, op, "index");
+  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
+  check_rows(idx, P * n_idx * inner, op, "index");
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(src, acc.dtype, op, "source");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  check_indices(ix, total, n_in, op);
+  check_indices(ix, P * n_idx * inner, n_in, op);
   const int nth = omp_get_max_threads();
   const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
   const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
@@ -613,7 +615,8 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
       T* ab = a + o * n_in * inner;
       for (int64_t j = 0; j < n_idx; ++j) {
         const int64_t base = (o * n_idx + j) * inner;
-        for (int64_t i = i0; i < i0 + len; ++i) ab[ix[base + i] * inner + i] += s[base + i];
+        const int64_t* ir = ix + ((o % P) * n_idx + j) * inner;
+        for (int64_t i = i0; i < i0 + len; ++i) ab[ir[i] * inner + i] += s[base + i];
       }
     }
   });

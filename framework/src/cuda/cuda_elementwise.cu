@@ -59,6 +59,23 @@ constexpr double kGeluC = 0.044715;
 
 // The CPU backend's formulas, with CUDA's libm (float: expf/tanhf/erff) in place of its
 // vectorised approximations.
+// d gelu(x) / dx, erf and tanh forms (shared by the unary derivative and the fused backward).
+template <class C>
+__device__ __forceinline__ C gelu_grad(C x) {
+  const C half(0.5), one(1);
+  const C cdf = half * (one + cuda::derf(x * static_cast<C>(kSqrt1_2)));
+  const C pdf = static_cast<C>(kInvSqrt2Pi) * cuda::dexp(-half * x * x);
+  return cdf + x * pdf;
+}
+template <class C>
+__device__ __forceinline__ C gelu_tanh_grad(C x) {
+  const C half(0.5), one(1);
+  const C k0 = static_cast<C>(kSqrt2OverPi), k1 = static_cast<C>(kGeluC);
+  const C x2 = x * x;
+  const C t = cuda::dtanh(k0 * (x + k1 * x2 * x));
+  return half * (one + t) + half * x * (one - t * t) * k0 * (one + C(3) * k1 * x2);
+}
+
 template <class C>
 __device__ __forceinline__ C unary_apply(UnaryOp op, C x, C al, double alpha) {
   const C zero(0), one(1), half(0.5);
@@ -95,17 +112,8 @@ __device__ __forceinline__ C unary_apply(UnaryOp op, C x, C al, double alpha) {
       return cuda::dpow(x, al);
     case UnaryOp::RDivScalar: return al / x;
     case UnaryOp::Step: return x > zero ? one : zero;
-    case UnaryOp::GeluGrad: {
-      const C cdf = half * (one + cuda::derf(x * static_cast<C>(kSqrt1_2)));
-      const C pdf = static_cast<C>(kInvSqrt2Pi) * cuda::dexp(-half * x * x);
-      return cdf + x * pdf;
-    }
-    case UnaryOp::GeluTanhGrad: {
-      const C k0 = static_cast<C>(kSqrt2OverPi), k1 = static_cast<C>(kGeluC);
-      const C x2 = x * x;
-      const C t = cuda::dtanh(k0 * (x + k1 * x2 * x));
-      return half * (one + t) + half * x * (one - t * t) * k0 * (one + C(3) * k1 * x2);
-    }
+    case UnaryOp::GeluGrad: return gelu_grad(x);
+    case UnaryOp::GeluTanhGrad: return gelu_tanh_grad(x);
   }
   return x;
 }
@@ -143,6 +151,13 @@ __device__ __forceinline__ T binary_apply(BinaryOp op, T x, T y) {
     case BinaryOp::Lt: return x < y ? one : zero;
     case BinaryOp::Gt: return x > y ? one : zero;
     case BinaryOp::TanhGrad: return x * (T(1) - y * y);
+    case BinaryOp::GeluGrad:
+    case BinaryOp::GeluTanhGrad: {
+      using C = typename Compute<T>::type;
+      const C d = op == BinaryOp::GeluGrad ? gelu_grad(static_cast<C>(y))
+                                           : gelu_tanh_grad(static_cast<C>(y));
+      return static_cast<T>(static_cast<C>(x) * d);
+    }
   }
   return x;
 }

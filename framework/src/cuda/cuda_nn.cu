@@ -307,12 +307,13 @@ __global__ void index_select_kernel(T* out, const T* in, const int64_t* ix, int6
 
 template <class T>
 __global__ void gather_kernel(T* out, const T* in, const int64_t* ix, int64_t outer, int64_t n_in,
-                              int64_t n_idx, int64_t inner, cuda::ErrorSink sink) {
+                              int64_t n_idx, int64_t inner, int64_t P, cuda::ErrorSink sink) {
   PELAB_KERNEL_LOOP(e, outer * n_idx * inner) {
     const int64_t i = e % inner, o = e / (inner * n_idx);
-    const int64_t v = ix[e];
+    const int64_t pos = ((o % P) * n_idx + (e / inner) % n_idx) * inner + i;
+    const int64_t v = ix[pos];
     if (v < 0 || v >= n_in) {
-      cuda::report_error(sink, cuda::kGather, e, v, n_in);
+      cuda::report_error(sink, cuda::kGather, pos, v, n_in);
       out[e] = T(0);
       continue;
     }
@@ -328,13 +329,13 @@ __global__ void gather_kernel(T* out, const T* in, const int64_t* ix, int64_t ou
 template <class T, bool per_element>
 __global__ void accumulate_kernel(T* acc, T* part, const T* src, const int64_t* ix, int64_t outer,
                                   int64_t n_in, int64_t n_idx, int64_t inner, int64_t nc,
-                                  int64_t chunk, cuda::ErrorSink sink, int code) {
+                                  int64_t chunk, int64_t P, cuda::ErrorSink sink, int code) {
   PELAB_KERNEL_LOOP(t, outer * nc * inner) {
     const int64_t i = t % inner, c = (t / inner) % nc, o = t / (inner * nc);
     T* dst = part ? part + (o * nc + c) * n_in * inner : acc + o * n_in * inner;
     const int64_t j1 = min(n_idx, (c + 1) * chunk);
     for (int64_t j = c * chunk; j < j1; ++j) {
-      const int64_t pos = per_element ? (o * n_idx + j) * inner + i : j;
+      const int64_t pos = per_element ? ((o % P) * n_idx + j) * inner + i : j;
       const int64_t v = ix[pos];
       if (v < 0 || v >= n_in) {
         cuda::report_error(sink, code, pos, v, n_in);
@@ -359,7 +360,7 @@ __global__ void accumulate_partials(T* acc, const T* part, int64_t outer, int64_
 // Shared driver of index_add / scatter_add. The chunk count depends only on the shape.
 template <class T, bool per_element>
 void accumulate(T* acc, const T* src, const int64_t* ix, int64_t outer, int64_t n_in, int64_t n_idx,
-                int64_t inner, int code, const char* op) {
+                int64_t inner, int code, const char* op, int64_t P = 1) {
   const int64_t cols = outer * inner;
   if (cols == 0 || n_idx == 0) return;
   int64_t nc = 1;
@@ -375,14 +376,16 @@ void accumulate(T* acc, const T* src, const int64_t* ix, int64_t outer, int64_t 
       << " chunks)";
   if (nc == 1) {
     accumulate_kernel<T, per_element><<<grid_for(cols), kThreads>>>(
-        acc, nullptr, src, ix, outer, n_in, n_idx, inner, 1, n_idx, cuda::error_sink(), code);
+        acc, nullptr, src, ix, outer, n_in, n_idx, inner, 1, n_idx, P, cuda::error_sink(),
+        code);
     cuda::check_launch(op, ctx.str());
   } else {
     const int64_t np = outer * nc * n_in * inner;
     cuda::DeviceBuffer part(sizeof(T) * np);
     PELAB_CUDA_CALL(cudaMemsetAsync(part.as<T>(), 0, sizeof(T) * np, 0), ctx.str());
     accumulate_kernel<T, per_element><<<grid_for(cols * nc), kThreads>>>(
-        acc, part.as<T>(), src, ix, outer, n_in, n_idx, inner, nc, chunk, cuda::error_sink(), code);
+        acc, part.as<T>(), src, ix, outer, n_in, n_idx, inner, nc, chunk, P,
+        cuda::error_sink(), code);
     cuda::check_launch(op, ctx.str());
     accumulate_partials<T><<<grid_for(outer * n_in * inner), kThreads>>>(acc, part.as<T>(), outer,
                                                                         n_in, inner, nc);
@@ -683,7 +686,8 @@ void CudaBackend::gather(const View& out, const View& in, const View& idx, int64
   const int64_t total = outer * n_idx * inner;
   check_rows(in, outer * n_in * inner, op, "input");
   check_rows(out, total, op, "output");
-  check_rows(idx, total, op, "index");
+  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
+  check_rows(idx, P * n_idx * inner, op, "index");
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(out, in.dtype, op, "output");
   if (total == 0) return;
@@ -691,7 +695,8 @@ void CudaBackend::gather(const View& out, const View& in, const View& idx, int64
     using T = decltype(tag);
     gather_kernel<T><<<grid_for(total), kThreads>>>(
         static_cast<T*>(out.data), static_cast<const T*>(in.data),
-        static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner, cuda::error_sink());
+        static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner, P,
+        cuda::error_sink());
     cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx, " indices");
   });
   cuda::after_index_kernel();
@@ -703,14 +708,15 @@ void CudaBackend::scatter_add(const View& acc, const View& src, const View& idx,
   const int64_t total = outer * n_idx * inner;
   check_rows(acc, outer * n_in * inner, op, "accumulator");
   check_rows(src, total, op, "source");
-  check_rows(idx, total, op, "index");
+  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
+  check_rows(idx, P * n_idx * inner, op, "index");
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(src, acc.dtype, op, "source");
   cuda::dispatch_all(acc.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     accumulate<T, true>(static_cast<T*>(acc.data), static_cast<const T*>(src.data),
                         static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner,
-                        cuda::kScatterAdd, op);
+                        cuda::kScatterAdd, op, P);
   });
 }
 

@@ -205,9 +205,10 @@ Tensor relu(const Tensor& a) {
 Tensor gelu(const Tensor& a, bool tanh_approximation) {
   check_floating("gelu", a);
   Tensor out = unary_raw(tanh_approximation ? UnaryOp::GeluTanh : UnaryOp::Gelu, a);
-  const UnaryOp grad_op = tanh_approximation ? UnaryOp::GeluTanhGrad : UnaryOp::GeluGrad;
-  return record("gelu", {a}, out,
-                [a, grad_op](const Tensor& g) -> Grads { return {mul(g, unary_raw(grad_op, a))}; });
+  const BinaryOp grad_op = tanh_approximation ? BinaryOp::GeluTanhGrad : BinaryOp::GeluGrad;
+  return record("gelu", {a}, out, [a, grad_op](const Tensor& g) -> Grads {
+    return {binary_raw(grad_op, g, a, "gelu backward")};  // g * gelu'(a) in one pass
+  });
 }
 
 Tensor sin(const Tensor& a) {

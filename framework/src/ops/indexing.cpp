@@ -138,57 +138,30 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   const int64_t n_in = sub[d], n_idx = index.size(d);
   int64_t outer, inner;
   split(sub, d, outer, inner);
-  // An index expanded (stride 0) over every dim before `dim` is one [n_idx, inner] block shared by
-  // all outer slices: it is neither materialised nor read back (the kernels check its range); the
-  // kernels run once per outer slice on that block.
-  bool shared = outer > 1;
-  for (int64_t k = 0; k < d && shared; ++k) shared = index.size(k) == 1 || index.strides()[k] == 0;
+  // An index expanded (stride 0) over its leading dims is one block repeated over them: it is
+  // neither materialised nor read back (the kernels check its range); the kernels take the block
+  // as it is (Backend::gather: slice o uses block o mod P).
+  int64_t lead = 0, reps = 1;
+  while (lead < d && (index.size(lead) == 1 || index.strides()[lead] == 0)) reps *= index.size(lead++);
+  const bool shared = reps > 1;
   Tensor ic;
-  int64_t blocks = 1, bo = outer;  // kernel calls and the outer size of each call
   if (shared) {
-    Shape one = index.shape(), one_strides = index.strides();
-    for (int64_t k = 0; k < d; ++k) one[k] = 1;
-    ic = contig(make_view(index, one, one_strides));
-    blocks = outer;
-    bo = 1;
+    Shape one = index.shape();
+    for (int64_t k = 0; k < lead; ++k) one[k] = 1;
+    ic = contig(make_view(index, one, index.strides()));
   } else {
     ic = contig(index);
     check_range("gather", ic, ashape[d], "index", a, d);
   }
-  const int64_t in_block = bo * n_in * inner, out_block = bo * n_idx * inner;
-  auto block_view = [](const Tensor& t, int64_t b, int64_t n) {
-    View v = view_of(t);
-    v.data = static_cast<char*>(v.data) + static_cast<size_t>(b * n) * dtype_size(t.dtype());
-    v.shape = {n};
-    v.strides = {1};
-    return v;
-  };
-  const View iv = shared ? flat_view(ic, {n_idx * inner}) : view_of(ic);
+  const View iv = flat_view(ic, {ic.numel()});
   Tensor out = Tensor::empty(index.shape(), dt, dev);
-  if (out.numel() > 0) {
-    Backend& be = backend_for(dev);
-    if (!shared) {
-      be.gather(view_of(out), view_of(as), iv, outer, n_in, n_idx, inner);
-    } else {
-      for (int64_t b = 0; b < blocks; ++b)
-        be.gather(block_view(out, b, out_block), block_view(as, b, in_block), iv, bo, n_in, n_idx,
-                  inner);
-    }
-  }
+  if (out.numel() > 0) backend_for(dev).gather(view_of(out), view_of(as), iv, outer, n_in, n_idx, inner);
   return record("gather", {a}, out, [=](const Tensor& g) -> std::vector<Tensor> {
     Backend& be = backend_for(dev);
     Tensor acc = Tensor::zeros(sub, dt, dev);
     Tensor gc = contig(g);
-    const View iv = shared ? flat_view(ic, {n_idx * inner}) : view_of(ic);  // keeps `ic` alive
-    if (gc.numel() > 0) {
-      if (!shared) {
-        be.scatter_add(view_of(acc), view_of(gc), iv, outer, n_in, n_idx, inner);
-      } else {
-        for (int64_t b = 0; b < blocks; ++b)
-          be.scatter_add(block_view(acc, b, in_block), block_view(gc, b, out_block), iv, bo, n_in,
-                         n_idx, inner);
-      }
-    }
+    const View iv = flat_view(ic, {ic.numel()});  // keeps `ic` alive
+    if (gc.numel() > 0) be.scatter_add(view_of(acc), view_of(gc), iv, outer, n_in, n_idx, inner);
     if (sub == ashape) return {acc};
     // Place the reachable window into a zero gradient of the full input shape.
     Tensor full = Tensor::zeros(ashape, dt, dev);

@@ -170,7 +170,7 @@ void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta
     return;
   }
   std::vector<Tensor> keep;
-  Blas la, lb;
+  Blas la{}, lb{};
   if (!blas_layout(A, la)) {
     A = materialize(A, dt, dev, keep);
     blas_layout(A, la);
@@ -231,7 +231,7 @@ Tensor matmul_impl(Tensor a, Tensor b) {
   // Operands whose last two dims BLAS cannot read in place are made contiguous.
   std::vector<Tensor> keep;
   auto prep = [&](Tensor& x) {
-    Blas l;
+    Blas l{};
     if (!blas_layout(last2(x), l)) {
       x = contig(x);
       blas_layout(last2(x), l);
