@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cpu/cpu_backend.h"
 #include "pelab/parallel.h"
@@ -59,8 +58,7 @@ void gemm_threaded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, c
   const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t block = (extent / nt + 15) / 16 * 16;
-  static const bool off = std::getenv("NOSPLIT") != nullptr;
-  if (off || nt <= 1 || omp_in_parallel() || K == 0 || block == 0 || block >= extent) {
+  if (nt <= 1 || omp_in_parallel() || K == 0 || block == 0 || block >= extent) {
     gemm_one<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
