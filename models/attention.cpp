@@ -75,7 +75,8 @@ Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tens
                   static_cast<int64_t>(site.k_pos->size()) == Lk,
               "MultiHeadAttention::attend: the site's positions must cover Lq = ", Lq, " queries and Lk = ",
               Lk, " keys");
-  Tensor scores = mul_scalar(matmul(qh, transpose(kh, 2, 3)), 1.0 / std::sqrt(double(head_dim)));
+  // q k^T / sqrt(dh), the scale applied inside the GEMM
+  Tensor scores = matmul(qh, transpose(kh, 2, 3), 1.0 / std::sqrt(double(head_dim)));
   Tensor term = pe.score_term(qh, site);
   if (term.defined()) scores = add(scores, term);
   if (blocked.defined()) scores = masked_fill(scores, blocked, kMaskedScore);

@@ -34,6 +34,11 @@ Tensor ints(const std::vector<int64_t>& v, const Shape& s, const Tensor& like) {
 // ---------------- matmul ----------------
 PELAB_OP_CASE(make_case("matmul", "[3,4] @ [4,5]", {{3, 4}, {4, 5}},
                         [](const V& in) { return matmul(in[0], in[1]); }));
+PELAB_OP_CASE(make_case("matmul", "alpha 0.35: batched [2,3,4] @ [2,5,4]^T", {{2, 3, 4}, {2, 5, 4}},
+                        [](const V& in) { return matmul(in[0], transpose(in[1], -1, -2), 0.35); }));
+PELAB_OP_CASE(make_case("matmul", "alpha -1.5: shared rhs [2,3,4] @ [4,5] (folded)",
+                        {{2, 3, 4}, {4, 5}},
+                        [](const V& in) { return matmul(in[0], in[1], -1.5); }));
 PELAB_OP_CASE(make_case("matmul", "batched [2,3,4] @ [2,4,5]", {{2, 3, 4}, {2, 4, 5}},
                         [](const V& in) { return matmul(in[0], in[1]); }));
 PELAB_OP_CASE(make_case("matmul", "broadcast [2,1,3,4] @ [5,4,2]", {{2, 1, 3, 4}, {5, 4, 2}},

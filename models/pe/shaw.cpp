@@ -93,7 +93,7 @@ class ShawPE : public PositionalEncoding {
                 "], got ", q.defined() ? shape_str(q.shape()) : std::string("undefined"));
     const Tensor& table = rel_k_[site.layer];
     // [B,H,Lq,dh] @ [(H,) dh, 2k+1] -> [B,H,Lq,2k+1], scaled here (O(L·(2k+1)), not O(L²)).
-    Tensor rel = mul_scalar(matmul(q, transpose(table, -1, -2)), 1.0 / std::sqrt(double(dh_)));
+    Tensor rel = matmul(q, transpose(table, -1, -2), 1.0 / std::sqrt(double(dh_)));
     const Tensor idx = index(*site.q_pos, *site.k_pos, q.device());
     const int64_t B = q.size(0), Lq = idx.size(0), Lk = idx.size(1);
     return gather(rel, 3, expand(reshape(idx, {1, 1, Lq, Lk}), {B, heads_, Lq, Lk}));

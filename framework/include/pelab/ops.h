@@ -70,7 +70,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);      // cond
 // ---- linear algebra ----
 // a [..., M, K] @ b [..., K, N] with broadcast batch dims; 1-D b is treated as [K, 1] and squeezed.
 // Transposed views are passed to BLAS as transposes (no copy); batches as one strided-batched GEMM.
-Tensor matmul(const Tensor& a, const Tensor& b);
+// alpha scales the product inside the GEMM (alpha * a @ b, no extra pass; the backward too).
+Tensor matmul(const Tensor& a, const Tensor& b, double alpha = 1.0);
 // x [..., in] @ weight[out, in]^T + bias[out] (bias may be undefined)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 

@@ -152,9 +152,10 @@ Mat materialize(const Mat& m, DType dt, Device dev, std::vector<Tensor>& keep) {
   return {base_ptr(tmp), m.rows, m.cols, m.cols, 1};
 }
 
-// C[M, N] (row stride ldc) = A[M, K] @ B[K, N] + beta * C. Operands that BLAS cannot read in place
-// are copied first.
-void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta) {
+// C[M, N] (row stride ldc) = alpha * A[M, K] @ B[K, N] + beta * C. Operands that BLAS cannot read
+// in place are copied first.
+void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta,
+           double alpha = 1.0) {
   const int64_t M = A.rows, K = A.cols, N = B.cols;
   Backend& be = backend_for(dev);
   if (M == 0 || N == 0) return;
@@ -179,7 +180,7 @@ void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta
     B = materialize(B, dt, dev, keep);
     blas_layout(B, lb);
   }
-  be.gemm(dt, la.trans, lb.trans, M, N, K, 1.0, A.ptr, la.ld, 0, B.ptr, lb.ld, 0, beta, C,
+  be.gemm(dt, la.trans, lb.trans, M, N, K, alpha, A.ptr, la.ld, 0, B.ptr, lb.ld, 0, beta, C,
           std::max<int64_t>(ldc, 1), 0, 1);
 }
 
@@ -201,8 +202,9 @@ int64_t batch_stride(const Tensor& x, int64_t d, int64_t nb) {
   return x.strides()[xd];
 }
 
-// out[batch..., M, N] = a[..., M, K] @ b[..., K, N]; both rank >= 2, K already checked; untracked.
-Tensor matmul_impl(Tensor a, Tensor b) {
+// out[batch..., M, N] = alpha * a[..., M, K] @ b[..., K, N]; both rank >= 2, K already checked;
+// untracked.
+Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0) {
   const DType dt = a.dtype();
   const Device dev = a.device();
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
@@ -224,7 +226,7 @@ Tensor matmul_impl(Tensor a, Tensor b) {
   // b shared by every batch and a's rows form one matrix: one [batch*M, K] @ [K, N] GEMM.
   Mat ar;
   if (shape_numel(bb) == 1 && rows_matrix(a, ar) && (ar.sc == 1 || K == 1)) {
-    gemm2(dt, dev, ar, last2(b), C, N, 0.0);
+    gemm2(dt, dev, ar, last2(b), C, N, 0.0, alpha);
     return out;
   }
 
@@ -276,8 +278,8 @@ Tensor matmul_impl(Tensor a, Tensor b) {
       ob += k * dims[i].sb;
       oc += k * dims[i].sc;
     }
-    be.gemm(dt, la.trans, lb.trans, M, N, K, 1.0, A + oa * esz, la.ld, last.sa, B + ob * esz, lb.ld,
-            last.sb, 0.0, C + oc * esz, N, last.sc, last.size);
+    be.gemm(dt, la.trans, lb.trans, M, N, K, alpha, A + oa * esz, la.ld, last.sa, B + ob * esz,
+            lb.ld, last.sb, 0.0, C + oc * esz, N, last.sc, last.size);
   }
   return out;
 }
@@ -293,7 +295,7 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a, const Tensor& b, double alpha) {
   check_pair("matmul", a, b);
   PELAB_CHECK(a.dim() >= 1 && b.dim() >= 1,
               "matmul: operands must have at least one dim: ", shape_str(a.shape()), " @ ",
@@ -305,7 +307,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // 1-D operands become [1, K] / [K, 1] views; their unit dims are dropped from the result.
   const Tensor a2 = a1 ? unsqueeze_view(a, 0) : plain(a);
   const Tensor b2 = b1 ? unsqueeze_view(b, 1) : plain(b);
-  Tensor full = matmul_impl(a2, b2);
+  Tensor full = matmul_impl(a2, b2, alpha);
   Tensor out = full;
   if (b1) out = squeeze_view(out, out.dim() - 1);
   if (a1) out = squeeze_view(out, out.dim() - (b1 ? 1 : 2));
@@ -322,7 +324,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     if (b1) g2 = unsqueeze_view(g2, g2.dim());
     Tensor ga, gb;
     if (need_a) {
-      Tensor r = matmul_impl(g2, mT(b2));  // dA = g @ B^T
+      Tensor r = matmul_impl(g2, mT(b2), alpha);  // dA = alpha g @ B^T
       if (r.shape() != a2.shape()) r = sum_to(r, a2.shape());
       ga = a1 ? squeeze_view(r, 0) : r;
     }
@@ -332,10 +334,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       if (shape_numel(bbatch) == 1 && rows_matrix(a2, ar) && rows_matrix(g2, gr)) {
         // Shared B: dB = A_rows^T @ g_rows summed over every batch row in one GEMM.
         Tensor r = Tensor::empty(b_shape, dt, dev);
-        gemm2(dt, dev, ar.t(), gr, base_ptr(r), b2.size(-1), 0.0);
+        gemm2(dt, dev, ar.t(), gr, base_ptr(r), b2.size(-1), 0.0, alpha);
         gb = r;
       } else {
-        Tensor r = matmul_impl(mT(a2), g2);  // dB = A^T @ g
+        Tensor r = matmul_impl(mT(a2), g2, alpha);  // dB = alpha A^T @ g
         if (r.shape() != b2.shape()) r = sum_to(r, b2.shape());
         gb = b1 ? squeeze_view(r, r.dim() - 1) : r;
       }
