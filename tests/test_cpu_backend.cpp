@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
@@ -212,11 +213,6 @@ TEST(CpuBackendElementwise, UnaryFormulasFloatAndDouble) {
       {UnaryOp::PowScalar, 1.7, [](double x) { return std::pow(x, 1.7); }, true},
       {UnaryOp::RDivScalar, 2.0, [](double x) { return 2.0 / x; }, true},
       {UnaryOp::Step, 0, [](double x) { return x > 0 ? 1.0 : 0.0; }, false},
-      // analytic derivatives, checked against central differences of the forward formulas
-      {UnaryOp::GeluGrad, 0, [&](double x) { return (gelu(x + 1e-5) - gelu(x - 1e-5)) / 2e-5; },
-       false},
-      {UnaryOp::GeluTanhGrad, 0,
-       [&](double x) { return (gelu_t(x + 1e-5) - gelu_t(x - 1e-5)) / 2e-5; }, false},
   };
   for (const Case& c : cases) {
     std::vector<double> in = xd;
@@ -235,9 +231,32 @@ TEST(CpuBackendElementwise, UnaryFormulasFloatAndDouble) {
       e64 = std::max(e64, std::fabs(od[i] - r) / scale);
       e32 = std::max(e32, std::fabs(of[i] - r32) / std::max(1.0, std::fabs(r32)));
     }
-    const bool fd = c.op == UnaryOp::GeluGrad || c.op == UnaryOp::GeluTanhGrad;
-    EXPECT_LE(e64, fd ? 1e-8 : 1e-12) << "unary op " << static_cast<int>(c.op);
+    EXPECT_LE(e64, 1e-12) << "unary op " << static_cast<int>(c.op);
     EXPECT_LE(e32, 2e-6) << "unary op (float32) " << static_cast<int>(c.op);
+  }
+  // The fused GELU backward g * gelu'(x) with g = 1: the analytic derivatives against central
+  // differences of the forward formulas.
+  const std::pair<BinaryOp, std::function<double(double)>> grads[] = {
+      {BinaryOp::GeluGrad, gelu}, {BinaryOp::GeluTanhGrad, gelu_t}};
+  for (const auto& [op, f] : grads) {
+    std::vector<double> ones(n, 1.0), x64 = xd;
+    std::vector<float> ones32(n, 1.0f), xf = to_f(xd);
+    std::vector<double> od(n);
+    std::vector<float> of(n);
+    be.binary(op, mk(od.data(), DType::Float64, {n}), mk(ones.data(), DType::Float64, {n}),
+              mk(x64.data(), DType::Float64, {n}));
+    be.binary(op, mk(of.data(), DType::Float32, {n}), mk(ones32.data(), DType::Float32, {n}),
+              mk(xf.data(), DType::Float32, {n}));
+    double e64 = 0, e32 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double r = (f(xd[i] + 1e-5) - f(xd[i] - 1e-5)) / 2e-5;
+      const double x32 = static_cast<double>(xf[i]);
+      const double r32 = (f(x32 + 1e-5) - f(x32 - 1e-5)) / 2e-5;
+      e64 = std::max(e64, std::fabs(od[i] - r) / std::max(1.0, std::fabs(r)));
+      e32 = std::max(e32, std::fabs(of[i] - r32) / std::max(1.0, std::fabs(r32)));
+    }
+    EXPECT_LE(e64, 1e-8) << "binary op " << static_cast<int>(op);
+    EXPECT_LE(e32, 2e-6) << "binary op (float32) " << static_cast<int>(op);
   }
   // sigmoid stays finite and exact at the extremes; exp handles +-inf
   std::vector<float> ext = {-200.f, 200.f, -INFINITY, INFINITY}, r(4);

@@ -29,7 +29,8 @@ class ParamHolder : public Module {
 
 // w[b,h,i,r] = Σ_j probs[b,h,i,j] · [idx[i,j] = r] for probs [B,H,Lq,Lk], idx Int64 [Lq,Lk]
 // (contiguous, values in [0, bins)). One scatter-add kernel call whose index is the [Lq, Lk] block
-// repeated over batch and heads (never replicated). Backward: grad_probs = gather(grad_w, 3, idx expanded).
+// repeated over batch and heads (never replicated). Backward: grad_probs = gather(grad_w, 3, idx
+// expanded).
 Tensor shaw_bin(const Tensor& probs, const Tensor& idx, int64_t bins) {
   PELAB_CHECK(probs.dim() == 4 && idx.dim() == 2 && probs.size(2) == idx.size(0) &&
                   probs.size(3) == idx.size(1),

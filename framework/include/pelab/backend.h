@@ -38,9 +38,7 @@ enum class UnaryOp {
   MulScalar,   // x * alpha
   PowScalar,   // x ^ alpha
   RDivScalar,  // alpha / x
-  Step,        // 1 if x > 0 else 0 (relu derivative)
-  GeluGrad,    // d gelu(x) / dx (erf form)
-  GeluTanhGrad // d gelu_tanh(x) / dx
+  Step         // 1 if x > 0 else 0 (relu derivative)
 };
 
 enum class BinaryOp {
@@ -150,7 +148,6 @@ class Backend {
                         bool first_step) = 0;
 };
 
-// The backend for a device; throws if that device type is not available in this build or machine.
 // The block count P of a gather / scatter_add index (see Backend::gather), checked.
 inline int64_t index_blocks(const View& idx, int64_t outer, int64_t n_idx, int64_t inner,
                             const char* op) {
@@ -162,6 +159,7 @@ inline int64_t index_blocks(const View& idx, int64_t outer, int64_t n_idx, int64
   return n / block;
 }
 
+// The backend for a device; throws if that device type is not available in this build or machine.
 Backend& backend_for(Device device);
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
 bool backend_available(DeviceType type);

@@ -45,9 +45,10 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const 
   }
 }
 
-// One large product on every thread: C's rows (or, when it is wider than tall, its columns) are cut
-// into one block per thread, aligned to 16, and each block is a single-threaded BLAS call. The K
-// loop is never split, so every element is the same dot product whatever the cut. On the 2-core
+// One product on every thread: C's rows (or, when it is wider than tall, its columns) are cut into
+// one block per thread, aligned to 16, and each block is a single-threaded BLAS call; products below
+// kLargeGemm stay one call. K is never split and the cut depends only on the shape and the thread
+// count, so results are deterministic for a thread count. On the 2-core
 // benchmark machine this ran the transformer's products (M = 1024-2048 rows, N and K = 32-512)
 // 5-50% faster than OpenBLAS's own threading, which forks, syncs and yields inside every call
 // (docs/performance.md).
@@ -58,7 +59,8 @@ void gemm_threaded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, c
   const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t block = (extent / nt + 15) / 16 * 16;
-  if (nt <= 1 || omp_in_parallel() || K == 0 || block == 0 || block >= extent) {
+  if (M * N * K < kLargeGemm || nt <= 1 || omp_in_parallel() || K == 0 || block == 0 ||
+      block >= extent) {
     gemm_one<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
@@ -110,8 +112,8 @@ void CpuBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t 
     // a shared output (strideC == 0) must be updated in batch order
     if (batch == 1 || large || strideC == 0) {
       for (int64_t i = 0; i < batch; ++i)
-        (M * N * K >= kLargeGemm ? gemm_threaded<T> : gemm_one<T>)(transA, transB, M, N, K, al, a + i * strideA, lda, b + i * strideB, ldb, be,
-                    c + i * strideC, ldc);
+        gemm_threaded<T>(transA, transB, M, N, K, al, a + i * strideA, lda, b + i * strideB, ldb,
+                         be, c + i * strideC, ldc);
     } else {
 #pragma omp parallel for schedule(static) if (batch * M * N * K > kParallelGrain)
       for (int64_t i = 0; i < batch; ++i)

@@ -133,7 +133,7 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kGeluC = 0.044715;
 
-// d gelu(x) / dx, erf and tanh forms (shared by the unary derivative and the fused backward).
+// d gelu(x) / dx, erf and tanh forms (the fused backward, BinaryOp::GeluGrad / GeluTanhGrad).
 template <class C>
 inline C gelu_grad(C x) {
   const C half(0.5), one(1);
@@ -207,10 +207,6 @@ void unary_impl(UnaryOp op, const Layout<2>& L, double alpha) {
       return unary_loop<T>(L, [al](C x) { return al / x; });
     case UnaryOp::Step:
       return unary_loop<T>(L, [zero, one](C x) { return x > zero ? one : zero; });
-    case UnaryOp::GeluGrad:
-      return unary_loop<T>(L, [](C x) { return gelu_grad(x); });
-    case UnaryOp::GeluTanhGrad:
-      return unary_loop<T>(L, [](C x) { return gelu_tanh_grad(x); });
   }
   fail("unary: unknown op ", static_cast<int>(op));
 }
@@ -285,16 +281,15 @@ void binary_impl(BinaryOp op, const Layout<3>& L) {
     case BinaryOp::TanhGrad:
       return binary_loop<T, T>(L, [](T x, T y) { return x * (T(1) - y * y); });
     case BinaryOp::GeluGrad:
-    case BinaryOp::GeluTanhGrad: {
-      using C = typename Compute<T>::type;
-      if (op == BinaryOp::GeluGrad)
-        return binary_loop<T, T>(L, [](T g, T x) {
-          return static_cast<T>(static_cast<C>(g) * gelu_grad(static_cast<C>(x)));
-        });
       return binary_loop<T, T>(L, [](T g, T x) {
+        using C = typename Compute<T>::type;
+        return static_cast<T>(static_cast<C>(g) * gelu_grad(static_cast<C>(x)));
+      });
+    case BinaryOp::GeluTanhGrad:
+      return binary_loop<T, T>(L, [](T g, T x) {
+        using C = typename Compute<T>::type;
         return static_cast<T>(static_cast<C>(g) * gelu_tanh_grad(static_cast<C>(x)));
       });
-    }
     default:
       break;
   }

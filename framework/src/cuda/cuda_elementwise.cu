@@ -59,7 +59,8 @@ constexpr double kGeluC = 0.044715;
 
 // The CPU backend's formulas, with CUDA's libm (float: expf/tanhf/erff) in place of its
 // vectorised approximations.
-// d gelu(x) / dx, erf and tanh forms (shared by the unary derivative and the fused backward).
+
+// d gelu(x) / dx, erf and tanh forms (the fused backward, BinaryOp::GeluGrad / GeluTanhGrad).
 template <class C>
 __device__ __forceinline__ C gelu_grad(C x) {
   const C half(0.5), one(1);
@@ -112,8 +113,6 @@ __device__ __forceinline__ C unary_apply(UnaryOp op, C x, C al, double alpha) {
       return cuda::dpow(x, al);
     case UnaryOp::RDivScalar: return al / x;
     case UnaryOp::Step: return x > zero ? one : zero;
-    case UnaryOp::GeluGrad: return gelu_grad(x);
-    case UnaryOp::GeluTanhGrad: return gelu_tanh_grad(x);
   }
   return x;
 }

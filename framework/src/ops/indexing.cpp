@@ -142,7 +142,8 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   // neither materialised nor read back (the kernels check its range); the kernels take the block
   // as it is (Backend::gather: slice o uses block o mod P).
   int64_t lead = 0, reps = 1;
-  while (lead < d && (index.size(lead) == 1 || index.strides()[lead] == 0)) reps *= index.size(lead++);
+  while (lead < d && (index.size(lead) == 1 || index.strides()[lead] == 0))
+    reps *= index.size(lead++);
   const bool shared = reps > 1;
   Tensor ic;
   if (shared) {
@@ -155,7 +156,8 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   }
   const View iv = flat_view(ic, {ic.numel()});
   Tensor out = Tensor::empty(index.shape(), dt, dev);
-  if (out.numel() > 0) backend_for(dev).gather(view_of(out), view_of(as), iv, outer, n_in, n_idx, inner);
+  if (out.numel() > 0)
+    backend_for(dev).gather(view_of(out), view_of(as), iv, outer, n_in, n_idx, inner);
   return record("gather", {a}, out, [=](const Tensor& g) -> std::vector<Tensor> {
     Backend& be = backend_for(dev);
     Tensor acc = Tensor::zeros(sub, dt, dev);
