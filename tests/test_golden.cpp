@@ -275,21 +275,27 @@ struct Array {
   std::vector<int64_t> shape;
 };
 
+// An Array shaped like an HDF5 dataspace (attribute or dataset), data zeroed to its element count.
+Array sized_for(hid_t space) {
+  const int nd = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
+  if (nd > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  Array a;
+  size_t n = 1;
+  for (hsize_t d : dims) {
+    a.shape.push_back(static_cast<int64_t>(d));
+    n *= d;
+  }
+  a.data.resize(n);
+  return a;
+}
+
 Array read_attr_array(hid_t loc, const std::string& name, const std::string& fname) {
   PELAB_CHECK(H5Aexists(loc, name.c_str()) > 0, "golden ", fname, ": no attribute ", name);
   H5 a(H5Aopen(loc, name.c_str(), H5P_DEFAULT), H5Aclose);
   PELAB_CHECK(a.id >= 0, "golden ", fname, ": cannot open attribute ", name);
   H5 space(H5Aget_space(a.id), H5Sclose);
-  const int nd = H5Sget_simple_extent_ndims(space.id);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
-  if (nd > 0) H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
-  Array out;
-  size_t n = 1;
-  for (hsize_t d : dims) {
-    out.shape.push_back(static_cast<int64_t>(d));
-    n *= d;
-  }
-  out.data.resize(n);
+  Array out = sized_for(space.id);
   PELAB_CHECK(H5Aread(a.id, H5T_NATIVE_DOUBLE, out.data.data()) >= 0, "golden ", fname,
               ": cannot read attribute ", name);
   return out;
@@ -362,16 +368,7 @@ Array read_array(hid_t file, const std::string& path, const std::string& fname) 
   H5 ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
   PELAB_CHECK(ds.id >= 0, "golden ", fname, ": cannot open ", path);
   H5 space(H5Dget_space(ds.id), H5Sclose);
-  const int nd = H5Sget_simple_extent_ndims(space.id);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
-  if (nd > 0) H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
-  Array a;
-  size_t n = 1;
-  for (hsize_t d : dims) {
-    a.shape.push_back(static_cast<int64_t>(d));
-    n *= d;
-  }
-  a.data.resize(n);
+  Array a = sized_for(space.id);
   PELAB_CHECK(H5Dread(ds.id, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()) >= 0,
               "golden ", fname, ": cannot read ", path);
   return a;
