@@ -79,26 +79,6 @@ std::vector<Tensor> make_inputs(const OpCase& c, const std::vector<Values>& raw,
   return in;
 }
 
-}  // namespace pelab::testing
-
-namespace {
-
-using namespace pelab;
-using pelab::testing::all_cases;
-using pelab::testing::OpCase;
-using pelab::testing::Values;
-using pelab::testing::case_inputs;
-using pelab::testing::case_seed;
-using pelab::testing::make_inputs;
-
-std::vector<Device> devices() {
-  std::vector<Device> d{Device::cpu()};
-  if (backend_available(DeviceType::CUDA)) d.push_back(Device::cuda(0));
-  return d;
-}
-
-
-// max |a - b| / max(1, max |ref|); NaN/inf must match exactly. Returns the error and its index.
 double scaled_error(const Values& ref, const Values& got, size_t* worst) {
   double scale = 1.0, err = 0.0;
   for (double r : ref)
@@ -119,6 +99,26 @@ double scaled_error(const Values& ref, const Values& got, size_t* worst) {
   }
   return err;
 }
+
+}  // namespace pelab::testing
+
+namespace {
+
+using namespace pelab;
+using pelab::testing::all_cases;
+using pelab::testing::OpCase;
+using pelab::testing::Values;
+using pelab::testing::case_inputs;
+using pelab::testing::case_seed;
+using pelab::testing::make_inputs;
+using pelab::testing::scaled_error;
+
+std::vector<Device> devices() {
+  std::vector<Device> d{Device::cpu()};
+  if (backend_available(DeviceType::CUDA)) d.push_back(Device::cuda(0));
+  return d;
+}
+
 
 std::string layout_name(bool noncontig) { return noncontig ? "non-contiguous" : "contiguous"; }
 

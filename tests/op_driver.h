@@ -42,6 +42,10 @@ Tensor make_input(const Values& vals, const Shape& shape, DType dt, Device dev, 
 std::vector<Tensor> make_inputs(const OpCase& c, const std::vector<Values>& raw, DType dt,
                                 Device dev, bool noncontig, bool requires_grad);
 
+// max |ref - got| / max(1, max |finite ref|); NaN and inf must match exactly (else infinity).
+// `worst` gets the index of the largest error.
+double scaled_error(const Values& ref, const Values& got, size_t* worst);
+
 // Registers a case at static-init time; returns true.
 bool add_case(OpCase c);
 const std::vector<OpCase>& all_cases();

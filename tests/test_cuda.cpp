@@ -44,31 +44,10 @@ using pelab::testing::Values;
 using pelab::testing::case_inputs;
 using pelab::testing::case_seed;
 using pelab::testing::make_inputs;
+using pelab::testing::scaled_error;
 const Device kCuda = Device::cuda(0);
 const Device kCpu = Device::cpu();
 
-
-// max |a - b| / max(1, max |ref|); NaN/inf must match exactly. `worst` gets the index.
-double scaled_error(const Values& ref, const Values& got, size_t* worst) {
-  double scale = 1.0, err = 0.0;
-  for (double r : ref)
-    if (std::isfinite(r)) scale = std::max(scale, std::fabs(r));
-  *worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    double e;
-    if (std::isnan(ref[i]) || std::isnan(got[i]))
-      e = std::isnan(ref[i]) && std::isnan(got[i]) ? 0.0 : std::numeric_limits<double>::infinity();
-    else if (std::isinf(ref[i]) || std::isinf(got[i]))
-      e = ref[i] == got[i] ? 0.0 : std::numeric_limits<double>::infinity();
-    else
-      e = std::fabs(ref[i] - got[i]) / scale;
-    if (e > err) {
-      err = e;
-      *worst = i;
-    }
-  }
-  return err;
-}
 
 // EXPECTs that got (CUDA) matches ref (CPU) within tol (scaled error); `what` names the check.
 void expect_close(const Values& ref, const Values& got, double tol, const std::string& what) {
