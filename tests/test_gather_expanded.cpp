@@ -2,6 +2,7 @@
 // match a gather with the materialised index (forward and backward) and still reject bad indices.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "pelab/pelab.h"
@@ -86,4 +87,45 @@ TEST(GatherExpanded, BackendIndexBlocksRepeatOverOuterSlices) {
   Tensor bad5 = Tensor::zeros({5}, DType::Int64);
   EXPECT_THROW(be.scatter_add(view_of(a1), view_of(src), view_of(bad5), outer, n_in, n_idx, inner),
                Error);
+}
+
+// Gather / scatter_add along the last axis (inner = 1), the Shaw case: the index has long runs of
+// one value (clipped distances) mixed with distinct values, and the accumulator is not zero. The
+// kernels (row chunks for gather, run sums for scatter_add) must match the definition, for small
+// outer counts (row-chunked gather) and for many slices, in float64 and float32.
+TEST(GatherExpanded, LastAxisRunsMatchDefinition) {
+  for (const int64_t outer : {int64_t{1}, int64_t{3}, int64_t{64}}) {
+    for (const DType dt : {DType::Float64, DType::Float32}) {
+      const int64_t Lq = 40, Lk = 300, k = 5, R = 2 * k + 1, P = Lq;
+      const int64_t rows = outer * Lq;  // each slice of the backend call is one query row
+      std::vector<int64_t> iv(Lq * Lk);
+      for (int64_t i = 0; i < Lq; ++i)
+        for (int64_t j = 0; j < Lk; ++j) {
+          const int64_t d = j - 7 * i;  // runs at both ends, distinct bins in between
+          iv[i * Lk + j] = (d < -k ? -k : (d > k ? k : d)) + k;
+        }
+      iv[3] = 4;  // a lone value inside a run
+      Tensor idx = Tensor::from_ints(iv, {P * Lk});
+      Tensor in = ramp({rows * R}, 0.3).to(dt);
+      Tensor src = ramp({rows * Lk}, 0.2).to(dt);
+      Tensor acc = ramp({rows * R}, 0.1).to(dt);
+      const std::vector<double> inv = in.to_vector(), sv = src.to_vector(), a0 = acc.to_vector();
+      Backend& be = backend_for(Device::cpu());
+      Tensor out = Tensor::empty({rows * Lk}, dt);
+      be.gather(view_of(out), view_of(in), view_of(idx), rows, R, Lk, 1);
+      be.scatter_add(view_of(acc), view_of(src), view_of(idx), rows, R, Lk, 1);
+      const std::vector<double> ov = out.to_vector(), av = acc.to_vector();
+      std::vector<double> want(a0);
+      for (int64_t o = 0; o < rows; ++o)
+        for (int64_t j = 0; j < Lk; ++j) {
+          const int64_t b = iv[(o % P) * Lk + j];
+          ASSERT_EQ(ov[o * Lk + j], inv[o * R + b]) << "gather, outer " << outer << ", row " << o;
+          want[o * R + b] += sv[o * Lk + j];
+        }
+      const double tol = dt == DType::Float64 ? 1e-12 : 1e-4;
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(av[i], want[i], tol * (1.0 + std::abs(want[i])))
+            << "scatter_add " << dtype_name(dt) << ", outer " << outer << ", element " << i;
+    }
+  }
 }

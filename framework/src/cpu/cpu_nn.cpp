@@ -573,17 +573,32 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
   check_dtype(out, in.dtype, op, "output");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
   check_indices(ix, P * n_idx * inner, n_in, op);
+  // Tasks are (slice o, chunk of rows j); the slice's index block and base pointers are computed
+  // once per task, and the inner == 1 case (gather along the last axis) is a plain indexed copy.
+  const int nth = omp_get_max_threads();
+  const int64_t jchunks =
+      outer >= 4 * nth ? 1 : std::min<int64_t>(ceil_div(4 * nth, std::max<int64_t>(outer, 1)), n_idx);
+  const int64_t jw = ceil_div(n_idx, std::max<int64_t>(jchunks, 1));
+  const int64_t nj = n_idx == 0 ? 0 : ceil_div(n_idx, jw);
   cpu::dispatch_all(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
 #pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * n_idx; ++t) {
-      const int64_t o = t / n_idx;
-      const int64_t* ir = ix + ((o % P) * n_idx + t % n_idx) * inner;
+    for (int64_t t = 0; t < outer * nj; ++t) {
+      const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
+      const int64_t* ib = ix + (o % P) * n_idx * inner;
       const T* sb = src + o * n_in * inner;
-      T* d = dst + t * inner;
-      for (int64_t i = 0; i < inner; ++i) d[i] = sb[ir[i] * inner + i];
+      T* db = dst + o * n_idx * inner;
+      if (inner == 1) {
+        for (int64_t j = j0; j < j1; ++j) db[j] = sb[ib[j]];
+      } else {
+        for (int64_t j = j0; j < j1; ++j) {
+          const int64_t* ir = ib + j * inner;
+          T* d = db + j * inner;
+          for (int64_t i = 0; i < inner; ++i) d[i] = sb[ir[i] * inner + i];
+        }
+      }
     }
   });
 }
@@ -613,10 +628,32 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
       const int64_t o = t / nc, c = t % nc;
       const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
       T* ab = a + o * n_in * inner;
+      const int64_t* ib = ix + (o % P) * n_idx * inner;
+      const T* sb = s + o * n_idx * inner;
+      if (inner == 1) {
+        // Scatter along the last axis. A run of equal indices (Shaw's clipped distances, bins) is
+        // summed in registers and added once, instead of a chain of dependent read-modify-writes
+        // of one address. The order is fixed by the index alone, so the sums are deterministic.
+        for (int64_t j = 0; j < n_idx;) {
+          const int64_t b = ib[j];
+          int64_t e = j + 1;
+          while (e < n_idx && ib[e] == b) ++e;
+          if (e - j == 1) {
+            ab[b] += sb[j];
+          } else {
+            T sum = T(0);
+#pragma omp simd reduction(+ : sum)
+            for (int64_t q = j; q < e; ++q) sum += sb[q];
+            ab[b] += sum;
+          }
+          j = e;
+        }
+        continue;
+      }
       for (int64_t j = 0; j < n_idx; ++j) {
-        const int64_t base = (o * n_idx + j) * inner;
-        const int64_t* ir = ix + ((o % P) * n_idx + j) * inner;
-        for (int64_t i = i0; i < i0 + len; ++i) ab[ir[i] * inner + i] += s[base + i];
+        const int64_t* ir = ib + j * inner;
+        const T* sr = sb + j * inner;
+        for (int64_t i = i0; i < i0 + len; ++i) ab[ir[i] * inner + i] += sr[i];
       }
     }
   });
