@@ -177,6 +177,29 @@ TEST(CpuBackendElementwise, LargeRowBroadcastAndComparisonDtype) {
   EXPECT_EQ(z, (std::vector<double>{10, 40, 90}));
 }
 
+// The float32 GELU's erf (a rational fit, cpu_backend.h): within 1e-6 of the float64 formula over
+// [-6, 6] relative to max(1, |gelu|) (the worst case is the negative tail, where 1 + erf cancels:
+// 7.6e-7 at x = -5.28), and within 1e-6 relative near 0, where erf's absolute error would otherwise
+// dominate the tiny output.
+TEST(CpuBackendElementwise, Float32GeluErfAccuracy) {
+  CpuBackend be;
+  const int64_t n = 240001;
+  std::vector<float> x(n), y(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(-6.0 + 12.0 * i / (n - 1));
+  be.unary(UnaryOp::Gelu, mk(y.data(), DType::Float32, {n}), mk(x.data(), DType::Float32, {n}), 0);
+  auto gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double r = gelu(x[i]);
+    worst = std::max(worst, std::fabs(y[i] - r) / std::max(1.0, std::fabs(r)));
+  }
+  EXPECT_LE(worst, 1e-6);
+  std::vector<float> small = {1e-6f, -1e-6f, 3e-4f, -3e-4f, 1e-2f, -1e-2f}, ys(small.size());
+  be.unary(UnaryOp::Gelu, mk(ys.data(), DType::Float32, {6}), mk(small.data(), DType::Float32, {6}), 0);
+  for (size_t i = 0; i < small.size(); ++i)
+    EXPECT_NEAR(ys[i] / gelu(small[i]), 1.0, 1e-6) << "x = " << small[i];
+}
+
 TEST(CpuBackendElementwise, UnaryFormulasFloatAndDouble) {
   CpuBackend be;
   const int64_t n = 4001;
