@@ -117,6 +117,15 @@ PELAB_OP_CASE(make_case("layer_norm", "no affine [2,3,5]", {{2, 3, 5}},
 PELAB_OP_CASE(make_case("layer_norm", "weight only [3,4], eps 1e-3", {{3, 4}, {4}},
                         [](const V& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3); }));
 
+// ---------------- rotate_pairs ----------------
+PELAB_OP_CASE(make_case("rotate_pairs", "half pairs, pass-through tail: [2,3,4,6], [4,2]",
+                        {{2, 3, 4, 6}, {4, 2}, {4, 2}},
+                        [](const V& in) { return rotate_pairs(in[0], in[1], in[2]); }));
+PELAB_OP_CASE(make_case("rotate_pairs", "interleaved pairs: [3,5,4], [5,2]", {{3, 5, 4}, {5, 2}, {5, 2}},
+                        [](const V& in) { return rotate_pairs(in[0], in[1], in[2], true); }));
+PELAB_OP_CASE(make_case("rotate_pairs", "interleaved, tail, rank 2: [3,7], [3,3]", {{3, 7}, {3, 3}, {3, 3}},
+                        [](const V& in) { return rotate_pairs(in[0], in[1], in[2], true); }));
+
 // ---------------- dropout ----------------
 PELAB_OP_CASE(make_case("dropout", "training p=0.3 [4,5]", {{4, 5}}, [](const V& in) {
   Generator g(7);
@@ -369,6 +378,51 @@ TEST(OpsNN, LayerNormMatchesReference) {
     for (int64_t r = 0; r < R; ++r) col += want_plain[r * n + i];
     EXPECT_NEAR(gw[i], col, 1e-10);
   }
+}
+
+// rotate_pairs against the definition (both pairings, a pass-through tail, leading dims sharing one
+// table); with real angles it preserves each row's norm and its backward is the inverse rotation.
+TEST(OpsNN, RotatePairsMatchesDefinition) {
+  const int64_t B = 2, L = 3, D = 7, P = 3;
+  Tensor x = randn({B, L, D}, 70);
+  std::vector<double> ang(L * P), cv(L * P), sv(L * P);
+  for (int64_t i = 0; i < L * P; ++i) {
+    ang[i] = 0.37 * static_cast<double>(i) - 1.1;
+    cv[i] = std::cos(ang[i]);
+    sv[i] = std::sin(ang[i]);
+  }
+  Tensor c = Tensor::from_vector(cv, {L, P}, DType::Float64);
+  Tensor s = Tensor::from_vector(sv, {L, P}, DType::Float64);
+  const std::vector<double> xv = x.to_vector();
+  for (const bool inter : {false, true}) {
+    std::vector<double> want = xv;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t row = (b * L + l) * D, ia = inter ? 2 * p : p, ib = inter ? 2 * p + 1 : p + P;
+          const double xa = xv[row + ia], xb = xv[row + ib], cc = cv[l * P + p], ss = sv[l * P + p];
+          want[row + ia] = xa * cc - xb * ss;
+          want[row + ib] = xb * cc + xa * ss;
+        }
+    Tensor xr = x.detach().set_requires_grad(true);
+    Tensor y = rotate_pairs(xr, c, s, inter);
+    expect_close(y.to_vector(), want, 1e-12, inter ? "interleaved" : "half");
+    const std::vector<double> yv = y.to_vector();
+    for (int64_t r = 0; r < B * L; ++r) {
+      double nx = 0, ny = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        nx += xv[r * D + d] * xv[r * D + d];
+        ny += yv[r * D + d] * yv[r * D + d];
+      }
+      EXPECT_NEAR(nx, ny, 1e-12) << "row " << r;
+    }
+    // d(sum(y * y0))/dx with y0 = y detached is R^T y0 = x for a rotation R
+    sum(mul(y, y.detach())).backward();
+    expect_close(xr.grad().to_vector(), xv, 1e-12, "backward = inverse rotation");
+  }
+  EXPECT_THROW(rotate_pairs(x, slice(c, 1, 0, 2), s), Error);  // cos and sin shapes differ
+  EXPECT_THROW(rotate_pairs(x, randn({L, 4}, 71), randn({L, 4}, 72)), Error);  // 2P > D
+  EXPECT_THROW(rotate_pairs(x, randn({L + 1, P}, 73), randn({L + 1, P}, 74)), Error);  // rows
 }
 
 TEST(OpsNN, DropoutMaskScalingAndGenerator) {

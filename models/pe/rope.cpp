@@ -1,12 +1,12 @@
 // pelab — rotary position embedding, RoPE (Su et al. 2021), hook 2 (transform_qk), self-attention
 // only. The first rot = round(rope_fraction · dh) dims of every q and k vector are rotated pairwise by
-// angle pos · θ_i; the rest pass through. Applied in O(d) per vector as
-//     x' = x ⊙ cos + swap(x) ⊙ sin±
-// where swap exchanges the two members of each pair and sin± carries the sign of the rotation:
-//   pairing "half"        (GPT-NeoX / HF): pairs (c, c + rot/2), i.e. x' = x·cos + rotate_half(x)·sin
+// angle pos · θ_i; the rest pass through:
+//     x'_a = x_a cos − x_b sin,  x'_b = x_b cos + x_a sin   for each pair (a, b)
+//   pairing "half"        (GPT-NeoX / HF): pairs (i, i + rot/2), i.e. x' = x·cos + rotate_half(x)·sin
 //   pairing "interleaved" (RoFormer, the seeds' complex form): pairs (2i, 2i + 1)
-// Then q'·k' depends on the positions only through k_pos − q_pos. cos/sin tables [L, rot] are built on
-// the host (double precision) from the site's positions, which may be offset or arbitrary, and cached.
+// computed in one pass by the engine's rotate_pairs op (backward: the inverse rotation). Then q'·k'
+// depends on the positions only through k_pos − q_pos. cos/sin tables [L, rot/2] are built on the
+// host (double precision) from the site's positions, which may be offset or arbitrary, and cached.
 // Eval-time context extension (pi | ntk | dynamic_ntk | yarn) comes from rope_math.h and is applied
 // only when the module is not training. No parameters.
 #include <algorithm>
@@ -46,7 +46,7 @@ class RopePE : public PositionalEncoding {
     double mscale;
     DType dtype;
     Device device;
-    Tensor cos, sin;  // [L, rot]; sin carries the rotation sign per slot
+    Tensor cos, sin;  // [L, rot/2], per pair, mscale applied
   };
 
   const Tables& tables(const std::vector<int64_t>& pos, const RopeFreqs& f, DType dt, Device dev) {
@@ -55,25 +55,22 @@ class RopePE : public PositionalEncoding {
           t.inv_freq == f.inv_freq)
         return t;
     const int64_t L = static_cast<int64_t>(pos.size()), half = rot_ / 2;
-    std::vector<double> c(static_cast<size_t>(L * rot_)), s(c.size());
+    std::vector<double> c(static_cast<size_t>(L * half)), s(c.size());
     for (int64_t m = 0; m < L; ++m) {
       for (int64_t i = 0; i < half; ++i) {
         const double a = static_cast<double>(pos[m]) * f.inv_freq[i];
-        const double ca = std::cos(a) * f.mscale, sa = std::sin(a) * f.mscale;
-        // slot of the pair's first member gets -sin, the second +sin
-        const int64_t first = interleaved_ ? 2 * i : i, second = interleaved_ ? 2 * i + 1 : i + half;
-        c[m * rot_ + first] = ca;
-        c[m * rot_ + second] = ca;
-        s[m * rot_ + first] = -sa;
-        s[m * rot_ + second] = sa;
+        c[m * half + i] = std::cos(a) * f.mscale;
+        s[m * half + i] = std::sin(a) * f.mscale;
       }
     }
     if (cache_.size() >= 4) cache_.pop_front();
-    cache_.push_back({pos, f.inv_freq, f.mscale, dt, dev, Tensor::from_vector(c, {L, rot_}, dt, dev),
-                      Tensor::from_vector(s, {L, rot_}, dt, dev)});
+    cache_.push_back({pos, f.inv_freq, f.mscale, dt, dev, Tensor::from_vector(c, {L, half}, dt, dev),
+                      Tensor::from_vector(s, {L, half}, dt, dev)});
     return cache_.back();
   }
 
+  // One fused pass (rotate_pairs): pair i is dims (i, i + rot/2), or (2i, 2i + 1) interleaved;
+  // dims >= rot pass through (partial rotation).
   Tensor apply(const Tensor& x, const std::vector<int64_t>& pos, const RopeFreqs& f,
                const char* what) {
     const int64_t L = static_cast<int64_t>(pos.size());
@@ -81,18 +78,7 @@ class RopePE : public PositionalEncoding {
                 what, " [B, H, ", L, ", ", dh_, "], got ",
                 x.defined() ? shape_str(x.shape()) : std::string("undefined"));
     const Tables& t = tables(pos, f, x.dtype(), x.device());
-    const Tensor xr = rot_ == dh_ ? x : slice(x, 3, 0, rot_);
-    Tensor swapped;
-    if (interleaved_) {
-      const Shape s = xr.shape();
-      Tensor pairs = reshape(xr, {s[0], s[1], s[2], rot_ / 2, 2});
-      swapped = reshape(concat({slice(pairs, 4, 1, 2), slice(pairs, 4, 0, 1)}, 4), s);
-    } else {
-      swapped = concat({slice(xr, 3, rot_ / 2, rot_), slice(xr, 3, 0, rot_ / 2)}, 3);
-    }
-    Tensor y = add(mul(xr, t.cos), mul(swapped, t.sin));
-    if (rot_ == dh_) return y;
-    return concat({y, slice(x, 3, rot_, dh_)}, 3);
+    return rotate_pairs(x, t.cos, t.sin, interleaved_);
   }
 
   PEConfig cfg_;

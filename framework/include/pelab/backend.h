@@ -116,6 +116,14 @@ class Backend {
                                       const View& targets, int64_t rows, int64_t C,
                                       int64_t ignore_index, double smoothing, double scale) = 0;
 
+  // ---- pairwise planar rotation on contiguous x [outer, L, D], tables cos/sin contiguous [L, P],
+  // 1 <= P, 2P <= D. Pair p < P holds dims (a, b) = (p, p + P), or (2p, 2p + 1) when interleaved:
+  //   out[a] = x[a] cos[l, p] - x[b] sin[l, p],  out[b] = x[b] cos[l, p] + x[a] sin[l, p]
+  // (inverse: sin negated, the transpose), and out[d] = x[d] for d >= 2P. out may alias x. ----
+  virtual void rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
+                            int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
+                            bool inverse) = 0;
+
   // ---- indexing on contiguous data ----
   // index_select: out[o, j, i] = in[o, idx[j], i]; in [outer, n_in, inner], idx [n_idx] Int64.
   virtual void index_select(const View& out, const View& in, const View& idx, int64_t outer,

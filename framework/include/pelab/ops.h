@@ -83,6 +83,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                      double label_smoothing = 0.0);
 // over the last axis; weight/bias [n] or undefined
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Rotates coordinate pairs of the last axis by per-row angles (RoPE's rotation, one pass):
+// x [..., L, D], cos/sin [L, P] with 2P <= D; pair p is dims (p, p + P), or (2p, 2p + 1) when
+// interleaved: y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin; dims >= 2P pass through.
+Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interleaved = false);
 // inverted dropout: identity when !training or p == 0
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 

@@ -67,6 +67,10 @@ class CpuBackend : public Backend {
                               const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
                               double smoothing, double scale) override;
 
+  void rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
+                    int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
+                    bool inverse) override;
+
   void index_select(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
                     int64_t n_idx, int64_t inner) override;
   void index_add(const View& acc, const View& src, const View& idx, int64_t outer, int64_t n_in,

@@ -500,6 +500,55 @@ void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& log
 }
 
 // =====================================================================================
+void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
+                              int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
+                              bool inverse) {
+  const char* op = "rotate_pairs";
+  PELAB_CHECK(P >= 1 && 2 * P <= D, op, ": ", P, " pairs do not fit rows of ", D);
+  check_rows(x, outer * L * D, op, "input");
+  check_rows(out, outer * L * D, op, "output");
+  check_rows(cos, L * P, op, "cos");
+  check_rows(sin, L * P, op, "sin");
+  check_dtype(out, x.dtype, op, "output");
+  check_dtype(cos, x.dtype, op, "cos");
+  check_dtype(sin, x.dtype, op, "sin");
+  const int64_t rows = outer * L;
+  cpu::dispatch_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data);
+    T* op_ = static_cast<T*>(out.data);
+    const T* cp = static_cast<const T*>(cos.data);
+    const T* sp = static_cast<const T*>(sin.data);
+    const T sgn = inverse ? T(-1) : T(1);
+    // a row at a time; reads of a pair precede its writes, so out may alias x
+#pragma omp parallel for schedule(static) if (rows * D > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * D;
+      T* o = op_ + r * D;
+      const T* c = cp + (r % L) * P;
+      const T* sn = sp + (r % L) * P;
+      if (!interleaved) {
+#pragma omp simd
+        for (int64_t p = 0; p < P; ++p) {
+          const T a = xr[p], b = xr[p + P], s = sgn * sn[p];
+          o[p] = a * c[p] - b * s;
+          o[p + P] = b * c[p] + a * s;
+        }
+      } else {
+#pragma omp simd
+        for (int64_t p = 0; p < P; ++p) {
+          const T a = xr[2 * p], b = xr[2 * p + 1], s = sgn * sn[p];
+          o[2 * p] = a * c[p] - b * s;
+          o[2 * p + 1] = b * c[p] + a * s;
+        }
+      }
+      if (o != xr)
+        for (int64_t d = 2 * P; d < D; ++d) o[d] = xr[d];
+    }
+  });
+}
+
+// =====================================================================================
 void CpuBackend::index_select(const View& out, const View& in, const View& idx, int64_t outer,
                               int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "index_select";

@@ -449,7 +449,61 @@ __global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T wd, T mu
   }
 }
 
+// ---------------- pairwise rotation ----------------
+// One thread per (row, pair) writes both members, so out may alias x.
+template <class T>
+__global__ void rotate_pairs_kernel(T* out, const T* x, const T* cs, const T* sn, int64_t rows,
+                                    int64_t L, int64_t D, int64_t P, bool interleaved, T sgn) {
+  PELAB_KERNEL_LOOP(i, rows * P) {
+    const int64_t r = i / P, p = i % P;
+    const int64_t a = interleaved ? 2 * p : p, b = interleaved ? 2 * p + 1 : p + P;
+    const T* xr = x + r * D;
+    const T c = cs[(r % L) * P + p], s = sgn * sn[(r % L) * P + p];
+    const T va = xr[a], vb = xr[b];
+    out[r * D + a] = va * c - vb * s;
+    out[r * D + b] = vb * c + va * s;
+  }
+}
+template <class T>
+__global__ void rotate_pairs_tail(T* out, const T* x, int64_t rows, int64_t D, int64_t P) {
+  const int64_t w = D - 2 * P;
+  PELAB_KERNEL_LOOP(i, rows * w) {
+    const int64_t r = i / w, d = 2 * P + i % w;
+    out[r * D + d] = x[r * D + d];
+  }
+}
+
 }  // namespace
+
+// =====================================================================================
+void CudaBackend::rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
+                               int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
+                               bool inverse) {
+  const char* op = "rotate_pairs";
+  PELAB_CHECK(P >= 1 && 2 * P <= D, op, ": ", P, " pairs do not fit rows of ", D);
+  check_rows(x, outer * L * D, op, "input");
+  check_rows(out, outer * L * D, op, "output");
+  check_rows(cos, L * P, op, "cos");
+  check_rows(sin, L * P, op, "sin");
+  check_dtype(out, x.dtype, op, "output");
+  check_dtype(cos, x.dtype, op, "cos");
+  check_dtype(sin, x.dtype, op, "sin");
+  const int64_t rows = outer * L;
+  if (rows == 0) return;
+  cuda::dispatch_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data);
+    const T* xp = static_cast<const T*>(x.data);
+    rotate_pairs_kernel<T><<<grid_for(rows * P), kThreads>>>(
+        o, xp, static_cast<const T*>(cos.data), static_cast<const T*>(sin.data), rows, L, D, P,
+        interleaved, inverse ? T(-1) : T(1));
+    cuda::check_launch(op, rows_ctx(outer, L, D, x.dtype));
+    if (2 * P < D && out.data != x.data) {
+      rotate_pairs_tail<T><<<grid_for(rows * (D - 2 * P)), kThreads>>>(o, xp, rows, D, P);
+      cuda::check_launch(op, rows_ctx(outer, L, D, x.dtype));
+    }
+  });
+}
 
 // =====================================================================================
 void CudaBackend::softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,

@@ -1,6 +1,7 @@
 // pelab — fused nn ops on top of the backend's fused kernels: softmax / log_softmax along any
 // axis, cross-entropy with ignore_index and label smoothing, layer norm over the last axis, and
-// inverted dropout with a counter-based mask; each with its backward pass.
+// inverted dropout with a counter-based mask, and the pairwise rotation of the last axis by per-row
+// angles; each with its backward pass.
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,7 @@ PELAB_REGISTER_OP("log_softmax", true);
 PELAB_REGISTER_OP("cross_entropy", true);
 PELAB_REGISTER_OP("layer_norm", true);
 PELAB_REGISTER_OP("dropout", true);
+PELAB_REGISTER_OP("rotate_pairs", true);
 
 namespace {
 
@@ -221,6 +223,58 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     std::vector<Tensor> grads{gx};
     if (has_w) grads.push_back(gw);
     if (has_b) grads.push_back(gb);
+    return grads;
+  });
+}
+
+Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interleaved) {
+  const char* op = "rotate_pairs";
+  check_float(op, x, "input");
+  check_float(op, cos, "cos");
+  check_float(op, sin, "sin");
+  PELAB_CHECK(x.dim() >= 2, op, ": input must be [..., L, D], got ", shape_str(x.shape()));
+  const int64_t L = x.size(-2), D = x.size(-1);
+  PELAB_CHECK(cos.dim() == 2 && cos.shape() == sin.shape() && cos.size(0) == L &&
+                  cos.size(1) >= 1 && 2 * cos.size(1) <= D,
+              op, ": cos ", shape_str(cos.shape()), " and sin ", shape_str(sin.shape()),
+              " must both be [", L, ", P] with 1 <= P <= ", D / 2, " for input ",
+              shape_str(x.shape()));
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  for (const Tensor* t : {&cos, &sin}) {
+    PELAB_CHECK(t->dtype() == dt && t->device() == dev, op, ": ", t == &cos ? "cos" : "sin", " ",
+                dtype_name(t->dtype()), " on ", t->device().str(), " does not match input ",
+                dtype_name(dt), " on ", dev.str());
+  }
+  const int64_t P = cos.size(1);
+  int64_t outer = 1;
+  for (int64_t d = 0; d + 2 < x.dim(); ++d) outer *= x.size(d);
+  Tensor xc = contig(x), cc = contig(cos), sc = contig(sin);
+  Tensor y = Tensor::empty(x.shape(), dt, dev);
+  if (y.numel() > 0)
+    backend_for(dev).rotate_pairs(flat_view(y, {outer, L, D}), flat_view(xc, {outer, L, D}),
+                                  view_of(cc), view_of(sc), outer, L, D, P, interleaved, false);
+  const bool need_x = x.requires_grad(), need_cs = cos.requires_grad() || sin.requires_grad();
+  const Shape xshape = x.shape();
+  return record(op, {x, cos, sin}, y, [=](const Tensor& g) -> std::vector<Tensor> {
+    std::vector<Tensor> grads(3);
+    Tensor gc = contig(g);
+    if (need_x) {  // the transpose: rotate back by the same angles
+      Tensor gx = Tensor::empty(xshape, dt, dev);
+      if (gx.numel() > 0)
+        backend_for(dev).rotate_pairs(flat_view(gx, {outer, L, D}), flat_view(gc, {outer, L, D}),
+                                      view_of(cc), view_of(sc), outer, L, D, P, interleaved, true);
+      grads[0] = gx;
+    }
+    if (need_cs) {  // d/dcos = ga xa + gb xb, d/dsin = gb xa - ga xb, summed over the leading dims
+      const Tensor g3 = reshape(gc, {outer, L, D}), x3 = reshape(xc, {outer, L, D});
+      auto member = [&](const Tensor& t, int64_t m) {
+        return interleaved ? slice(t, 2, m, 2 * P, 2) : slice(t, 2, m * P, (m + 1) * P);
+      };
+      const Tensor ga = member(g3, 0), gb = member(g3, 1), xa = member(x3, 0), xb = member(x3, 1);
+      grads[1] = sum(add(mul(ga, xa), mul(gb, xb)), {0});
+      grads[2] = sum(sub(mul(gb, xa), mul(ga, xb)), {0});
+    }
     return grads;
   });
 }
