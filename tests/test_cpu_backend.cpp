@@ -691,7 +691,21 @@ TEST(CpuBackendBlas, GemmTransposesAndBatchStridesMatchNaive) {
       check_gemm<double>(DType::Float64, ta, tb, 4, 6, 9, 5, false, true, 1e-12);    // shared B
       check_gemm<float>(DType::Float32, ta, tb, 3, 8, 6, 4, true, false, 1e-5);      // shared A
       check_gemm<float>(DType::Float32, ta, tb, 70, 65, 72, 3, false, false, 1e-4);  // large path
+      // the small-product kernel (every dim <= 64): full 6 x 16 tiles plus row and column tails,
+      // the 64 x 64 x 64 limit, and one dim just past it (BLAS again)
+      check_gemm<double>(DType::Float64, ta, tb, 13, 37, 20, 3, false, false, 1e-12);
+      check_gemm<float>(DType::Float32, ta, tb, 32, 32, 32, 4, false, false, 1e-5);
+      check_gemm<float>(DType::Float32, ta, tb, 64, 64, 64, 2, false, true, 1e-4);
+      check_gemm<double>(DType::Float64, ta, tb, 64, 17, 65, 2, true, false, 1e-12);
     }
+  // beta == 0 overwrites C, NaN included, in the small kernel as in BLAS
+  {
+    CpuBackend be;
+    std::vector<float> a(8 * 8, 1.0f), b(8 * 8, 2.0f), c(8 * 8, std::nanf(""));
+    be.gemm(DType::Float32, false, false, 8, 8, 8, 1.0, a.data(), 8, 0, b.data(), 8, 0, 0.0,
+            c.data(), 8, 0, 1);
+    for (float v : c) EXPECT_EQ(v, 16.0f);
+  }
   // K == 0 scales C by beta
   CpuBackend be;
   std::vector<double> c = {1, 2, 3, 4};

