@@ -698,6 +698,18 @@ TEST(CpuBackendBlas, GemmTransposesAndBatchStridesMatchNaive) {
       check_gemm<float>(DType::Float32, ta, tb, 64, 64, 64, 2, false, true, 1e-4);
       check_gemm<double>(DType::Float64, ta, tb, 64, 17, 65, 2, true, false, 1e-12);
     }
+  // A small output with a long K is cut along K across threads (3 threads: uneven chunks), with
+  // beta applied once; the result must not depend on that split beyond rounding.
+  {
+    const int saved = num_threads();
+    set_num_threads(3);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        check_gemm<double>(DType::Float64, ta, tb, 33, 32, 1001, 1, false, false, 1e-12);
+        check_gemm<float>(DType::Float32, ta, tb, 9, 40, 2000, 2, false, false, 1e-4);
+      }
+    set_num_threads(saved);
+  }
   // beta == 0 overwrites C, NaN included, in the small kernel as in BLAS
   {
     CpuBackend be;

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_small_gemm.h"
@@ -51,6 +52,35 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const 
   }
 }
 
+// Above this output side, cutting C's rows or columns keeps every thread busy; at or below it a
+// product with a long K (a weight gradient such as Shaw's [33, B·H·L] @ [B·H·L, 32]) is cut along K.
+constexpr int64_t kSplitKMaxExtent = 64;
+
+// C = alpha * op(A) @ op(B) + beta * C with K cut into nt equal chunks: thread 0 applies beta and
+// adds its chunk into C, thread t > 0 writes its chunk to a private [M, N] buffer, and the buffers
+// are then added into C in thread order (fixed by the shape and thread count: deterministic).
+template <class T>
+void gemm_split_k(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                  int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  const int64_t chunk = (K + nt - 1) / nt;
+  std::vector<T> part(static_cast<size_t>((nt - 1) * M * N));
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int t = 0; t < nt; ++t) {
+    const int64_t k0 = std::min<int64_t>(K, t * chunk), kn = std::min<int64_t>(chunk, K - k0);
+    const T* a = ta ? A + k0 * lda : A + k0;  // op(A) columns k0.. (stored rows when transposed)
+    const T* b = tb ? B + k0 : B + k0 * ldb;  // op(B) rows k0..
+    if (t == 0)
+      gemm_one<T>(ta, tb, M, N, kn, alpha, a, lda, b, ldb, beta, C, ldc);
+    else
+      gemm_one<T>(ta, tb, M, N, kn, alpha, a, lda, b, ldb, T(0), part.data() + (t - 1) * M * N, N);
+  }
+  for (int t = 1; t < nt; ++t) {
+    const T* p = part.data() + (t - 1) * M * N;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += p[i * N + j];
+  }
+}
+
 // One product on every thread: C's rows (or, when it is wider than tall, its columns) are cut into
 // one block per thread, aligned to 16, and each block is a single-threaded BLAS call; products below
 // kLargeGemm stay one call. K is never split and the cut depends only on the shape and the thread
@@ -65,8 +95,12 @@ void gemm_threaded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, c
   const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t block = (extent / nt + 15) / 16 * 16;
-  if (M * N * K < kLargeGemm || nt <= 1 || omp_in_parallel() || K == 0 || block == 0 ||
-      block >= extent) {
+  const bool parallel = M * N * K >= kLargeGemm && nt > 1 && !omp_in_parallel() && K > 0;
+  if (parallel && extent <= kSplitKMaxExtent && K >= 8 * extent * nt) {
+    gemm_split_k<T>(nt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (!parallel || block == 0 || block >= extent) {
     gemm_one<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
