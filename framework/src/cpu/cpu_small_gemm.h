@@ -74,19 +74,24 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
                 const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   using Tr = SmallGemmTraits<T>;
   constexpr int NR = Tr::NR, MR = Tr::MR;
-  const int64_t np = (N + NR - 1) / NR * NR;
-  alignas(64) T bp[kSmallDim * ((kSmallDim + NR - 1) / NR * NR)];
-  if (tb) {  // B stored [N, K]: read its rows contiguously, write columns of the tile
+  int64_t np = (N + NR - 1) / NR * NR;
+  alignas(64) T tile[kSmallDim * ((kSmallDim + NR - 1) / NR * NR)];
+  const T* bp = tile;
+  if (!tb && N % NR == 0) {  // op(B) rows are already whole vectors: read B in place
+    bp = B;
+    np = ldb;
+  } else if (tb) {  // B stored [N, K]: read its rows contiguously, write columns of the tile
     for (int64_t j = 0; j < N; ++j) {
       const T* src = B + j * ldb;
-      for (int64_t k = 0; k < K; ++k) bp[k * np + j] = src[k];
+      for (int64_t k = 0; k < K; ++k) tile[k * np + j] = src[k];
     }
   } else {
-    for (int64_t k = 0; k < K; ++k) std::memcpy(bp + k * np, B + k * ldb, sizeof(T) * N);
-  }
-  if (np > N)
     for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = N; j < np; ++j) bp[k * np + j] = T(0);
+      for (int64_t j = 0; j < N; ++j) tile[k * np + j] = B[k * ldb + j];
+  }
+  if (bp == tile && np > N)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = N; j < np; ++j) tile[k * np + j] = T(0);
   for (int64_t j0 = 0; j0 < N; j0 += NR) {
     const int64_t cols = std::min<int64_t>(NR, N - j0);
     int64_t i0 = 0;
