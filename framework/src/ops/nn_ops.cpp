@@ -256,6 +256,7 @@ Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool 
                                   view_of(cc), view_of(sc), outer, L, D, P, interleaved, false);
   const bool need_x = x.requires_grad(), need_cs = cos.requires_grad() || sin.requires_grad();
   const Shape xshape = x.shape();
+  const Tensor xsaved = need_cs ? xc : Tensor();  // the input is kept only for the angle gradients
   return record(op, {x, cos, sin}, y, [=](const Tensor& g) -> std::vector<Tensor> {
     std::vector<Tensor> grads(3);
     Tensor gc = contig(g);
@@ -267,7 +268,7 @@ Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool 
       grads[0] = gx;
     }
     if (need_cs) {  // d/dcos = ga xa + gb xb, d/dsin = gb xa - ga xb, summed over the leading dims
-      const Tensor g3 = reshape(gc, {outer, L, D}), x3 = reshape(xc, {outer, L, D});
+      const Tensor g3 = reshape(gc, {outer, L, D}), x3 = reshape(xsaved, {outer, L, D});
       auto member = [&](const Tensor& t, int64_t m) {
         return interleaved ? slice(t, 2, m, 2 * P, 2) : slice(t, 2, m * P, (m + 1) * P);
       };
