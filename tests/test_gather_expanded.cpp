@@ -2,6 +2,7 @@
 // match a gather with the materialised index (forward and backward) and still reject bad indices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -126,6 +127,40 @@ TEST(GatherExpanded, LastAxisRunsMatchDefinition) {
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(av[i], want[i], tol * (1.0 + std::abs(want[i])))
             << "scatter_add " << dtype_name(dt) << ", outer " << outer << ", element " << i;
+    }
+  }
+}
+
+// index_select / index_add along the last axis (inner = 1), T5's bias lookup: one shared index with
+// long runs of equal bucket ids, few slices (the selection is cut into index chunks), float32 and
+// float64, against the definition; index_add accumulates into a non-zero buffer.
+TEST(GatherExpanded, IndexSelectLastAxisRunsMatchDefinition) {
+  for (const int64_t outer : {int64_t{1}, int64_t{4}, int64_t{40}}) {
+    for (const DType dt : {DType::Float64, DType::Float32}) {
+      const int64_t n_in = 9, n_idx = 5000;
+      std::vector<int64_t> iv(n_idx);
+      for (int64_t j = 0; j < n_idx; ++j) iv[j] = std::min<int64_t>(n_in - 1, (j / 37) % 12);
+      iv[100] = 3;  // a lone value inside a run
+      Tensor idx = Tensor::from_ints(iv, {n_idx});
+      Tensor in = ramp({outer * n_in}, 0.3).to(dt);
+      Tensor src = ramp({outer * n_idx}, 0.2).to(dt);
+      Tensor acc = ramp({outer * n_in}, 0.1).to(dt);
+      const std::vector<double> inv = in.to_vector(), sv = src.to_vector(), a0 = acc.to_vector();
+      Backend& be = backend_for(Device::cpu());
+      Tensor out = Tensor::empty({outer * n_idx}, dt);
+      be.index_select(view_of(out), view_of(in), view_of(idx), outer, n_in, n_idx, 1);
+      be.index_add(view_of(acc), view_of(src), view_of(idx), outer, n_in, n_idx, 1);
+      const std::vector<double> ov = out.to_vector(), av = acc.to_vector();
+      std::vector<double> want(a0);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < n_idx; ++j) {
+          ASSERT_EQ(ov[o * n_idx + j], inv[o * n_in + iv[j]]) << "index_select, outer " << outer;
+          want[o * n_in + iv[j]] += sv[o * n_idx + j];
+        }
+      const double tol = dt == DType::Float64 ? 1e-12 : 1e-4;
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(av[i], want[i], tol * (1.0 + std::abs(want[i])))
+            << "index_add " << dtype_name(dt) << ", outer " << outer << ", element " << i;
     }
   }
 }

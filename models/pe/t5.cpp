@@ -5,8 +5,8 @@
 // Parameters: one table per stack "rel_bias" [num_buckets, H] shared by its layers (as in T5), or one
 // per layer "layers.<i>.rel_bias" with pe.t5_per_layer. Init: normal(0, d_model^−0.5), HF's
 // T5PreTrainedModel init with factor 1. Bucket ids [Lq, Lk] (Int64) are built on the host and cached
-// per (positions, direction, device); the bias is embedding(table, ids) [Lq, Lk, H] permuted to
-// [1, H, Lq, Lk] (a view).
+// per (positions, direction, device), flattened to [Lq·Lk]; the bias is index_select(tableᵀ, 1, ids)
+// [H, Lq·Lk] viewed as [1, H, Lq, Lk] (contiguous: the score add runs at unit stride).
 #include <cmath>
 #include <deque>
 
@@ -57,8 +57,13 @@ class T5PE : public PositionalEncoding {
     const Tensor& table = tables_.size() == 1 ? tables_[0] : tables_[site.layer];
     const bool bidirectional = site.kind == AttnKind::EncoderSelf && !site.causal;
     const Tensor ids = bucket_ids(*site.q_pos, *site.k_pos, bidirectional, table.device());
-    Tensor b = embedding(table, ids);              // [Lq, Lk, H]
-    return unsqueeze(permute(b, {2, 0, 1}), 0);    // [1, H, Lq, Lk]
+    const int64_t Lq = static_cast<int64_t>(site.q_pos->size());
+    const int64_t Lk = static_cast<int64_t>(site.k_pos->size());
+    // [H, buckets] (a tiny copy) -> select along its last axis -> [H, Lq·Lk]: the bias comes out
+    // contiguous in the scores' [1, H, Lq, Lk] layout, so the add runs at unit stride.
+    Tensor by_head = transpose(table, 0, 1).contiguous();
+    Tensor b = index_select(by_head, 1, ids);
+    return reshape(b, {1, heads_, Lq, Lk});
   }
 
  private:
@@ -80,7 +85,7 @@ class T5PE : public PositionalEncoding {
       for (int64_t j = 0; j < Lk; ++j)
         v[i * Lk + j] = t5_relative_bucket(kp[j] - qp[i], bidirectional, num_buckets_, max_distance_);
     if (cache_.size() >= 4) cache_.pop_front();
-    cache_.push_back({qp, kp, bidirectional, dev, Tensor::from_ints(v, {Lq, Lk}, dev)});
+    cache_.push_back({qp, kp, bidirectional, dev, Tensor::from_ints(v, {Lq * Lk}, dev)});
     return cache_.back().ids;
   }
 

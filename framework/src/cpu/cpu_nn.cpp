@@ -559,19 +559,27 @@ void CpuBackend::index_select(const View& out, const View& in, const View& idx, 
   check_dtype(out, in.dtype, op, "output");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
   check_indices(ix, n_idx, n_in, op);
+  const int nth = omp_get_max_threads();
+  const int64_t jchunks =
+      outer >= 4 * nth ? 1 : std::min<int64_t>(ceil_div(4 * nth, std::max<int64_t>(outer, 1)), n_idx);
+  const int64_t jw = ceil_div(n_idx, std::max<int64_t>(jchunks, 1));
+  const int64_t nj = n_idx == 0 ? 0 : ceil_div(n_idx, jw);
   cpu::dispatch_all(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
+    // Tasks are (slice o, chunk of indices); inner == 1 (selecting along the last axis, e.g. T5's
+    // bias table) is a plain indexed copy without per-element index arithmetic.
 #pragma omp parallel for schedule(static) if (outer * n_idx * inner > kParallelGrain)
-    for (int64_t t = 0; t < outer * n_idx; ++t) {
-      const int64_t o = t / n_idx, j = t % n_idx;
-      const T* s = src + (o * n_in + ix[j]) * inner;
-      T* d = dst + t * inner;
+    for (int64_t t = 0; t < outer * nj; ++t) {
+      const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
+      const T* sb = src + o * n_in * inner;
+      T* db = dst + o * n_idx * inner;
       if (inner == 1) {
-        d[0] = s[0];
+        for (int64_t j = j0; j < j1; ++j) db[j] = sb[ix[j]];
       } else {
-        std::memcpy(d, s, sizeof(T) * inner);
+        for (int64_t j = j0; j < j1; ++j)
+          std::memcpy(db + j * inner, sb + ix[j] * inner, sizeof(T) * inner);
       }
     }
   });
@@ -600,6 +608,21 @@ void CpuBackend::index_add(const View& acc, const View& src, const View& idx, in
     for (int64_t t = 0; t < outer * nc; ++t) {
       const int64_t o = t / nc, c = t % nc;
       const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
+      if (inner == 1) {  // runs of equal indices summed in registers, as in scatter_add
+        T* ab = a + o * n_in;
+        const T* sb = s + o * n_idx;
+        for (int64_t j = 0; j < n_idx;) {
+          const int64_t b = ix[j];
+          int64_t e = j + 1;
+          while (e < n_idx && ix[e] == b) ++e;
+          T sum = T(0);
+#pragma omp simd reduction(+ : sum)
+          for (int64_t q = j; q < e; ++q) sum += sb[q];
+          ab[b] += sum;
+          j = e;
+        }
+        continue;
+      }
       for (int64_t j = 0; j < n_idx; ++j) {
         T* d = a + (o * n_in + ix[j]) * inner + i0;
         const T* v = s + (o * n_idx + j) * inner + i0;
