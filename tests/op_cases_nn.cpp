@@ -423,6 +423,15 @@ TEST(OpsNN, RotatePairsMatchesDefinition) {
   EXPECT_THROW(rotate_pairs(x, slice(c, 1, 0, 2), s), Error);  // cos and sin shapes differ
   EXPECT_THROW(rotate_pairs(x, randn({L, 4}, 71), randn({L, 4}, 72)), Error);  // 2P > D
   EXPECT_THROW(rotate_pairs(x, randn({L + 1, P}, 73), randn({L + 1, P}, 74)), Error);  // rows
+  // the backend's own checks (shared by CPU and CUDA): a table of the wrong size, a float32 output
+  Tensor out = Tensor::empty({B, L, D}, DType::Float64), out32 = Tensor::empty({B, L, D});
+  Backend& be = backend_for(Device::cpu());
+  EXPECT_THROW(be.rotate_pairs(view_of(out), view_of(x), view_of(randn({L, P + 1}, 75)), view_of(s),
+                               B, L, D, P, false, false),
+               Error);
+  EXPECT_THROW(be.rotate_pairs(view_of(out32), view_of(x), view_of(c), view_of(s), B, L, D, P, false,
+                               false),
+               Error);
 }
 
 TEST(OpsNN, DropoutMaskScalingAndGenerator) {

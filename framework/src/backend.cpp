@@ -3,6 +3,7 @@
 
 #include <array>
 #include <mutex>
+#include <utility>
 
 namespace pelab {
 
@@ -70,6 +71,21 @@ bool View::contiguous() const {
     expected *= shape[i];
   }
   return true;
+}
+
+void check_rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
+                        int64_t outer, int64_t L, int64_t D, int64_t P) {
+  const char* op = "rotate_pairs";
+  PELAB_CHECK(P >= 1 && 2 * P <= D, op, ": ", P, " pairs do not fit rows of ", D);
+  const std::pair<const View*, const char*> args[] = {
+      {&x, "input"}, {&out, "output"}, {&cos, "cos"}, {&sin, "sin"}};
+  for (const auto& [v, what] : args) {
+    const int64_t want = v == &cos || v == &sin ? L * P : outer * L * D;
+    PELAB_CHECK(v->data != nullptr && v->numel() == want && v->contiguous(), op, ": ", what, " ",
+                shape_str(v->shape), " must be contiguous with ", want, " elements");
+    PELAB_CHECK(v->dtype == x.dtype, op, ": ", what, " has dtype ", dtype_name(v->dtype),
+                ", expected ", dtype_name(x.dtype));
+  }
 }
 
 View view_of(const Tensor& t) {

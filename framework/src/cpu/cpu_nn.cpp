@@ -35,6 +35,23 @@ void check_dtype(const View& v, DType dt, const char* op, const char* what) {
               dtype_name(dt));
 }
 
+// acc[idx[j]] += src[j] for j in order. A run of equal indices (Shaw's clipped distances, T5's
+// far buckets) is summed in registers and added once, instead of a chain of dependent
+// read-modify-writes of one address. The order is fixed by the index alone: deterministic.
+template <class T>
+void add_runs(T* acc, const T* src, const int64_t* idx, int64_t n) {
+  for (int64_t j = 0; j < n;) {
+    const int64_t b = idx[j];
+    int64_t e = j + 1;
+    while (e < n && idx[e] == b) ++e;
+    T sum = T(0);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t q = j; q < e; ++q) sum += src[q];
+    acc[b] += sum;
+    j = e;
+  }
+}
+
 // ---------------- softmax ----------------
 template <class T>
 T row_max(const T* x, int64_t n) {
@@ -504,14 +521,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
                               int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
                               bool inverse) {
   const char* op = "rotate_pairs";
-  PELAB_CHECK(P >= 1 && 2 * P <= D, op, ": ", P, " pairs do not fit rows of ", D);
-  check_rows(x, outer * L * D, op, "input");
-  check_rows(out, outer * L * D, op, "output");
-  check_rows(cos, L * P, op, "cos");
-  check_rows(sin, L * P, op, "sin");
-  check_dtype(out, x.dtype, op, "output");
-  check_dtype(cos, x.dtype, op, "cos");
-  check_dtype(sin, x.dtype, op, "sin");
+  check_rotate_pairs(out, x, cos, sin, outer, L, D, P);
   const int64_t rows = outer * L;
   cpu::dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -608,19 +618,8 @@ void CpuBackend::index_add(const View& acc, const View& src, const View& idx, in
     for (int64_t t = 0; t < outer * nc; ++t) {
       const int64_t o = t / nc, c = t % nc;
       const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
-      if (inner == 1) {  // runs of equal indices summed in registers, as in scatter_add
-        T* ab = a + o * n_in;
-        const T* sb = s + o * n_idx;
-        for (int64_t j = 0; j < n_idx;) {
-          const int64_t b = ix[j];
-          int64_t e = j + 1;
-          while (e < n_idx && ix[e] == b) ++e;
-          T sum = T(0);
-#pragma omp simd reduction(+ : sum)
-          for (int64_t q = j; q < e; ++q) sum += sb[q];
-          ab[b] += sum;
-          j = e;
-        }
+      if (inner == 1) {  // along the last axis (T5's bias table)
+        add_runs(a + o * n_in, s + o * n_idx, ix, n_idx);
         continue;
       }
       for (int64_t j = 0; j < n_idx; ++j) {
@@ -702,24 +701,8 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
       T* ab = a + o * n_in * inner;
       const int64_t* ib = ix + (o % P) * n_idx * inner;
       const T* sb = s + o * n_idx * inner;
-      if (inner == 1) {
-        // Scatter along the last axis. A run of equal indices (Shaw's clipped distances, bins) is
-        // summed in registers and added once, instead of a chain of dependent read-modify-writes
-        // of one address. The order is fixed by the index alone, so the sums are deterministic.
-        for (int64_t j = 0; j < n_idx;) {
-          const int64_t b = ib[j];
-          int64_t e = j + 1;
-          while (e < n_idx && ib[e] == b) ++e;
-          if (e - j == 1) {
-            ab[b] += sb[j];
-          } else {
-            T sum = T(0);
-#pragma omp simd reduction(+ : sum)
-            for (int64_t q = j; q < e; ++q) sum += sb[q];
-            ab[b] += sum;
-          }
-          j = e;
-        }
+      if (inner == 1) {  // scatter along the last axis (Shaw's bins)
+        add_runs(ab, sb, ib, n_idx);
         continue;
       }
       for (int64_t j = 0; j < n_idx; ++j) {

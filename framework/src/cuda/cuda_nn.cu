@@ -480,14 +480,7 @@ void CudaBackend::rotate_pairs(const View& out, const View& x, const View& cos, 
                                int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
                                bool inverse) {
   const char* op = "rotate_pairs";
-  PELAB_CHECK(P >= 1 && 2 * P <= D, op, ": ", P, " pairs do not fit rows of ", D);
-  check_rows(x, outer * L * D, op, "input");
-  check_rows(out, outer * L * D, op, "output");
-  check_rows(cos, L * P, op, "cos");
-  check_rows(sin, L * P, op, "sin");
-  check_dtype(out, x.dtype, op, "output");
-  check_dtype(cos, x.dtype, op, "cos");
-  check_dtype(sin, x.dtype, op, "sin");
+  check_rotate_pairs(out, x, cos, sin, outer, L, D, P);
   const int64_t rows = outer * L;
   if (rows == 0) return;
   cuda::dispatch_float(x.dtype, op, [&](auto tag) {
