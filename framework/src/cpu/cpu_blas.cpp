@@ -83,8 +83,9 @@ void gemm_split_k(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T a
 
 // One product on every thread: C's rows (or, when it is wider than tall, its columns) are cut into
 // one block per thread, aligned to 16, and each block is a single-threaded BLAS call; products below
-// kLargeGemm stay one call. K is never split and the cut depends only on the shape and the thread
-// count, so results are deterministic for a thread count. On the 2-core
+// kLargeGemm stay one call, and a small output with a long K goes to gemm_split_k. The cut depends
+// only on the shape and the thread count, so results are deterministic for a thread count. On the
+// 2-core
 // benchmark machine this ran the transformer's products (M = 1024-2048 rows, N and K = 32-512)
 // 5-50% faster than OpenBLAS's own threading, which forks, syncs and yields inside every call
 // (docs/performance.md).

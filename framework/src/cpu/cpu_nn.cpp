@@ -35,6 +35,19 @@ void check_dtype(const View& v, DType dt, const char* op, const char* what) {
               dtype_name(dt));
 }
 
+// Tasks of a gather-like kernel: (slice o, chunk of the n_idx rows). With few slices the rows are
+// cut so that every thread gets work; the cut depends only on the sizes and the thread count.
+struct IndexChunks {
+  int64_t width = 1, count = 0;  // rows per chunk, chunks per slice
+  IndexChunks(int64_t outer, int64_t n_idx) {
+    const int nth = omp_get_max_threads();
+    const int64_t want =
+        outer >= 4 * nth ? 1 : std::min<int64_t>(ceil_div(4 * nth, std::max<int64_t>(outer, 1)), n_idx);
+    width = ceil_div(n_idx, std::max<int64_t>(want, 1));
+    count = n_idx == 0 ? 0 : ceil_div(n_idx, width);
+  }
+};
+
 // acc[idx[j]] += src[j] for j in order. A run of equal indices (Shaw's clipped distances, T5's
 // far buckets) is summed in registers and added once, instead of a chain of dependent
 // read-modify-writes of one address. The order is fixed by the index alone: deterministic.
@@ -526,7 +539,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
   cpu::dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data);
-    T* op_ = static_cast<T*>(out.data);
+    T* ob = static_cast<T*>(out.data);
     const T* cp = static_cast<const T*>(cos.data);
     const T* sp = static_cast<const T*>(sin.data);
     const T sgn = inverse ? T(-1) : T(1);
@@ -534,7 +547,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
 #pragma omp parallel for schedule(static) if (rows * D > kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = xp + r * D;
-      T* o = op_ + r * D;
+      T* o = ob + r * D;
       const T* c = cp + (r % L) * P;
       const T* sn = sp + (r % L) * P;
       if (!interleaved) {
@@ -569,11 +582,8 @@ void CpuBackend::index_select(const View& out, const View& in, const View& idx, 
   check_dtype(out, in.dtype, op, "output");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
   check_indices(ix, n_idx, n_in, op);
-  const int nth = omp_get_max_threads();
-  const int64_t jchunks =
-      outer >= 4 * nth ? 1 : std::min<int64_t>(ceil_div(4 * nth, std::max<int64_t>(outer, 1)), n_idx);
-  const int64_t jw = ceil_div(n_idx, std::max<int64_t>(jchunks, 1));
-  const int64_t nj = n_idx == 0 ? 0 : ceil_div(n_idx, jw);
+  const IndexChunks chunks(outer, n_idx);
+  const int64_t jw = chunks.width, nj = chunks.count;
   cpu::dispatch_all(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
@@ -646,11 +656,8 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
   check_indices(ix, P * n_idx * inner, n_in, op);
   // Tasks are (slice o, chunk of rows j); the slice's index block and base pointers are computed
   // once per task, and the inner == 1 case (gather along the last axis) is a plain indexed copy.
-  const int nth = omp_get_max_threads();
-  const int64_t jchunks =
-      outer >= 4 * nth ? 1 : std::min<int64_t>(ceil_div(4 * nth, std::max<int64_t>(outer, 1)), n_idx);
-  const int64_t jw = ceil_div(n_idx, std::max<int64_t>(jchunks, 1));
-  const int64_t nj = n_idx == 0 ? 0 : ceil_div(n_idx, jw);
+  const IndexChunks chunks(outer, n_idx);
+  const int64_t jw = chunks.width, nj = chunks.count;
   cpu::dispatch_all(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);

@@ -1,9 +1,10 @@
 // pelab — a register-blocked GEMM for small products (every dimension <= kSmallDim), the batched
 // attention products of short sequences (e.g. 128 products of 32 x 32 x 32 per call). OpenBLAS
 // spends ~2 us of fixed cost per call on such a product (argument checks, buffer pool, packing
-// for large-matrix blocking); this kernel packs op(B) once into a zero-padded [K, Np] tile on the
-// stack and runs an MR x NR micro-kernel of vector accumulators (GCC vector extensions, so it
-// compiles to AVX2 / AVX-512 / SSE as -march allows). k runs in order, so results are deterministic.
+// for large-matrix blocking); this kernel reads op(B) in place when its rows are whole vectors,
+// otherwise packs it once into a zero-padded [K, Np] tile on the stack, and runs an MR x NR
+// micro-kernel of vector accumulators (GCC vector extensions, so it compiles to AVX2 / AVX-512 /
+// SSE as -march allows). k runs in order, so results are deterministic.
 #pragma once
 #include <algorithm>
 #include <cstdint>
