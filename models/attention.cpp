@@ -75,17 +75,24 @@ Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tens
                   static_cast<int64_t>(site.k_pos->size()) == Lk,
               "MultiHeadAttention::attend: the site's positions must cover Lq = ", Lq, " queries and Lk = ",
               Lk, " keys");
-  // q k^T / sqrt(dh), the scale applied inside the GEMM
-  Tensor scores = matmul(qh, transpose(kh, 2, 3), 1.0 / std::sqrt(double(head_dim)));
+  const double scale = 1.0 / std::sqrt(double(head_dim));
   Tensor term = pe.score_term(qh, site);
-  if (term.defined()) scores = add(scores, term);
-  if (blocked.defined()) scores = masked_fill(scores, blocked, kMaskedScore);
-  Tensor probs = softmax(scores, -1);
-  if (keep_probs) last_probs = probs.detach();
-  probs = dropout(probs, dropout_p, is_training(), gen);
-  Tensor out = matmul(probs, vh);  // [B, H, Lq, dh]
-  Tensor vterm = pe.value_term(probs, site);
-  if (vterm.defined()) out = add(out, vterm);
+  Tensor out;  // [B, H, Lq, dh]
+  if (!keep_probs && !(is_training() && dropout_p > 0) && !pe.has_value_term(site)) {
+    // nothing needs the probabilities: one fused op, no [B, H, Lq, Lk] tensor in memory
+    out = scaled_dot_attention(qh, kh, vh, term, blocked, scale, kMaskedScore);
+  } else {
+    // q k^T / sqrt(dh), the scale applied inside the GEMM
+    Tensor scores = matmul(qh, transpose(kh, 2, 3), scale);
+    if (term.defined()) scores = add(scores, term);
+    if (blocked.defined()) scores = masked_fill(scores, blocked, kMaskedScore);
+    Tensor probs = softmax(scores, -1);
+    if (keep_probs) last_probs = probs.detach();
+    probs = dropout(probs, dropout_p, is_training(), gen);
+    out = matmul(probs, vh);
+    Tensor vterm = pe.value_term(probs, site);
+    if (vterm.defined()) out = add(out, vterm);
+  }
   out = reshape(permute(out, {0, 2, 1, 3}).contiguous(), {B, Lq, d_model});
   return o->forward(out);
 }

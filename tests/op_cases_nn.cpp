@@ -126,6 +126,52 @@ PELAB_OP_CASE(make_case("rotate_pairs", "interleaved pairs: [3,5,4], [5,2]", {{3
 PELAB_OP_CASE(make_case("rotate_pairs", "interleaved, tail, rank 2: [3,7], [3,3]", {{3, 7}, {3, 3}, {3, 3}},
                         [](const V& in) { return rotate_pairs(in[0], in[1], in[2], true); }));
 
+// ---------------- scaled_dot_attention ----------------
+// Blocked-key patterns, 1 = blocked: a causal [4, 6] pattern whose last keys are the queries' own
+// (query i sees keys 0..i+2), and per-batch padding [2, 1, 1, 6] with one row blocking every key.
+Tensor attn_mask(const Shape& s, const Tensor& like) {
+  std::vector<double> m(static_cast<size_t>(shape_numel(s)), 0.0);
+  if (s == Shape{1, 1, 4, 6}) {
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = i + 3; j < 6; ++j) m[i * 6 + j] = 1.0;
+  } else {  // [2, 1, 1, 6]: batch 0 pads its last two keys, batch 1 blocks all six
+    m = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  }
+  return Tensor::from_vector(m, s, like.dtype(), like.device());
+}
+// The probabilities kept for the backward (small scores) or recomputed from the log-sum-exp
+// (limit 0); the choice is made in the forward, so the scope need not cover the backward.
+Tensor attn(const V& in, const Tensor& bias, const Tensor& mask, bool recompute) {
+  const int64_t saved = set_attention_keep_limit(recompute ? 0 : int64_t(32) << 20);
+  Tensor y = scaled_dot_attention(in[0], in[1], in[2], bias, mask, 0.45, -1e9);
+  set_attention_keep_limit(saved);
+  return y;
+}
+PELAB_OP_CASE(make_case("scaled_dot_attention", "q [2,3,4,5], k = v [2,3,6,5], no bias or mask",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}},
+                        [](const V& in) { return attn(in, Tensor(), Tensor(), false); }));
+PELAB_OP_CASE(make_case("scaled_dot_attention", "bias [1,3,4,6] + causal mask [1,1,4,6]",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {1, 3, 4, 6}},
+                        [](const V& in) {
+                          return attn(in, in[3], attn_mask({1, 1, 4, 6}, in[0]), false);
+                        }));
+PELAB_OP_CASE(make_case("scaled_dot_attention", "recomputed probs: bias [1,3,4,6] + causal mask",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {1, 3, 4, 6}},
+                        [](const V& in) {
+                          return attn(in, in[3], attn_mask({1, 1, 4, 6}, in[0]), true);
+                        }));
+PELAB_OP_CASE(make_case("scaled_dot_attention",
+                        "bias [2,1,1,6], padding mask [2,1,1,6] with a fully blocked row",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {2, 1, 1, 6}},
+                        [](const V& in) {
+                          return attn(in, in[3], attn_mask({2, 1, 1, 6}, in[0]), false);
+                        }));
+PELAB_OP_CASE(make_case("scaled_dot_attention", "recomputed, full bias [2,3,4,6], padding mask",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {2, 3, 4, 6}},
+                        [](const V& in) {
+                          return attn(in, in[3], attn_mask({2, 1, 1, 6}, in[0]), true);
+                        }));
+
 // ---------------- dropout ----------------
 PELAB_OP_CASE(make_case("dropout", "training p=0.3 [4,5]", {{4, 5}}, [](const V& in) {
   Generator g(7);
@@ -378,6 +424,57 @@ TEST(OpsNN, LayerNormMatchesReference) {
     for (int64_t r = 0; r < R; ++r) col += want_plain[r * n + i];
     EXPECT_NEAR(gw[i], col, 1e-10);
   }
+}
+
+// scaled_dot_attention against the composite it fuses (matmul, add, masked_fill, softmax, matmul) in
+// float64: 70 queries and 75 keys span two query blocks and a row tail, and head dims 32 and 33 give
+// full and partial vector tiles; the bias broadcasts over the batch and needs its own gradient; the
+// probabilities both kept and recomputed.
+TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
+  const int64_t B = 2, H = 3, Lq = 70, Lk = 75;
+  std::vector<double> blocked(static_cast<size_t>(Lq * Lk));
+  for (int64_t i = 0; i < Lq; ++i)
+    for (int64_t j = 0; j < Lk; ++j) blocked[i * Lk + j] = j > i + 5 || i == 7 ? 1.0 : 0.0;
+  const Tensor mask = Tensor::from_vector(blocked, {1, 1, Lq, Lk}, DType::Float64);
+  for (const int64_t dh : {32, 33})
+    for (const bool recompute : {false, true}) {
+      const std::string what = "dh " + std::to_string(dh) + (recompute ? ", recomputed" : ", kept");
+      std::vector<Tensor> ins = {randn({B, H, Lq, dh}, 80), randn({B, H, Lk, dh}, 81),
+                                 randn({B, H, Lk, dh}, 82), randn({1, H, Lq, Lk}, 83)};
+      const Tensor w = randn({B, H, Lq, dh}, 84);  // loss = sum(out * w)
+      std::vector<std::vector<double>> got, want;
+      for (const bool fused : {true, false}) {
+        std::vector<Tensor> x;
+        for (const Tensor& t : ins) x.push_back(t.detach().set_requires_grad(true));
+        Tensor out;
+        if (fused) {
+          const int64_t saved = set_attention_keep_limit(recompute ? 0 : int64_t(1) << 30);
+          out = scaled_dot_attention(x[0], x[1], x[2], x[3], mask, 0.3, -1e9);
+          set_attention_keep_limit(saved);
+        } else {
+          Tensor s = add(matmul(x[0], transpose(x[1], 2, 3), 0.3), x[3]);
+          out = matmul(softmax(masked_fill(s, mask, -1e9), -1), x[2]);
+        }
+        sum(mul(out, w)).backward();
+        auto& dst = fused ? got : want;
+        dst.push_back(out.to_vector());
+        for (const Tensor& t : x) dst.push_back(t.grad().to_vector());
+      }
+      const char* names[] = {"out", "grad q", "grad k", "grad v", "grad bias"};
+      for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i], 1e-11, what + " " + names[i]);
+    }
+  // errors name the op and the shapes
+  const Tensor q = randn({2, 3, 4, 5}, 85), k = randn({2, 3, 6, 5}, 86);
+  try {
+    scaled_dot_attention(q, k, randn({2, 3, 6, 4}, 87), Tensor(), Tensor(), 1.0, -1e9);
+    ADD_FAILURE() << "a v of another head dim must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scaled_dot_attention"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 3, 6, 4]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(scaled_dot_attention(q, k, k, randn({3, 4, 5}, 88), Tensor(), 1.0, -1e9), Error);
+  EXPECT_THROW(scaled_dot_attention(q, k, k, Tensor(), randn({2, 1, 4, 7}, 89), 1.0, -1e9), Error);
+  EXPECT_THROW(set_attention_keep_limit(-1), Error);
 }
 
 // rotate_pairs against the definition (both pairings, a pass-through tail, leading dims sharing one

@@ -119,6 +119,30 @@ TEST(PERegistry, FourSchemesRegistered) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n << " not registered";
 }
 
+// The contract that lets attention fuse: where a scheme says it has no value term, value_term adds
+// nothing; where it says it has one, it does (every registered scheme, every site kind, both stacks,
+// Shaw with its V table switched off too).
+TEST(PERegistry, HasValueTermMatchesValueTerm) {
+  const std::vector<int64_t> qp = iota(4), kp = iota(5);
+  const Tensor probs = softmax(randn({2, 2, 4, 5}, 7), -1);
+  for (const std::string& name : pe_names())
+    for (const bool values : {true, false})
+      for (const StackKind stack : {StackKind::Encoder, StackKind::Decoder})
+        for (const AttnKind kind : {AttnKind::EncoderSelf, AttnKind::DecoderSelf, AttnKind::Cross}) {
+          if ((stack == StackKind::Encoder) != (kind == AttnKind::EncoderSelf)) continue;
+          PEConfig cfg;
+          cfg.scheme = name;
+          cfg.shaw_values = values;
+          auto pe = build(cfg, stack_of(stack, 1, 8, 2));
+          const AttnSite site = site_of(kind, qp, kind == AttnKind::Cross ? kp : qp,
+                                        kind == AttnKind::DecoderSelf);
+          const Tensor p = kind == AttnKind::Cross ? probs : slice(probs, 3, 0, 4);
+          EXPECT_EQ(pe->has_value_term(site), pe->value_term(p, site).defined())
+              << name << (values ? "" : " (shaw_values off)") << ", site kind "
+              << static_cast<int>(kind);
+        }
+}
+
 // ---------------------------------------------------------------- T5 buckets
 
 std::vector<std::vector<int64_t>> read_csv(const std::string& path) {

@@ -88,6 +88,44 @@ void check_rotate_pairs(const View& out, const View& x, const View& cos, const V
   }
 }
 
+void check_attention(const char* op, const View& out, const View& stats, const View& probs,
+                     const View& q, const View& k, const View& v, const View& bias,
+                     const View& mask, int64_t B, int64_t H) {
+  PELAB_CHECK(q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape &&
+                  q.shape[0] == B * H && k.shape[0] == B * H && q.shape[2] == k.shape[2],
+              op, ": expected q [", B * H, ", Lq, dh] and k = v [", B * H, ", Lk, dh], got q ",
+              shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape));
+  const int64_t Lq = q.shape[1], Lk = k.shape[1];
+  const std::pair<const View*, const char*> dense[] = {
+      {&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&stats, "stats"}};
+  for (const auto& [t, what] : dense) {
+    const Shape want = t == &stats ? Shape{B * H, Lq, 2} : t == &out ? q.shape : t->shape;
+    PELAB_CHECK(t->data != nullptr && t->shape == want && t->contiguous(), op, ": ", what, " ",
+                shape_str(t->shape), " must be contiguous ", shape_str(want));
+  }
+  const Shape scores = {B, H, Lq, Lk};
+  PELAB_CHECK(probs.data == nullptr || (probs.shape == scores && probs.contiguous()), op,
+              ": probs ", shape_str(probs.shape), " must be contiguous ", shape_str(scores));
+  for (const auto& [t, what] : {std::pair<const View*, const char*>{&bias, "bias"}, {&mask, "mask"}})
+    PELAB_CHECK(t->data == nullptr || (t->shape == scores && t->strides.size() == 4), op, ": ",
+                what, " ", shape_str(t->shape), " must be a view of ", shape_str(scores));
+  for (const View* t : {&k, &v, &out, &stats, &probs, &bias, &mask})
+    PELAB_CHECK(t->data == nullptr || t->dtype == q.dtype, op, ": dtype ", dtype_name(t->dtype),
+                " does not match q's ", dtype_name(q.dtype));
+}
+
+void Backend::attention(const View&, const View&, const View&, const View&, const View&,
+                        const View&, const View&, const View&, int64_t, int64_t, double, double) {
+  fail("attention: the ", name(), " backend has no fused attention kernel");
+}
+
+void Backend::attention_backward(const View&, const View&, const View&, const View&, const View&,
+                                 const View&, const View&, const View&, const View&, const View&,
+                                 const View&, const View&, const View&, int64_t, int64_t, double,
+                                 double) {
+  fail("attention_backward: the ", name(), " backend has no fused attention kernel");
+}
+
 View view_of(const Tensor& t) {
   View v;
   v.data = t.raw_data();

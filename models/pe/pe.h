@@ -77,6 +77,10 @@ class PositionalEncoding : public Module {
   // Hook 4: a term added to the per-head attention output [B, H, Lq, dh], given the attention
   // probabilities [B, H, Lq, Lk]. Undefined Tensor = no term.
   virtual Tensor value_term(const Tensor& probs, const AttnSite& site) { return Tensor(); }
+  // Whether value_term adds a term at this site. A scheme that overrides value_term overrides this
+  // too (tests/test_pe.cpp checks every registered scheme): where it is false, the attention may run
+  // fused, without ever forming the probabilities value_term would be given.
+  virtual bool has_value_term(const AttnSite& site) const { return false; }
 };
 
 using PEFactory = std::function<std::shared_ptr<PositionalEncoding>(const PEConfig&, const StackInfo&,

@@ -100,6 +100,10 @@ class ShawPE : public PositionalEncoding {
     return gather(rel, 3, expand(reshape(idx, {1, 1, Lq, Lk}), {B, heads_, Lq, Lk}));
   }
 
+  bool has_value_term(const AttnSite& site) const override {
+    return site.kind != AttnKind::Cross && values_;
+  }
+
   Tensor value_term(const Tensor& probs, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross || !values_) return Tensor();
     check_site(site);

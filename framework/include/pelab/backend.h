@@ -124,6 +124,30 @@ class Backend {
                             int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
                             bool inverse) = 0;
 
+  // ---- fused scaled-dot-product attention, the [Lq, Lk] scores kept in a thread's cache ----
+  // q [BH, Lq, dh], k and v [BH, Lk, dh], out [BH, Lq, dh] and stats [BH, Lq, 2] contiguous, BH = B·H;
+  // bias and mask are [B, H, Lq, Lk] views that may broadcast (stride 0), data == nullptr for none:
+  //   x[i, j] = mask[i, j] != 0 ? masked : scale · q_i·k_j + bias[i, j]
+  //   out_i = Σ_j softmax(x_i)_j v_j,   stats_i = (m_i = max_j x_ij, log Σ_j exp(x_ij - m_i))
+  // (two numbers, not m + log Σ: a row of masked entries at -1e9 would lose its digits).
+  // probs [B, H, Lq, Lk] (contiguous, or data == nullptr) receives softmax(x) when given: for short
+  // sequences keeping it is cheaper than the backward's recomputation.
+  // A backend without these kernels keeps has_fused_attention() false; the op then composes
+  // matmul, add, masked_fill and softmax (the same math).
+  virtual bool has_fused_attention() const { return false; }
+  virtual void attention(const View& out, const View& stats, const View& probs, const View& q,
+                         const View& k, const View& v, const View& bias, const View& mask,
+                         int64_t B, int64_t H, double scale, double masked);
+  // Gradients from grad_out [BH, Lq, dh] and the forward's out, stats and (if it kept them) probs:
+  // grad_q, grad_k, grad_v (overwritten, shapes of q, k, v) and, when its data is non-null,
+  // grad_scores [B, H, Lq, Lk] (contiguous): dL/dx, zero where masked, which is the gradient of the
+  // bias before broadcasting. Without probs, each block's probabilities are recomputed from stats.
+  virtual void attention_backward(const View& grad_q, const View& grad_k, const View& grad_v,
+                                  const View& grad_scores, const View& grad_out, const View& q,
+                                  const View& k, const View& v, const View& out, const View& stats,
+                                  const View& probs, const View& bias, const View& mask, int64_t B,
+                                  int64_t H, double scale, double masked);
+
   // ---- indexing on contiguous data ----
   // index_select: out[o, j, i] = in[o, idx[j], i]; in [outer, n_in, inner], idx [n_idx] Int64.
   virtual void index_select(const View& out, const View& in, const View& idx, int64_t outer,
@@ -170,6 +194,12 @@ inline int64_t index_blocks(const View& idx, int64_t outer, int64_t n_idx, int64
 // The argument checks of Backend::rotate_pairs, shared by the backends: sizes, contiguity, dtypes.
 void check_rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
                         int64_t outer, int64_t L, int64_t D, int64_t P);
+
+// The argument checks of Backend::attention / attention_backward, shared by the backends: ranks,
+// sizes, contiguity, dtypes (probs, bias and mask may have data == nullptr).
+void check_attention(const char* op, const View& out, const View& stats, const View& probs,
+                     const View& q, const View& k, const View& v, const View& bias,
+                     const View& mask, int64_t B, int64_t H);
 
 // The backend for a device; throws if that device type is not available in this build or machine.
 Backend& backend_for(Device device);

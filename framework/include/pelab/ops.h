@@ -87,6 +87,18 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // x [..., L, D], cos/sin [L, P] with 2P <= D; pair p is dims (p, p + P), or (2p, 2p + 1) when
 // interleaved: y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin; dims >= 2P pass through.
 Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interleaved = false);
+// Scaled-dot-product attention over q [B, H, Lq, dh], k and v [B, H, Lk, dh]:
+//   softmax(x) v  with  x = blocked != 0 ? masked_value : scale · q kᵀ + bias
+// bias (differentiable) and blocked (not) are undefined or broadcastable to [B, H, Lq, Lk]. Where the
+// backend has the fused kernel (CPU) the scores and their masked copy never become tensors and only the
+// probabilities may be kept (see set_attention_keep_limit); elsewhere it is the composite matmul,
+// add, masked_fill, softmax, matmul.
+Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                            const Tensor& blocked, double scale, double masked_value);
+// The largest probabilities tensor (bytes, default 32 MiB) the fused scaled_dot_attention keeps for
+// its backward; past it the backward recomputes them block by block from the row log-sum-exp, so
+// memory stays linear in the length. Returns the previous limit (0: always recompute).
+int64_t set_attention_keep_limit(int64_t bytes);
 // inverted dropout: identity when !training or p == 0
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 

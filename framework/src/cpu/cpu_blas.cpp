@@ -35,7 +35,7 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const 
     }
     return;
   }
-  if (cpu::small_gemm_fits(M, N, K)) {  // BLAS's fixed cost per call dominates below this size
+  if (cpu::small_gemm_fits(ta, M, N, K)) {  // BLAS's fixed cost per call dominates below this size
     cpu::small_gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }

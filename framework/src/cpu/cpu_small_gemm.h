@@ -1,18 +1,23 @@
-// pelab — a register-blocked GEMM for small products (every dimension <= kSmallDim), the batched
-// attention products of short sequences (e.g. 128 products of 32 x 32 x 32 per call). OpenBLAS
-// spends ~2 us of fixed cost per call on such a product (argument checks, buffer pool, packing
-// for large-matrix blocking); this kernel reads op(B) in place when its rows are whole vectors,
-// otherwise packs it once into a zero-padded [K, Np] tile on the stack, and runs an MR x NR
-// micro-kernel of vector accumulators (GCC vector extensions, so it compiles to AVX2 / AVX-512 /
-// SSE as -march allows). k runs in order, so results are deterministic.
+// pelab — a register-blocked GEMM for small products and products with one thin dimension: every
+// dimension <= kSmallDim (the batched attention products of short sequences, e.g. 128 products of
+// 32 x 32 x 32 per call), probs·v and dS·k at any length (N = head dim, K = the length; see
+// small_gemm_fits), and the blocks of the fused attention kernel (cpu_attention.cpp), which call it
+// at any size. OpenBLAS spends ~2 us of fixed cost per call on a small product and, on the thin
+// ones, packs a long operand to use it for only N = 32 columns. This kernel reads op(B) in place
+// when its rows are whole vectors, otherwise packs it once into a zero-padded [K, Np] panel (a
+// per-thread buffer kept between calls), and runs an MR x NR micro-kernel of vector accumulators
+// (GCC vector extensions, so it compiles to AVX2 / AVX-512 / SSE as -march allows) over row blocks,
+// each reused from L1 across the column tiles. k runs in order, so results are deterministic.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace pelab::cpu {
 
 constexpr int64_t kSmallDim = 64;  // M, N, K all <= this
+constexpr int64_t kThinDim = 64;   // or K <= this, or N <= this (any other sizes)
 
 template <class T>
 struct SmallGemmTraits {
@@ -68,49 +73,88 @@ inline void small_tile(int64_t K, const T* A, int64_t lda, bool ta, int64_t i0, 
   }
 }
 
-// C = alpha * op(A) @ op(B) + beta * C for M, N, K in [1, kSmallDim] (row-major; op = transpose
-// when ta / tb). beta == 0 overwrites C (NaN included), as BLAS does.
+// Rows i0.. i0+ROWS-1 of C across every column tile.
+template <class T, int ROWS>
+inline void small_row_block(int64_t N, int64_t K, const T* A, int64_t lda, bool ta, int64_t i0,
+                            const T* bp, int64_t np, T alpha, T beta, T* C, int64_t ldc) {
+  constexpr int NR = SmallGemmTraits<T>::NR;
+  for (int64_t j0 = 0; j0 < N; j0 += NR)
+    small_tile<T, ROWS>(K, A, lda, ta, i0, bp, np, j0, std::min<int64_t>(NR, N - j0), alpha, beta,
+                        C, ldc);
+}
+
+// op(B) [K, N] as the micro-kernel reads it: a zero-padded [K, Np] panel (Np = N rounded up to whole
+// tiles) written to `panel` (at least small_panel_size(N, K) elements). Returns Np, the row stride.
 template <class T>
-void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-                const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  using Tr = SmallGemmTraits<T>;
-  constexpr int NR = Tr::NR, MR = Tr::MR;
-  int64_t np = (N + NR - 1) / NR * NR;
-  alignas(64) T tile[kSmallDim * ((kSmallDim + NR - 1) / NR * NR)];
-  const T* bp = tile;
-  if (!tb && N % NR == 0) {  // op(B) rows are already whole vectors: read B in place
-    bp = B;
-    np = ldb;
-  } else if (tb) {  // B stored [N, K]: read its rows contiguously, write columns of the tile
-    for (int64_t j = 0; j < N; ++j) {
-      const T* src = B + j * ldb;
-      for (int64_t k = 0; k < K; ++k) tile[k * np + j] = src[k];
+int64_t small_panel_size(int64_t N, int64_t K) {
+  constexpr int NR = SmallGemmTraits<T>::NR;
+  return K * ((N + NR - 1) / NR * NR);
+}
+template <class T>
+int64_t pack_b(bool tb, int64_t N, int64_t K, const T* B, int64_t ldb, T* panel) {
+  constexpr int NR = SmallGemmTraits<T>::NR;
+  const int64_t np = (N + NR - 1) / NR * NR;
+  if (tb) {  // B stored [N, K]: one NR-column strip at a time, its source rows L1-resident
+    for (int64_t j0 = 0; j0 < N; j0 += NR) {
+      const int64_t nj = std::min<int64_t>(NR, N - j0);
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < nj; ++j) panel[k * np + j0 + j] = B[(j0 + j) * ldb + k];
     }
   } else {
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) tile[k * np + j] = B[k * ldb + j];
+    for (int64_t k = 0; k < K; ++k) std::memcpy(panel + k * np, B + k * ldb, N * sizeof(T));
   }
-  if (bp == tile && np > N)
+  if (np > N)
     for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = N; j < np; ++j) tile[k * np + j] = T(0);
-  for (int64_t j0 = 0; j0 < N; j0 += NR) {
-    const int64_t cols = std::min<int64_t>(NR, N - j0);
-    int64_t i0 = 0;
-    for (; i0 + MR <= M; i0 += MR)
-      small_tile<T, MR>(K, A, lda, ta, i0, bp, np, j0, cols, alpha, beta, C, ldc);
-    switch (M - i0) {
-      case 5: small_tile<T, 5>(K, A, lda, ta, i0, bp, np, j0, cols, alpha, beta, C, ldc); break;
-      case 4: small_tile<T, 4>(K, A, lda, ta, i0, bp, np, j0, cols, alpha, beta, C, ldc); break;
-      case 3: small_tile<T, 3>(K, A, lda, ta, i0, bp, np, j0, cols, alpha, beta, C, ldc); break;
-      case 2: small_tile<T, 2>(K, A, lda, ta, i0, bp, np, j0, cols, alpha, beta, C, ldc); break;
-      case 1: small_tile<T, 1>(K, A, lda, ta, i0, bp, np, j0, cols, alpha, beta, C, ldc); break;
-      default: break;
-    }
+      for (int64_t j = N; j < np; ++j) panel[k * np + j] = T(0);
+  return np;
+}
+
+// C = alpha * op(A) @ B + beta * C with B read from a panel of row stride np (whole NR-column tiles,
+// zero beyond N: pack_b's output, or a row-major B whose N is a multiple of NR, read in place).
+template <class T>
+void small_gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                       const T* bp, int64_t np, T beta, T* C, int64_t ldc) {
+  constexpr int MR = SmallGemmTraits<T>::MR;
+  int64_t i0 = 0;
+  for (; i0 + MR <= M; i0 += MR)
+    small_row_block<T, MR>(N, K, A, lda, ta, i0, bp, np, alpha, beta, C, ldc);
+  switch (M - i0) {
+    case 5: small_row_block<T, 5>(N, K, A, lda, ta, i0, bp, np, alpha, beta, C, ldc); break;
+    case 4: small_row_block<T, 4>(N, K, A, lda, ta, i0, bp, np, alpha, beta, C, ldc); break;
+    case 3: small_row_block<T, 3>(N, K, A, lda, ta, i0, bp, np, alpha, beta, C, ldc); break;
+    case 2: small_row_block<T, 2>(N, K, A, lda, ta, i0, bp, np, alpha, beta, C, ldc); break;
+    case 1: small_row_block<T, 1>(N, K, A, lda, ta, i0, bp, np, alpha, beta, C, ldc); break;
+    default: break;
   }
 }
 
-inline bool small_gemm_fits(int64_t M, int64_t N, int64_t K) {
-  return M >= 1 && N >= 1 && K >= 1 && M <= kSmallDim && N <= kSmallDim && K <= kSmallDim;
+// C = alpha * op(A) @ op(B) + beta * C (row-major; op = transpose when ta / tb), any sizes >= 1;
+// gemm_one sends it the shapes of small_gemm_fits. beta == 0 overwrites C (NaN included), as BLAS
+// does.
+template <class T>
+void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  constexpr int NR = SmallGemmTraits<T>::NR;
+  if (!tb && N % NR == 0) {  // op(B) rows are already whole vectors: read B in place
+    small_gemm_packed<T>(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  thread_local std::vector<T> panel;  // grows to the largest panel seen on this thread
+  const size_t need = static_cast<size_t>(small_panel_size<T>(N, K));
+  if (panel.size() < need) panel.resize(need);
+  const int64_t np = pack_b<T>(tb, N, K, B, ldb, panel.data());
+  small_gemm_packed<T>(ta, M, N, K, alpha, A, lda, panel.data(), np, beta, C, ldc);
+}
+
+// Where this kernel beat single-threaded OpenBLAS on the benchmark machine (AVX2, 2 cores):
+// every dim <= 64 (1.4-1.7x at 32³); N <= 64 with op(A) read by rows (probs·v and dS·k at L = 256-1024:
+// 1.2-1.4x; the vocabulary-32 logits: 1.3x; Shaw's 33-column products: 1.0-1.6x); K <= 64 with
+// N <= 128 (dX = dY·W of the logits: 1.15x). A transposed A with a long K (probsᵀ·dO: 0.9x) and
+// K <= 64 with a wide N (q·kᵀ at L >= 512: 0.9-1.0x, bound by writing C) stay with OpenBLAS.
+inline bool small_gemm_fits(bool ta, int64_t M, int64_t N, int64_t K) {
+  if (M < 1 || N < 1 || K < 1) return false;
+  return (M <= kSmallDim && N <= kSmallDim && K <= kSmallDim) || (N <= kThinDim && !ta) ||
+         (K <= kThinDim && N <= 2 * kThinDim);
 }
 
 }  // namespace pelab::cpu

@@ -1,7 +1,8 @@
 // pelab — fused nn ops on top of the backend's fused kernels: softmax / log_softmax along any
 // axis, cross-entropy with ignore_index and label smoothing, layer norm over the last axis, and
-// inverted dropout with a counter-based mask, and the pairwise rotation of the last axis by per-row
-// angles; each with its backward pass.
+// inverted dropout with a counter-based mask, the pairwise rotation of the last axis by per-row
+// angles, and fused scaled-dot-product attention; each with its backward pass.
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -18,6 +19,7 @@ PELAB_REGISTER_OP("cross_entropy", true);
 PELAB_REGISTER_OP("layer_norm", true);
 PELAB_REGISTER_OP("dropout", true);
 PELAB_REGISTER_OP("rotate_pairs", true);
+PELAB_REGISTER_OP("scaled_dot_attention", true);
 
 namespace {
 
@@ -277,6 +279,92 @@ Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool 
       grads[2] = sum(sub(mul(gb, xa), mul(ga, xb)), {0});
     }
     return grads;
+  });
+}
+
+namespace {
+std::atomic<int64_t> g_attention_keep_bytes{int64_t(32) << 20};
+}  // namespace
+
+int64_t set_attention_keep_limit(int64_t bytes) {
+  PELAB_CHECK(bytes >= 0, "set_attention_keep_limit: bytes must be >= 0, got ", bytes);
+  return g_attention_keep_bytes.exchange(bytes);
+}
+
+Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                            const Tensor& blocked, double scale, double masked_value) {
+  const char* op = "scaled_dot_attention";
+  check_float(op, q, "q");
+  check_float(op, k, "k");
+  check_float(op, v, "v");
+  PELAB_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
+                  q.size(1) == k.size(1) && q.size(3) == k.size(3),
+              op, ": expected q [B, H, Lq, dh] and k = v [B, H, Lk, dh], got q ",
+              shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  const DType dt = q.dtype();
+  const Device dev = q.device();
+  for (const Tensor* t : {&k, &v, &bias, &blocked})
+    PELAB_CHECK(!t->defined() || t->device() == dev, op, ": input on ", t->device().str(),
+                " does not match q on ", dev.str());
+  for (const Tensor* t : {&k, &v, &bias})
+    PELAB_CHECK(!t->defined() || t->dtype() == dt, op, ": input ", dtype_name(t->dtype()), " ",
+                shape_str(t->shape()), " does not match q's ", dtype_name(dt));
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Lk = k.size(2), dh = q.size(3);
+  const Shape scores = {B, H, Lq, Lk};
+  for (const Tensor* t : {&bias, &blocked})  // broadcast_shapes throws naming both shapes
+    PELAB_CHECK(!t->defined() || broadcast_shapes(t->shape(), scores, op) == scores, op, ": ",
+                t == &bias ? "bias " : "mask ", shape_str(t->shape()),
+                " does not broadcast to the scores ", shape_str(scores));
+  Backend& be = backend_for(dev);
+  if (!be.has_fused_attention() || Lq == 0 || Lk == 0 || dh == 0) {  // the same math, composed
+    Tensor s = matmul(q, transpose(k, 2, 3), scale);
+    if (bias.defined()) s = add(s, bias);
+    if (blocked.defined()) s = masked_fill(s, blocked, masked_value);
+    return matmul(softmax(s, -1), v);
+  }
+  const Tensor qc = contig(q), kc = contig(k), vc = contig(v);
+  const Tensor bc = bias.defined() ? contig(bias) : Tensor();
+  const Tensor mc = !blocked.defined()        ? Tensor()
+                    : blocked.dtype() == dt   ? contig(blocked)
+                                              : contig(blocked.detach().to(dt));
+  // bias and mask as [B, H, Lq, Lk] views (stride 0 on broadcast axes); no data when absent
+  auto scores_view = [dt, scores](const Tensor& t) {
+    if (t.defined()) return view_broadcast(t, scores);
+    View none;
+    none.dtype = dt;
+    return none;
+  };
+  const Shape qs3 = {B * H, Lq, dh}, ks3 = {B * H, Lk, dh};
+  Tensor out = Tensor::empty(q.shape(), dt, dev);
+  Tensor stats = Tensor::empty({B * H, Lq, 2}, dt, dev);  // row max and log-sum-exp
+  // Keeping the probabilities for the backward beats recomputing them (0.75x the fwd+bwd time at
+  // L = 128-1024 on the benchmark machine) while they fit the budget; past it memory stays O(L).
+  const bool keep = needs_grad({q, k, v, bias}) &&
+                    B * H * Lq * Lk * static_cast<int64_t>(dtype_size(dt)) <=
+                        g_attention_keep_bytes.load(std::memory_order_relaxed);
+  Tensor probs = keep ? Tensor::empty(scores, dt, dev) : Tensor();
+  be.attention(flat_view(out, qs3), view_of(stats), keep ? view_of(probs) : scores_view(Tensor()),
+               flat_view(qc, qs3), flat_view(kc, ks3), flat_view(vc, ks3), scores_view(bc),
+               scores_view(mc), B, H, scale, masked_value);
+  const Tensor outs = plain(out);
+  const bool bias_grad = bias.defined() && bias.requires_grad();
+  const Shape qshape = q.shape(), kshape = k.shape(), bias_shape = bc.defined() ? bc.shape() : Shape{};
+  return record(op, {q, k, v, bias}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    const Tensor gc = contig(g);
+    Tensor gq = Tensor::empty(qshape, dt, dev), gk = Tensor::empty(kshape, dt, dev),
+           gv = Tensor::empty(kshape, dt, dev);
+    Tensor gs = bias_grad ? Tensor::empty(scores, dt, dev) : Tensor();
+    View gs_v;  // dL/dx over the whole [B, H, Lq, Lk], only when the bias needs it
+    gs_v.dtype = dt;
+    if (bias_grad) gs_v = view_of(gs);
+    backend_for(dev).attention_backward(flat_view(gq, qs3), flat_view(gk, ks3), flat_view(gv, ks3),
+                                        gs_v, flat_view(gc, qs3), flat_view(qc, qs3),
+                                        flat_view(kc, ks3), flat_view(vc, ks3),
+                                        flat_view(outs, qs3), view_of(stats),
+                                        keep ? view_of(probs) : scores_view(Tensor()),
+                                        scores_view(bc), scores_view(mc), B, H, scale,
+                                        masked_value);
+    return {gq, gk, gv, bias_grad ? sum_to(gs, bias_shape) : Tensor()};
   });
 }
 
