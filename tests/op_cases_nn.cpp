@@ -429,40 +429,50 @@ TEST(OpsNN, LayerNormMatchesReference) {
 // scaled_dot_attention against the composite it fuses (matmul, add, masked_fill, softmax, matmul) in
 // float64: 70 queries and 75 keys span two query blocks and a row tail, and head dims 32 and 33 give
 // full and partial vector tiles; the bias broadcasts over the batch and needs its own gradient; the
-// probabilities both kept and recomputed.
+// probabilities both kept and recomputed. Masks: causal with a gap and a fully blocked row (every
+// block sees all keys), and causal plus key padding, whose first block skips the keys it cannot see.
 TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
   const int64_t B = 2, H = 3, Lq = 70, Lk = 75;
-  std::vector<double> blocked(static_cast<size_t>(Lq * Lk));
+  std::vector<double> gappy(static_cast<size_t>(Lq * Lk)), padded(static_cast<size_t>(B * Lq * Lk));
   for (int64_t i = 0; i < Lq; ++i)
-    for (int64_t j = 0; j < Lk; ++j) blocked[i * Lk + j] = j > i + 5 || i == 7 ? 1.0 : 0.0;
-  const Tensor mask = Tensor::from_vector(blocked, {1, 1, Lq, Lk}, DType::Float64);
-  for (const int64_t dh : {32, 33})
-    for (const bool recompute : {false, true}) {
-      const std::string what = "dh " + std::to_string(dh) + (recompute ? ", recomputed" : ", kept");
-      std::vector<Tensor> ins = {randn({B, H, Lq, dh}, 80), randn({B, H, Lk, dh}, 81),
-                                 randn({B, H, Lk, dh}, 82), randn({1, H, Lq, Lk}, 83)};
-      const Tensor w = randn({B, H, Lq, dh}, 84);  // loss = sum(out * w)
-      std::vector<std::vector<double>> got, want;
-      for (const bool fused : {true, false}) {
-        std::vector<Tensor> x;
-        for (const Tensor& t : ins) x.push_back(t.detach().set_requires_grad(true));
-        Tensor out;
-        if (fused) {
-          const int64_t saved = set_attention_keep_limit(recompute ? 0 : int64_t(1) << 30);
-          out = scaled_dot_attention(x[0], x[1], x[2], x[3], mask, 0.3, -1e9);
-          set_attention_keep_limit(saved);
-        } else {
-          Tensor s = add(matmul(x[0], transpose(x[1], 2, 3), 0.3), x[3]);
-          out = matmul(softmax(masked_fill(s, mask, -1e9), -1), x[2]);
-        }
-        sum(mul(out, w)).backward();
-        auto& dst = fused ? got : want;
-        dst.push_back(out.to_vector());
-        for (const Tensor& t : x) dst.push_back(t.grad().to_vector());
-      }
-      const char* names[] = {"out", "grad q", "grad k", "grad v", "grad bias"};
-      for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i], 1e-11, what + " " + names[i]);
+    for (int64_t j = 0; j < Lk; ++j) {
+      gappy[i * Lk + j] = j > i + 5 || i == 7 || (j > 2 && j < 6 && i > 10) ? 1.0 : 0.0;
+      for (int64_t b = 0; b < B; ++b)
+        padded[(b * Lq + i) * Lk + j] = j > i + 5 || j >= Lk - 3 * b ? 1.0 : 0.0;
     }
+  const Tensor masks[] = {Tensor::from_vector(gappy, {1, 1, Lq, Lk}, DType::Float64),
+                          Tensor::from_vector(padded, {B, 1, Lq, Lk}, DType::Float64)};
+  for (const int64_t dh : {32, 33})
+    for (const bool recompute : {false, true})
+      for (const Tensor& mask : masks) {
+        const std::string what = "dh " + std::to_string(dh) +
+                                 (recompute ? ", recomputed" : ", kept") +
+                                 (mask.size(0) == 1 ? ", gappy causal" : ", causal + padding");
+        std::vector<Tensor> ins = {randn({B, H, Lq, dh}, 80), randn({B, H, Lk, dh}, 81),
+                                   randn({B, H, Lk, dh}, 82), randn({1, H, Lq, Lk}, 83)};
+        const Tensor w = randn({B, H, Lq, dh}, 84);  // loss = sum(out * w)
+        std::vector<std::vector<double>> got, want;
+        for (const bool fused : {true, false}) {
+          std::vector<Tensor> x;
+          for (const Tensor& t : ins) x.push_back(t.detach().set_requires_grad(true));
+          Tensor out;
+          if (fused) {
+            const int64_t saved = set_attention_keep_limit(recompute ? 0 : int64_t(1) << 30);
+            out = scaled_dot_attention(x[0], x[1], x[2], x[3], mask, 0.3, -1e9);
+            set_attention_keep_limit(saved);
+          } else {
+            Tensor s = add(matmul(x[0], transpose(x[1], 2, 3), 0.3), x[3]);
+            out = matmul(softmax(masked_fill(s, mask, -1e9), -1), x[2]);
+          }
+          sum(mul(out, w)).backward();
+          auto& dst = fused ? got : want;
+          dst.push_back(out.to_vector());
+          for (const Tensor& t : x) dst.push_back(t.grad().to_vector());
+        }
+        const char* names[] = {"out", "grad q", "grad k", "grad v", "grad bias"};
+        for (size_t i = 0; i < got.size(); ++i)
+          expect_close(got[i], want[i], 1e-11, what + " " + names[i]);
+      }
   // errors name the op and the shapes
   const Tensor q = randn({2, 3, 4, 5}, 85), k = randn({2, 3, 6, 5}, 86);
   try {

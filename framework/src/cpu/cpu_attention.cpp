@@ -4,7 +4,8 @@
 // tensors (at L = 512 each is 8 MB per layer at batch 2). The forward writes out, each row's max and
 // log-sum-exp and, when the op keeps them, the probabilities; without them the backward recomputes
 // a block's probabilities from the row statistics (FlashAttention's recomputation, without the
-// online softmax: a block holds whole rows). Every product is the register-blocked kernel of
+// online softmax: a block holds whole rows). Keys that every row of a block has masked (a causal
+// block's future) are skipped: their probabilities are exactly 0. Every product is the kernel of
 // cpu_small_gemm.h; k runs in order and the work split depends only on the shapes, so results are
 // deterministic for any thread count.
 #include <cmath>
@@ -61,39 +62,104 @@ struct HeadPanel {
   }
 };
 
-// x[0..n) (already scale · q·k) gets the bias row added and the masked entries replaced.
-template <class T>
-inline void bias_and_mask(T* x, int64_t n, const T* bias, int64_t bs, const T* mask, int64_t ms,
-                          T masked) {
-  if (bias) {
-    if (bs == 1) {
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) x[j] += bias[j];
-    } else {
-      for (int64_t j = 0; j < n; ++j) x[j] += bias[j * bs];
-    }
-  }
-  if (mask) {
-    if (ms == 1) {
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) x[j] = mask[j] != T(0) ? masked : x[j];
-    } else {
-      for (int64_t j = 0; j < n; ++j) x[j] = mask[j * ms] != T(0) ? masked : x[j];
-    }
-  }
-}
+// The mask as runs of blocked keys, built in one pass over its distinct rows (a causal
+// [1, 1, Lq, Lk] mask has Lq of them, key padding [B, 1, 1, Lk] has B): filling runs replaces a
+// compare per score, and each row's `live` end lets a block of rows skip the keys none of them can
+// see. live = the start of a blocked run that reaches Lk (those keys get probability exactly 0:
+// exp(masked - max) underflows), or Lk when no run reaches the end or every key is blocked (a row
+// with no visible key is uniform over all keys, as in the composite).
+struct MaskRuns {
+  bool any = false;
+  int64_t rb = 0, rh = 0, ri = 0;            // distinct row of (b, h, i) = b·rb + h·rh + i·ri
+  std::vector<int64_t> first;                // runs of row r: run[first[r] .. first[r + 1])
+  std::vector<std::pair<int64_t, int64_t>> run;  // [start, end) of blocked keys
+  std::vector<int64_t> live;
 
-// S = scale · q_blk kᵀ with the bias and mask applied: rows i0.. i0+rows-1 of head (b, h); kp is
-// the head's kᵀ panel.
+  template <class T>
+  MaskRuns(const View& m, T tag, int64_t B, int64_t H, int64_t Lq, int64_t Lk) {
+    if (!m.data) return;
+    any = true;
+    const int64_t nb = m.strides[0] ? B : 1, nh = m.strides[1] ? H : 1, ni = m.strides[2] ? Lq : 1;
+    ri = m.strides[2] ? 1 : 0;
+    rh = m.strides[1] ? ni : 0;
+    rb = m.strides[0] ? nh * ni : 0;
+    const int64_t rows = nb * nh * ni, s3 = m.strides[3];
+    const T* base = static_cast<const T*>(m.data);
+    auto row_ptr = [&](int64_t r) {
+      const int64_t b = r / (nh * ni), h = r / ni % nh, i = r % ni;
+      return base + b * m.strides[0] + h * m.strides[1] + i * m.strides[2];
+    };
+    std::vector<int64_t> count(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static) if (rows * Lk > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {  // pass 1: runs per row
+      const T* x = row_ptr(r);
+      int64_t c = 0;
+      bool prev = false;
+      for (int64_t j = 0; j < Lk; ++j) {
+        const bool blocked = x[j * s3] != T(0);
+        c += blocked && !prev;
+        prev = blocked;
+      }
+      count[r] = c;
+    }
+    first.assign(static_cast<size_t>(rows + 1), 0);
+    for (int64_t r = 0; r < rows; ++r) first[r + 1] = first[r] + count[r];
+    run.resize(static_cast<size_t>(first[rows]));
+    live.resize(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static) if (rows * Lk > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {  // pass 2: the runs themselves
+      const T* x = row_ptr(r);
+      int64_t n = first[r];
+      for (int64_t j = 0; j < Lk;) {
+        if (x[j * s3] == T(0)) {
+          ++j;
+          continue;
+        }
+        const int64_t a = j;
+        while (j < Lk && x[j * s3] != T(0)) ++j;
+        run[n++] = {a, j};
+      }
+      const bool tail = n > first[r] && run[n - 1].second == Lk && run[n - 1].first > 0;
+      live[r] = tail ? run[n - 1].first : Lk;
+    }
+  }
+  int64_t row(int64_t b, int64_t h, int64_t i) const { return b * rb + h * rh + i * ri; }
+  // The keys rows i0.. i0+rows-1 of head (b, h) need: [0, end).
+  int64_t block_end(int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t Lk) const {
+    if (!any) return Lk;
+    int64_t e = 0;
+    for (int64_t r = 0; r < rows; ++r) e = std::max(e, live[row(b, h, i0 + r)]);
+    return e;
+  }
+  // Calls f(start, end) for the blocked runs of row (b, h, i) clipped to [0, end).
+  template <class F>
+  void for_runs(int64_t b, int64_t h, int64_t i, int64_t end, F f) const {
+    const int64_t r = row(b, h, i);
+    for (int64_t n = first[r]; n < first[r + 1] && run[n].first < end; ++n)
+      f(run[n].first, std::min(run[n].second, end));
+  }
+};
+
+// S[:, 0..n) = scale · q_blk kᵀ for rows i0.. i0+rows-1 of head (b, h) (kp: the head's kᵀ panel),
+// with the bias added and the blocked entries set to `masked`. n = the block's live keys.
 template <class T>
 void block_scores(T* S, int64_t rows, int64_t i0, int64_t b, int64_t h, const T* q,
-                  const HeadPanel<T>& kp, int64_t Lk, int64_t dh, T scale, const Rows& bias,
-                  const Rows& mask, T masked) {
-  cpu::small_gemm_packed<T>(false, rows, Lk, dh, scale, q + i0 * dh, dh, kp.p, kp.np, T(0), S, Lk);
-  if (!bias.base && !mask.base) return;
-  for (int64_t r = 0; r < rows; ++r)
-    bias_and_mask<T>(S + r * Lk, Lk, bias.row<T>(b, h, i0 + r), bias.s3,
-                     mask.row<T>(b, h, i0 + r), mask.s3, masked);
+                  const HeadPanel<T>& kp, int64_t Lk, int64_t n, int64_t dh, T scale,
+                  const Rows& bias, const MaskRuns& mask, T masked) {
+  cpu::small_gemm_packed<T>(false, rows, n, dh, scale, q + i0 * dh, dh, kp.p, kp.np, T(0), S, Lk);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* x = S + r * Lk;
+    if (const T* bi = bias.row<T>(b, h, i0 + r)) {
+      if (bias.s3 == 1) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) x[j] += bi[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) x[j] += bi[j * bias.s3];
+      }
+    }
+    if (mask.any)
+      mask.for_runs(b, h, i0 + r, n, [&](int64_t a, int64_t e) { std::fill(x + a, x + e, masked); });
+  }
 }
 
 template <class T>
@@ -107,7 +173,8 @@ void attention_fwd(const View& out, const View& stats, const View& probs, const 
   T* O = static_cast<T*>(out.data);
   T* ST = static_cast<T*>(stats.data);
   T* PR = static_cast<T*>(probs.data);
-  const Rows bias(bias_v), mask(mask_v);
+  const Rows bias(bias_v);
+  const MaskRuns mask(mask_v, T(), B, H, Lq, Lk);
   const int64_t QB = block_rows<T>(Lk), nqb = (Lq + QB - 1) / QB, tasks = BH * nqb;
 #pragma omp parallel if (BH * Lq * Lk * dh > kParallelGrain)
   {
@@ -116,7 +183,7 @@ void attention_fwd(const View& out, const View& stats, const View& probs, const 
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t bh = t / nqb, i0 = (t % nqb) * QB, rows = std::min(QB, Lq - i0);
-      const int64_t b = bh / H, h = bh % H;
+      const int64_t b = bh / H, h = bh % H, n = mask.block_end(b, h, i0, rows, Lk);
       kp.get(bh, true, Lk, dh, K + bh * Lk * dh, dh);
       vp.get(bh, false, dh, Lk, Vp + bh * Lk * dh, dh);
       thread_local std::vector<T> buf;
@@ -125,27 +192,29 @@ void attention_fwd(const View& out, const View& stats, const View& probs, const 
         if (buf.size() < static_cast<size_t>(QB * Lk)) buf.resize(static_cast<size_t>(QB * Lk));
         S = buf.data();
       }
-      block_scores<T>(S, rows, i0, b, h, Q + bh * Lq * dh, kp, Lk, dh, scale, bias, mask, masked);
+      block_scores<T>(S, rows, i0, b, h, Q + bh * Lq * dh, kp, Lk, n, dh, scale, bias, mask,
+                      masked);
       for (int64_t r = 0; r < rows; ++r) {  // softmax in place; max and log-sum for the backward
         T* x = S + r * Lk;
         T m = x[0];
 #pragma omp simd reduction(max : m)
-        for (int64_t j = 0; j < Lk; ++j) m = x[j] > m ? x[j] : m;
+        for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < Lk; ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           const T e = cpu::vexp(x[j] - m);
           x[j] = e;
           s += static_cast<double>(e);
         }
         const T inv = static_cast<T>(1.0 / s);
 #pragma omp simd
-        for (int64_t j = 0; j < Lk; ++j) x[j] *= inv;
+        for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+        if (PR) std::fill(x + n, x + Lk, T(0));  // the skipped keys' probability is exactly 0
         T* st = ST + 2 * (bh * Lq + i0 + r);
         st[0] = m;
         st[1] = static_cast<T>(std::log(s));
       }
-      cpu::small_gemm_packed<T>(false, rows, dh, Lk, T(1), S, Lk, vp.p, vp.np, T(0),
+      cpu::small_gemm_packed<T>(false, rows, dh, n, T(1), S, Lk, vp.p, vp.np, T(0),
                                 O + (bh * Lq + i0) * dh, dh);
     }
   }
@@ -168,7 +237,8 @@ void attention_bwd(const View& gq, const View& gk, const View& gv, const View& g
   T* GV = static_cast<T*>(gv.data);
   T* GS = static_cast<T*>(gs.data);
   const T* PR = static_cast<const T*>(probs.data);
-  const Rows bias(bias_v), mask(mask_v);
+  const Rows bias(bias_v);
+  const MaskRuns mask(mask_v, T(), B, H, Lq, Lk);
   const int64_t QB = block_rows<T>(Lk), nqb = (Lq + QB - 1) / QB;
   // One task per head: its k and v gradients collect every query block's share in order.
 #pragma omp parallel for schedule(static) if (BH * Lq * Lk * dh > kParallelGrain)
@@ -186,26 +256,24 @@ void attention_bwd(const View& gq, const View& gk, const View& gv, const View& g
     const T* q_bh = Q + bh * Lq * dh;
     T* gk_bh = GK + bh * Lk * dh;
     T* gv_bh = GV + bh * Lk * dh;
-    if (nqb == 0) {  // no queries: k and v get no gradient
-      std::fill(gk_bh, gk_bh + Lk * dh, T(0));
-      std::fill(gv_bh, gv_bh + Lk * dh, T(0));
-    }
+    std::fill(gk_bh, gk_bh + Lk * dh, T(0));  // blocks add their shares of the keys they see
+    std::fill(gv_bh, gv_bh + Lk * dh, T(0));
     for (int64_t qb = 0; qb < nqb; ++qb) {
       const int64_t i0 = qb * QB, rows = std::min(QB, Lq - i0);
-      const T beta = qb == 0 ? T(0) : T(1);
+      const int64_t n = mask.block_end(b, h, i0, rows, Lk);
       const T* go_blk = GO + (bh * Lq + i0) * dh;
       const T* P = PR ? PR + (bh * Lq + i0) * Lk : Pbuf;
       if (!PR) {  // recompute the block's probabilities: exp((x - max) - log-sum)
-        block_scores<T>(Pbuf, rows, i0, b, h, q_bh, kp, Lk, dh, scale, bias, mask, masked);
+        block_scores<T>(Pbuf, rows, i0, b, h, q_bh, kp, Lk, n, dh, scale, bias, mask, masked);
         for (int64_t r = 0; r < rows; ++r) {
           T* p = Pbuf + r * Lk;
           const T m = ST[2 * (bh * Lq + i0 + r)], l = ST[2 * (bh * Lq + i0 + r) + 1];
 #pragma omp simd
-          for (int64_t j = 0; j < Lk; ++j) p[j] = cpu::vexp((p[j] - m) - l);
+          for (int64_t j = 0; j < n; ++j) p[j] = cpu::vexp((p[j] - m) - l);
         }
       }
       // dP = dO vᵀ
-      cpu::small_gemm_packed<T>(false, rows, Lk, dh, T(1), go_blk, dh, vp.p, vp.np, T(0), dS, Lk);
+      cpu::small_gemm_packed<T>(false, rows, n, dh, T(1), go_blk, dh, vp.p, vp.np, T(0), dS, Lk);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         const T* p = P + r * Lk;
@@ -216,17 +284,19 @@ void attention_bwd(const View& gq, const View& gk, const View& gv, const View& g
         for (int64_t d = 0; d < dh; ++d) dd += static_cast<double>(go_i[d]) * o_i[d];
         const T D = static_cast<T>(dd);
 #pragma omp simd
-        for (int64_t j = 0; j < Lk; ++j) ds[j] = p[j] * (ds[j] - D);
-        if (const T* mi = mask.row<T>(b, h, i)) {  // masked_fill's backward: no gradient there
-          for (int64_t j = 0; j < Lk; ++j)
-            if (mi[j * mask.s3] != T(0)) ds[j] = T(0);
+        for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - D);
+        if (mask.any)  // masked_fill's backward: no gradient there
+          mask.for_runs(b, h, i, n, [&](int64_t a, int64_t e) { std::fill(ds + a, ds + e, T(0)); });
+        if (GS) {
+          T* g = GS + (bh * Lq + i) * Lk;
+          std::copy(ds, ds + n, g);
+          std::fill(g + n, g + Lk, T(0));
         }
-        if (GS) std::copy(ds, ds + Lk, GS + (bh * Lq + i) * Lk);
       }
-      cpu::small_gemm<T>(true, false, Lk, dh, rows, T(1), P, Lk, go_blk, dh, beta, gv_bh, dh);
-      cpu::small_gemm_packed<T>(false, rows, dh, Lk, scale, dS, Lk, kn.p, kn.np, T(0),
+      cpu::small_gemm<T>(true, false, n, dh, rows, T(1), P, Lk, go_blk, dh, T(1), gv_bh, dh);
+      cpu::small_gemm_packed<T>(false, rows, dh, n, scale, dS, Lk, kn.p, kn.np, T(0),
                                 GQ + (bh * Lq + i0) * dh, dh);
-      cpu::small_gemm<T>(true, false, Lk, dh, rows, scale, dS, Lk, q_bh + i0 * dh, dh, beta, gk_bh,
+      cpu::small_gemm<T>(true, false, n, dh, rows, scale, dS, Lk, q_bh + i0 * dh, dh, T(1), gk_bh,
                          dh);
     }
   }
