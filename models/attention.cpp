@@ -76,12 +76,16 @@ Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tens
               "MultiHeadAttention::attend: the site's positions must cover Lq = ", Lq, " queries and Lk = ",
               Lk, " keys");
   const double scale = 1.0 / std::sqrt(double(head_dim));
-  Tensor term = pe.score_term(qh, site);
   Tensor out;  // [B, H, Lq, dh]
-  if (!keep_probs && !(is_training() && dropout_p > 0) && !pe.has_value_term(site)) {
-    // nothing needs the probabilities: one fused op, no [B, H, Lq, Lk] tensor in memory
-    out = scaled_dot_attention(qh, kh, vh, term, blocked, scale, kMaskedScore);
+  const PositionalEncoding::RelativeTables rel = pe.relative_tables(site);
+  if (!keep_probs && !(is_training() && dropout_p > 0) &&
+      (rel.values.defined() || !pe.has_value_term(site))) {
+    // nothing needs the probabilities: one fused op, the hooks' table forms inside it
+    const Tensor term = rel.keys.defined() ? Tensor() : pe.score_term(qh, site);
+    out = scaled_dot_attention(qh, kh, vh, term, blocked, scale, kMaskedScore, rel.index, rel.keys,
+                               rel.values);
   } else {
+    const Tensor term = pe.score_term(qh, site);
     // q k^T / sqrt(dh), the scale applied inside the GEMM
     Tensor scores = matmul(qh, transpose(kh, 2, 3), scale);
     if (term.defined()) scores = add(scores, term);

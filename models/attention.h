@@ -9,9 +9,9 @@
 //   y = merge_heads(out) W_oᵀ + b_o
 //
 // The hooks are called for every attention call, cross-attention included (schemes return nothing
-// for AttnKind::Cross); this file never names a scheme. When nothing needs p (no value term, no
-// attention dropout in training, keep_probs off), the lines from s to out are one fused op,
-// scaled_dot_attention, which never forms s or p as tensors.
+// for AttnKind::Cross); this file never names a scheme. When nothing needs p (no value term, or one
+// in table form — pe.relative_tables —, no attention dropout in training, keep_probs off), the
+// lines from s to out are one fused op, scaled_dot_attention, which never forms s as a tensor.
 #pragma once
 #include <memory>
 #include <vector>

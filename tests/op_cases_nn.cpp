@@ -171,6 +171,48 @@ PELAB_OP_CASE(make_case("scaled_dot_attention", "recomputed, full bias [2,3,4,6]
                         [](const V& in) {
                           return attn(in, in[3], attn_mask({2, 1, 1, 6}, in[0]), true);
                         }));
+// Relative tables (Shaw's K and V tables): index r(i, j) = clip(j - i, -2, 2) + 2 into 5 rows, a
+// table shared by the heads [5, 5] or one per head [3, 5, 5].
+Tensor rel_index(const Tensor& like) {
+  std::vector<int64_t> r(24);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 6; ++j) r[i * 6 + j] = std::clamp<int64_t>(j - i, -2, 2) + 2;
+  return Tensor::from_ints(r, {4, 6}, like.device());
+}
+Tensor attn_rel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keys,
+                const Tensor& values, const Tensor& mask, bool recompute) {
+  const int64_t saved = set_attention_keep_limit(recompute ? 0 : int64_t(32) << 20);
+  Tensor y = scaled_dot_attention(q, k, v, Tensor(), mask, 0.45, -1e9, rel_index(q), keys, values);
+  set_attention_keep_limit(saved);
+  return y;
+}
+PELAB_OP_CASE(make_case("scaled_dot_attention", "relative keys and values [5,5], causal mask",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {5, 5}, {5, 5}},
+                        [](const V& in) {
+                          return attn_rel(in[0], in[1], in[2], in[3], in[4],
+                                          attn_mask({1, 1, 4, 6}, in[0]), false);
+                        }));
+PELAB_OP_CASE(make_case("scaled_dot_attention", "recomputed, per-head tables [3,5,5], padding mask",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {3, 5, 5}, {3, 5, 5}},
+                        [](const V& in) {
+                          return attn_rel(in[0], in[1], in[2], in[3], in[4],
+                                          attn_mask({2, 1, 1, 6}, in[0]), true);
+                        }));
+PELAB_OP_CASE(make_case("scaled_dot_attention", "relative keys only [3,5,5], no mask",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {3, 5, 5}}, [](const V& in) {
+                          return attn_rel(in[0], in[1], in[2], in[3], Tensor(), Tensor(), true);
+                        }));
+PELAB_OP_CASE(make_case("scaled_dot_attention", "relative values only [5,5], causal mask",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {5, 5}}, [](const V& in) {
+                          return attn_rel(in[0], in[1], in[2], Tensor(), in[3],
+                                          attn_mask({1, 1, 4, 6}, in[0]), false);
+                        }));
+
+// ---------------- bin_sum ----------------
+PELAB_OP_CASE(make_case("bin_sum", "[2,3,4,6] into 5 bins by clipped distance", {{2, 3, 4, 6}},
+                        [](const V& in) { return bin_sum(in[0], rel_index(in[0]), 5); }));
+PELAB_OP_CASE(make_case("bin_sum", "[4,6] into 7 bins, some empty", {{4, 6}},
+                        [](const V& in) { return bin_sum(in[0], rel_index(in[0]), 7); }));
 
 // ---------------- dropout ----------------
 PELAB_OP_CASE(make_case("dropout", "training p=0.3 [4,5]", {{4, 5}}, [](const V& in) {
@@ -428,8 +470,9 @@ TEST(OpsNN, LayerNormMatchesReference) {
 
 // scaled_dot_attention against the composite it fuses (matmul, add, masked_fill, softmax, matmul) in
 // float64: 70 queries and 75 keys span two query blocks and a row tail, and head dims 32 and 33 give
-// full and partial vector tiles; the bias broadcasts over the batch and needs its own gradient; the
-// probabilities both kept and recomputed. Masks: causal with a gap and a fully blocked row (every
+// full and partial vector tiles; the bias broadcasts over the batch and needs its own gradient, as
+// do a shared relative key table and a per-head relative value table; the probabilities both kept
+// and recomputed. Masks: causal with a gap and a fully blocked row (every
 // block sees all keys), and causal plus key padding, whose first block skips the keys it cannot see.
 TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
   const int64_t B = 2, H = 3, Lq = 70, Lk = 75;
@@ -442,6 +485,11 @@ TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
     }
   const Tensor masks[] = {Tensor::from_vector(gappy, {1, 1, Lq, Lk}, DType::Float64),
                           Tensor::from_vector(padded, {B, 1, Lq, Lk}, DType::Float64)};
+  const int64_t R = 9;  // relative tables indexed by clip(j - i, -4, 4) + 4
+  std::vector<int64_t> ri(static_cast<size_t>(Lq * Lk));
+  for (int64_t i = 0; i < Lq; ++i)
+    for (int64_t j = 0; j < Lk; ++j) ri[i * Lk + j] = std::clamp<int64_t>(j - i, -4, 4) + 4;
+  const Tensor rel = Tensor::from_ints(ri, {Lq, Lk});
   for (const int64_t dh : {32, 33})
     for (const bool recompute : {false, true})
       for (const Tensor& mask : masks) {
@@ -449,7 +497,8 @@ TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
                                  (recompute ? ", recomputed" : ", kept") +
                                  (mask.size(0) == 1 ? ", gappy causal" : ", causal + padding");
         std::vector<Tensor> ins = {randn({B, H, Lq, dh}, 80), randn({B, H, Lk, dh}, 81),
-                                   randn({B, H, Lk, dh}, 82), randn({1, H, Lq, Lk}, 83)};
+                                   randn({B, H, Lk, dh}, 82), randn({1, H, Lq, Lk}, 83),
+                                   randn({R, dh}, 85),        randn({H, R, dh}, 86)};
         const Tensor w = randn({B, H, Lq, dh}, 84);  // loss = sum(out * w)
         std::vector<std::vector<double>> got, want;
         for (const bool fused : {true, false}) {
@@ -458,18 +507,22 @@ TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
           Tensor out;
           if (fused) {
             const int64_t saved = set_attention_keep_limit(recompute ? 0 : int64_t(1) << 30);
-            out = scaled_dot_attention(x[0], x[1], x[2], x[3], mask, 0.3, -1e9);
+            out = scaled_dot_attention(x[0], x[1], x[2], x[3], mask, 0.3, -1e9, rel, x[4], x[5]);
             set_attention_keep_limit(saved);
           } else {
-            Tensor s = add(matmul(x[0], transpose(x[1], 2, 3), 0.3), x[3]);
-            out = matmul(softmax(masked_fill(s, mask, -1e9), -1), x[2]);
+            Tensor s = add(add(matmul(x[0], transpose(x[1], 2, 3), 0.3),
+                               relative_keys(x[0], rel, x[4], 0.3)),
+                           x[3]);
+            const Tensor p = softmax(masked_fill(s, mask, -1e9), -1);
+            out = add(matmul(p, x[2]), relative_values(p, rel, x[5]));
           }
           sum(mul(out, w)).backward();
           auto& dst = fused ? got : want;
           dst.push_back(out.to_vector());
           for (const Tensor& t : x) dst.push_back(t.grad().to_vector());
         }
-        const char* names[] = {"out", "grad q", "grad k", "grad v", "grad bias"};
+        const char* names[] = {"out",       "grad q",    "grad k",     "grad v",
+                               "grad bias", "grad keys", "grad values"};
         for (size_t i = 0; i < got.size(); ++i)
           expect_close(got[i], want[i], 1e-11, what + " " + names[i]);
       }
@@ -485,6 +538,25 @@ TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
   EXPECT_THROW(scaled_dot_attention(q, k, k, randn({3, 4, 5}, 88), Tensor(), 1.0, -1e9), Error);
   EXPECT_THROW(scaled_dot_attention(q, k, k, Tensor(), randn({2, 1, 4, 7}, 89), 1.0, -1e9), Error);
   EXPECT_THROW(set_attention_keep_limit(-1), Error);
+  // a relative table without its index, of the wrong head dim, tables of two sizes, an index out of
+  // range
+  const Tensor ix = Tensor::from_ints(std::vector<int64_t>(24, 1), {4, 6});
+  EXPECT_THROW(scaled_dot_attention(q, k, k, Tensor(), Tensor(), 1.0, -1e9, Tensor(), Tensor(),
+                                    randn({3, 5}, 90)),
+               Error);
+  EXPECT_THROW(scaled_dot_attention(q, k, k, Tensor(), Tensor(), 1.0, -1e9, ix, Tensor(),
+                                    randn({3, 4}, 91)),
+               Error);
+  EXPECT_THROW(scaled_dot_attention(q, k, k, Tensor(), Tensor(), 1.0, -1e9, ix, randn({3, 5}, 92),
+                                    randn({4, 5}, 93)),
+               Error);
+  try {
+    scaled_dot_attention(q, k, k, Tensor(), Tensor(), 1.0, -1e9,
+                         Tensor::from_ints(std::vector<int64_t>(24, 3), {4, 6}), randn({3, 5}, 94));
+    ADD_FAILURE() << "an index past the table must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range [0, 3)"), std::string::npos) << e.what();
+  }
 }
 
 // rotate_pairs against the definition (both pairings, a pass-through tail, leading dims sharing one

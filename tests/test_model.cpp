@@ -287,6 +287,28 @@ TEST(ModelAttention, GradCheckEverySchemeAndSite) {
       targets.push_back({"xq", xq});
       if (kind == AttnKind::Cross) targets.push_back({"xk", xk});
       grad_check(loss, targets, label, 4, 2);
+      // That was the fused attention op (no dropout, no keep_probs); keep_probs forces the
+      // composite path (softmax tensor, pe.value_term): the same loss and gradients.
+      std::vector<double> path_loss(2);
+      std::vector<std::vector<double>> path_grads[2];
+      for (int path = 0; path < 2; ++path) {
+        mha.keep_probs = path == 1;
+        for (auto g : targets) g.t.zero_grad();
+        Tensor l = loss();
+        l.backward();
+        path_loss[path] = l.item();
+        for (const auto& g : targets)  // a parameter the site does not use has no gradient
+          path_grads[path].push_back(g.t.grad().defined() ? g.t.grad().to_vector()
+                                                          : std::vector<double>{});
+      }
+      mha.keep_probs = false;
+      EXPECT_NEAR(path_loss[0], path_loss[1], 1e-12 * (1 + std::fabs(path_loss[1]))) << label;
+      for (size_t i = 0; i < targets.size(); ++i) {
+        ASSERT_EQ(path_grads[0][i].size(), path_grads[1][i].size()) << label << " " << targets[i].name;
+        for (size_t j = 0; j < path_grads[0][i].size(); ++j)
+          ASSERT_NEAR(path_grads[0][i][j], path_grads[1][i][j], 1e-11)
+              << label << ": fused vs composite gradient of " << targets[i].name << " at " << j;
+      }
     }
   }
 }

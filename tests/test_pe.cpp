@@ -120,9 +120,9 @@ TEST(PERegistry, FourSchemesRegistered) {
 }
 
 // The contract that lets attention fuse: where a scheme says it has no value term, value_term adds
-// nothing; where it says it has one, it does (every registered scheme, every site kind, both stacks,
-// Shaw with its V table switched off too).
-TEST(PERegistry, HasValueTermMatchesValueTerm) {
+// nothing; where it says it has one, it does; where it gives a term in table form, that equals the
+// hook's term (every registered scheme, every site kind, both stacks, Shaw's V table off too).
+TEST(PERegistry, ValueTermFlagAndTableFormsMatchTheHooks) {
   const std::vector<int64_t> qp = iota(4), kp = iota(5);
   const Tensor probs = softmax(randn({2, 2, 4, 5}, 7), -1);
   for (const std::string& name : pe_names())
@@ -137,9 +137,24 @@ TEST(PERegistry, HasValueTermMatchesValueTerm) {
           const AttnSite site = site_of(kind, qp, kind == AttnKind::Cross ? kp : qp,
                                         kind == AttnKind::DecoderSelf);
           const Tensor p = kind == AttnKind::Cross ? probs : slice(probs, 3, 0, 4);
-          EXPECT_EQ(pe->has_value_term(site), pe->value_term(p, site).defined())
-              << name << (values ? "" : " (shaw_values off)") << ", site kind "
-              << static_cast<int>(kind);
+          const Tensor vt = pe->value_term(p, site);
+          const std::string what = name + (values ? "" : " (shaw_values off)") + ", site kind " +
+                                   std::to_string(static_cast<int>(kind));
+          EXPECT_EQ(pe->has_value_term(site), vt.defined()) << what;
+          // the table forms, where given, are the same terms (attention fuses them instead)
+          const PositionalEncoding::RelativeTables rt = pe->relative_tables(site);
+          auto same = [&](const Tensor& x, const Tensor& y, const char* term) {
+            ASSERT_TRUE(x.defined()) << what << ": a " << term << " table without the hook's term";
+            const std::vector<double> a = x.to_vector(), b = y.to_vector();
+            ASSERT_EQ(a.size(), b.size()) << what << " " << term;
+            for (size_t i = 0; i < a.size(); ++i)
+              EXPECT_NEAR(a[i], b[i], 1e-12) << what << " " << term << " at " << i;
+          };
+          if (rt.values.defined()) same(vt, relative_values(p, rt.index, rt.values), "value");
+          if (rt.keys.defined()) {
+            const Tensor q = randn({2, 2, 4, 4}, 8);
+            same(pe->score_term(q, site), relative_keys(q, rt.index, rt.keys, 0.5), "key");
+          }
         }
 }
 

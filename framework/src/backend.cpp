@@ -88,41 +88,74 @@ void check_rotate_pairs(const View& out, const View& x, const View& cos, const V
   }
 }
 
-void check_attention(const char* op, const View& out, const View& stats, const View& probs,
-                     const View& q, const View& k, const View& v, const View& bias,
-                     const View& mask, int64_t B, int64_t H) {
-  PELAB_CHECK(q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape &&
+void check_attention(const char* op, const AttentionArgs& a, const View* grad_out,
+                     const AttentionGrads* g) {
+  const int64_t B = a.B, H = a.H;
+  const View &q = a.q, &k = a.k, &v = a.v;
+  PELAB_CHECK(B >= 0 && H >= 0 && q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape &&
                   q.shape[0] == B * H && k.shape[0] == B * H && q.shape[2] == k.shape[2],
               op, ": expected q [", B * H, ", Lq, dh] and k = v [", B * H, ", Lk, dh], got q ",
               shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape));
-  const int64_t Lq = q.shape[1], Lk = k.shape[1];
-  const std::pair<const View*, const char*> dense[] = {
-      {&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&stats, "stats"}};
-  for (const auto& [t, what] : dense) {
-    const Shape want = t == &stats ? Shape{B * H, Lq, 2} : t == &out ? q.shape : t->shape;
-    PELAB_CHECK(t->data != nullptr && t->shape == want && t->contiguous(), op, ": ", what, " ",
-                shape_str(t->shape), " must be contiguous ", shape_str(want));
-  }
+  const int64_t Lq = q.shape[1], Lk = k.shape[1], dh = q.shape[2];
   const Shape scores = {B, H, Lq, Lk};
-  PELAB_CHECK(probs.data == nullptr || (probs.shape == scores && probs.contiguous()), op,
-              ": probs ", shape_str(probs.shape), " must be contiguous ", shape_str(scores));
-  for (const auto& [t, what] : {std::pair<const View*, const char*>{&bias, "bias"}, {&mask, "mask"}})
-    PELAB_CHECK(t->data == nullptr || (t->shape == scores && t->strides.size() == 4), op, ": ",
-                what, " ", shape_str(t->shape), " must be a view of ", shape_str(scores));
-  for (const View* t : {&k, &v, &out, &stats, &probs, &bias, &mask})
-    PELAB_CHECK(t->data == nullptr || t->dtype == q.dtype, op, ": dtype ", dtype_name(t->dtype),
-                " does not match q's ", dtype_name(q.dtype));
+  auto dense = [&](const View& t, const Shape& want, const char* what, bool optional) {
+    if (optional && t.data == nullptr) return;
+    PELAB_CHECK(t.data != nullptr && t.shape == want && t.contiguous(), op, ": ", what, " ",
+                shape_str(t.shape), " must be contiguous ", shape_str(want));
+    PELAB_CHECK(t.dtype == q.dtype, op, ": ", what, " has dtype ", dtype_name(t.dtype),
+                ", expected ", dtype_name(q.dtype));
+  };
+  dense(q, q.shape, "q", false);
+  dense(k, k.shape, "k", false);
+  dense(v, k.shape, "v", false);
+  dense(a.out, q.shape, "out", false);
+  dense(a.stats, {B * H, Lq, 2}, "stats", false);
+  dense(a.probs, scores, "probs", true);
+  for (const auto& [t, what] : {std::pair<const View*, const char*>{&a.bias, "bias"}, {&a.mask, "mask"}}) {
+    if (t->data == nullptr) continue;
+    PELAB_CHECK(t->shape == scores && t->strides.size() == 4, op, ": ", what, " ",
+                shape_str(t->shape), " must be a view of ", shape_str(scores));
+    PELAB_CHECK(t->dtype == q.dtype, op, ": ", what, " has dtype ", dtype_name(t->dtype),
+                ", expected ", dtype_name(q.dtype));
+  }
+  const bool rel = a.rel_keys.data || a.rel_values.data;
+  PELAB_CHECK(rel == (a.rel_index.data != nullptr), op,
+              ": a relative index needs a table and a table needs the index");
+  int64_t R = 0;
+  for (const auto& [t, what] : {std::pair<const View*, const char*>{&a.rel_keys, "relative keys"},
+                                {&a.rel_values, "relative values"}}) {
+    if (!t->data) continue;
+    const Shape& ts = t->shape;
+    PELAB_CHECK(ts.size() == 3 && (ts[0] == 1 || ts[0] == H) && ts[1] >= 1 && ts[2] == dh &&
+                    (R == 0 || ts[1] == R),
+                op, ": ", what, " table ", shape_str(ts), " must be [1 or ", H, ", R, ", dh,
+                "] with the same R as the other table");
+    R = ts[1];
+    dense(*t, ts, what, false);
+  }
+  if (rel)
+    PELAB_CHECK(a.rel_index.dtype == DType::Int64 && a.rel_index.shape == (Shape{Lq, Lk}) &&
+                    a.rel_index.contiguous(),
+                op, ": relative index ", shape_str(a.rel_index.shape), " ",
+                dtype_name(a.rel_index.dtype), " must be contiguous int64 [", Lq, ", ", Lk, "]");
+  if (!g) return;
+  PELAB_CHECK(grad_out != nullptr, op, ": no grad_out");
+  dense(*grad_out, q.shape, "grad_out", false);
+  dense(g->q, q.shape, "grad q", false);
+  dense(g->k, k.shape, "grad k", false);
+  dense(g->v, k.shape, "grad v", false);
+  dense(g->scores, scores, "grad scores", true);
+  PELAB_CHECK((!g->rel_keys.data || a.rel_keys.data) && (!g->rel_values.data || a.rel_values.data),
+              op, ": a relative-table gradient without its table");
+  if (a.rel_keys.data) dense(g->rel_keys, {B * H, R, dh}, "relative keys gradient", true);
+  if (a.rel_values.data) dense(g->rel_values, {B * H, R, dh}, "relative values gradient", true);
 }
 
-void Backend::attention(const View&, const View&, const View&, const View&, const View&,
-                        const View&, const View&, const View&, int64_t, int64_t, double, double) {
+void Backend::attention(const AttentionArgs&) {
   fail("attention: the ", name(), " backend has no fused attention kernel");
 }
 
-void Backend::attention_backward(const View&, const View&, const View&, const View&, const View&,
-                                 const View&, const View&, const View&, const View&, const View&,
-                                 const View&, const View&, const View&, int64_t, int64_t, double,
-                                 double) {
+void Backend::attention_backward(const AttentionArgs&, const View&, const AttentionGrads&) {
   fail("attention_backward: the ", name(), " backend has no fused attention kernel");
 }
 

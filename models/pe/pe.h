@@ -81,6 +81,16 @@ class PositionalEncoding : public Module {
   // too (tests/test_pe.cpp checks every registered scheme): where it is false, the attention may run
   // fused, without ever forming the probabilities value_term would be given.
   virtual bool has_value_term(const AttnSite& site) const { return false; }
+  // Hooks 3 and 4 in table form, for terms looked up by a relative index (Shaw's tables): index
+  // Int64 [Lq, Lk] in [0, R); keys [R, dh] or [H, R, dh] with score_term(q) = q_i·keys[r(i, j)] /
+  // √dh; values (same shapes) with value_term(p) = Σ_j p_ij · values[r(i, j)]. Where a scheme
+  // gives a table, it equals the hook's term (tests/test_pe.cpp checks), and attention adds it
+  // inside the fused op instead of calling the hook. Undefined tables = none.
+  struct RelativeTables {
+    Tensor index, keys, values;
+    bool defined() const { return keys.defined() || values.defined(); }
+  };
+  virtual RelativeTables relative_tables(const AttnSite& site) { return {}; }
 };
 
 using PEFactory = std::function<std::shared_ptr<PositionalEncoding>(const PEConfig&, const StackInfo&,

@@ -4,12 +4,14 @@
 // heads or [H, 2k+1, dh] with pe.shaw_per_head; each can be switched off (pe.shaw_keys/shaw_values).
 // Init: normal(0, 0.02).
 //   score_term: e[b,h,i,j] = q[b,h,i]·rel_k[r(i,j)] / √dh  (Shaw puts it inside the scale)
-//     computed as (q/√dh) @ rel_kᵀ -> [B,H,Lq,2k+1], then gather along the last axis with the index
-//     [1,1,Lq,Lk] expanded (stride 0) to [B,H,Lq,Lk]; the gather's backward is the scatter-add into the
-//     2k+1 bins.
+//     computed by the engine's relative_keys as (q/√dh) @ rel_kᵀ -> [B,H,Lq,2k+1], then gather along
+//     the last axis with the index [1,1,Lq,Lk] expanded (stride 0) to [B,H,Lq,Lk]; the gather's
+//     backward is the scatter-add into the 2k+1 bins.
 //   value_term: z[b,h,i] = Σ_j P[b,h,i,j]·rel_v[r(i,j)] = w[b,h,i,:] @ rel_v, where the bin weights
-//     w[b,h,i,r] = Σ_{j: r(i,j)=r} P[b,h,i,j] come from the scatter-add op "shaw_bin" below (backward:
-//     a gather of the upstream gradient).
+//     w[b,h,i,r] = Σ_{j: r(i,j)=r} P[b,h,i,j] come from the engine's bin_sum (backward: a gather of
+//     the upstream gradient).
+//   relative_tables gives both as (index, rel_k, rel_v), which attention adds inside its fused op
+//   without forming the scores or P.
 // Nothing of size L×L×dh is ever built: the relative parts are O(Lq·(2k+1)) per head, plus one shared
 // [Lq, Lk] Int64 index per site (cached across layers and calls).
 #include <cmath>
@@ -26,40 +28,6 @@ class ParamHolder : public Module {
  public:
   Tensor add(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
 };
-
-// w[b,h,i,r] = Σ_j probs[b,h,i,j] · [idx[i,j] = r] for probs [B,H,Lq,Lk], idx Int64 [Lq,Lk]
-// (contiguous, values in [0, bins)). One scatter-add kernel call whose index is the [Lq, Lk] block
-// repeated over batch and heads (never replicated). Backward: grad_probs = gather(grad_w, 3, idx
-// expanded).
-Tensor shaw_bin(const Tensor& probs, const Tensor& idx, int64_t bins) {
-  PELAB_CHECK(probs.dim() == 4 && idx.dim() == 2 && probs.size(2) == idx.size(0) &&
-                  probs.size(3) == idx.size(1),
-              "shaw value_term: probs ", shape_str(probs.shape()), " do not match the index ",
-              shape_str(idx.shape()));
-  const int64_t B = probs.size(0), H = probs.size(1), Lq = probs.size(2), Lk = probs.size(3);
-  const DType dt = probs.dtype();
-  const Device dev = probs.device();
-  Tensor w = Tensor::zeros({B, H, Lq, bins}, dt, dev);
-  if (B * H * Lq * Lk > 0) {
-    Tensor p;
-    {
-      NoGradGuard ng;
-      p = probs.detach().contiguous();
-    }
-    // One scatter-add over all B·H·Lq rows; the [Lq, Lk] index is the block repeated over B·H.
-    View src = view_of(p), acc = view_of(w), ix = view_of(idx);
-    src.shape = {B * H * Lq, Lk};
-    src.strides = {Lk, 1};
-    acc.shape = {B * H * Lq, bins};
-    acc.strides = {bins, 1};
-    ix.shape = {Lq * Lk};
-    ix.strides = {1};
-    backend_for(dev).scatter_add(acc, src, ix, B * H * Lq, bins, Lk, 1);
-  }
-  return record("shaw_bin", {probs}, w, [idx, B, H, Lq, Lk](const Tensor& g) -> std::vector<Tensor> {
-    return {gather(g, 3, expand(reshape(idx, {1, 1, Lq, Lk}), {B, H, Lq, Lk}))};
-  });
-}
 
 class ShawPE : public PositionalEncoding {
  public:
@@ -92,12 +60,9 @@ class ShawPE : public PositionalEncoding {
                     q.size(2) == static_cast<int64_t>(site.q_pos->size()) && q.size(3) == dh_,
                 "shaw score_term: expected q [B, ", heads_, ", ", site.q_pos->size(), ", ", dh_,
                 "], got ", q.defined() ? shape_str(q.shape()) : std::string("undefined"));
-    const Tensor& table = rel_k_[site.layer];
-    // [B,H,Lq,dh] @ [(H,) dh, 2k+1] -> [B,H,Lq,2k+1], scaled here (O(L·(2k+1)), not O(L²)).
-    Tensor rel = matmul(q, transpose(table, -1, -2), 1.0 / std::sqrt(double(dh_)));
-    const Tensor idx = index(*site.q_pos, *site.k_pos, q.device());
-    const int64_t B = q.size(0), Lq = idx.size(0), Lk = idx.size(1);
-    return gather(rel, 3, expand(reshape(idx, {1, 1, Lq, Lk}), {B, heads_, Lq, Lk}));
+    // (q/√dh) @ rel_kᵀ -> [B,H,Lq,2k+1], looked up by the index (O(L·(2k+1)), not O(L²·dh))
+    const RelativeTables t = relative_tables(site);
+    return relative_keys(q, t.index, t.keys, 1.0 / std::sqrt(double(dh_)));
   }
 
   bool has_value_term(const AttnSite& site) const override {
@@ -113,9 +78,17 @@ class ShawPE : public PositionalEncoding {
                 "shaw value_term: expected probs [B, ", heads_, ", ", site.q_pos->size(), ", ",
                 site.k_pos->size(), "], got ",
                 probs.defined() ? shape_str(probs.shape()) : std::string("undefined"));
-    const Tensor idx = index(*site.q_pos, *site.k_pos, probs.device());
-    Tensor w = shaw_bin(probs, idx, 2 * k_ + 1);  // [B,H,Lq,2k+1]
-    return matmul(w, rel_v_[site.layer]);         // [B,H,Lq,dh]
+    const RelativeTables t = relative_tables(site);
+    return relative_values(probs, t.index, t.values);  // [B,H,Lq,dh]
+  }
+
+  // Both terms in table form (the tables switched off are undefined), which attention adds inside
+  // its fused op.
+  RelativeTables relative_tables(const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross || (!keys_ && !values_)) return {};
+    check_site(site);
+    const Tensor& any = keys_ ? rel_k_[site.layer] : rel_v_[site.layer];
+    return {index(*site.q_pos, *site.k_pos, any.device()), rel_k_[site.layer], rel_v_[site.layer]};
   }
 
  private:

@@ -51,6 +51,26 @@ enum class BinaryOp {
 
 enum class ReduceOp { Sum, Max };
 
+// The operands of Backend::attention. Dense views are contiguous; optional ones have data ==
+// nullptr when absent. BH = B·H.
+struct AttentionArgs {
+  View q, k, v;       // [BH, Lq, dh], [BH, Lk, dh], [BH, Lk, dh]
+  View out, stats;    // [BH, Lq, dh], [BH, Lq, 2] (written by the forward)
+  View probs;         // [B, H, Lq, Lk] contiguous, or none
+  View bias, mask;    // [B, H, Lq, Lk] views, stride 0 on broadcast axes; mask != 0 blocks
+  View rel_index;     // Int64 [Lq, Lk] with values in [0, R), or none (then no tables)
+  View rel_keys;      // [Hr, R, dh], Hr = 1 (shared by the heads) or H, or none
+  View rel_values;    // [Hr', R, dh] likewise, or none
+  int64_t B = 0, H = 0;
+  double scale = 1.0, masked = -1e9;
+};
+// Backend::attention_backward's outputs (overwritten): q, k, v gradients (shapes of the inputs);
+// optional: scores [B, H, Lq, Lk] = dL/dx, zero where masked (the bias's gradient before
+// broadcasting), and rel_keys / rel_values [BH, R, dh], each head's share of a table's gradient.
+struct AttentionGrads {
+  View q, k, v, scores, rel_keys, rel_values;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -124,29 +144,21 @@ class Backend {
                             int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
                             bool inverse) = 0;
 
-  // ---- fused scaled-dot-product attention, the [Lq, Lk] scores kept in a thread's cache ----
-  // q [BH, Lq, dh], k and v [BH, Lk, dh], out [BH, Lq, dh] and stats [BH, Lq, 2] contiguous, BH = B·H;
-  // bias and mask are [B, H, Lq, Lk] views that may broadcast (stride 0), data == nullptr for none:
-  //   x[i, j] = mask[i, j] != 0 ? masked : scale · q_i·k_j + bias[i, j]
-  //   out_i = Σ_j softmax(x_i)_j v_j,   stats_i = (m_i = max_j x_ij, log Σ_j exp(x_ij - m_i))
-  // (two numbers, not m + log Σ: a row of masked entries at -1e9 would lose its digits).
-  // probs [B, H, Lq, Lk] (contiguous, or data == nullptr) receives softmax(x) when given: for short
-  // sequences keeping it is cheaper than the backward's recomputation.
-  // A backend without these kernels keeps has_fused_attention() false; the op then composes
-  // matmul, add, masked_fill and softmax (the same math).
+  // ---- fused scaled-dot-product attention (AttentionArgs above), the [Lq, Lk] scores kept in a
+  // thread's cache:
+  //   x[i, j] = mask[i, j] != 0 ? masked : scale · q_i·(k_j + rel_keys[h, r_ij]) + bias[i, j]
+  //   out_i = Σ_j softmax(x_i)_j (v_j + rel_values[h, r_ij]),   r = rel_index,
+  //   stats_i = (m_i = max_j x_ij, log Σ_j exp(x_ij - m_i))
+  // (two numbers, not m + log Σ: a row of masked entries at -1e9 would lose its digits). probs
+  // receives softmax(x) when given: for short sequences keeping it is cheaper than the backward's
+  // recomputation. A backend without these kernels keeps has_fused_attention() false; the op then
+  // composes matmul, add, masked_fill, softmax and bin_sum (the same math).
   virtual bool has_fused_attention() const { return false; }
-  virtual void attention(const View& out, const View& stats, const View& probs, const View& q,
-                         const View& k, const View& v, const View& bias, const View& mask,
-                         int64_t B, int64_t H, double scale, double masked);
-  // Gradients from grad_out [BH, Lq, dh] and the forward's out, stats and (if it kept them) probs:
-  // grad_q, grad_k, grad_v (overwritten, shapes of q, k, v) and, when its data is non-null,
-  // grad_scores [B, H, Lq, Lk] (contiguous): dL/dx, zero where masked, which is the gradient of the
-  // bias before broadcasting. Without probs, each block's probabilities are recomputed from stats.
-  virtual void attention_backward(const View& grad_q, const View& grad_k, const View& grad_v,
-                                  const View& grad_scores, const View& grad_out, const View& q,
-                                  const View& k, const View& v, const View& out, const View& stats,
-                                  const View& probs, const View& bias, const View& mask, int64_t B,
-                                  int64_t H, double scale, double masked);
+  virtual void attention(const AttentionArgs& a);
+  // Gradients from grad_out [BH, Lq, dh] and the forward's out, stats and (if it kept them) probs
+  // into AttentionGrads; without probs, each block's probabilities are recomputed from stats.
+  virtual void attention_backward(const AttentionArgs& a, const View& grad_out,
+                                  const AttentionGrads& g);
 
   // ---- indexing on contiguous data ----
   // index_select: out[o, j, i] = in[o, idx[j], i]; in [outer, n_in, inner], idx [n_idx] Int64.
@@ -196,10 +208,9 @@ void check_rotate_pairs(const View& out, const View& x, const View& cos, const V
                         int64_t outer, int64_t L, int64_t D, int64_t P);
 
 // The argument checks of Backend::attention / attention_backward, shared by the backends: ranks,
-// sizes, contiguity, dtypes (probs, bias and mask may have data == nullptr).
-void check_attention(const char* op, const View& out, const View& stats, const View& probs,
-                     const View& q, const View& k, const View& v, const View& bias,
-                     const View& mask, int64_t B, int64_t H);
+// sizes, contiguity, dtypes (and, with grads, those of the gradient views).
+void check_attention(const char* op, const AttentionArgs& a, const View* grad_out = nullptr,
+                     const AttentionGrads* g = nullptr);
 
 // The backend for a device; throws if that device type is not available in this build or machine.
 Backend& backend_for(Device device);

@@ -63,6 +63,9 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
 // ---- indexing ----
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);  // index: Int64 1-D
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);        // torch.gather semantics
+// Per-row bin sums: x [..., Lq, Lk], index Int64 [Lq, Lk] with values in [0, bins) ->
+// [..., Lq, bins], out[..., i, b] = Σ_j x[..., i, j] · [index[i, j] = b]. Backward: a gather.
+Tensor bin_sum(const Tensor& x, const Tensor& index, int64_t bins);
 Tensor embedding(const Tensor& weight, const Tensor& ids);               // [V, D], ids any shape -> ids.shape + [D]
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);   // mask != 0 -> value; broadcast
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);      // cond != 0 ? a : b; broadcast
@@ -88,13 +91,24 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // interleaved: y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin; dims >= 2P pass through.
 Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interleaved = false);
 // Scaled-dot-product attention over q [B, H, Lq, dh], k and v [B, H, Lk, dh]:
-//   softmax(x) v  with  x = blocked != 0 ? masked_value : scale · q kᵀ + bias
-// bias (differentiable) and blocked (not) are undefined or broadcastable to [B, H, Lq, Lk]. Where the
-// backend has the fused kernel (CPU) the scores and their masked copy never become tensors and only the
-// probabilities may be kept (see set_attention_keep_limit); elsewhere it is the composite matmul,
-// add, masked_fill, softmax, matmul.
+//   x_ij = blocked_ij != 0 ? masked_value : scale · q_i·(k_j + rel_keys[(h,) r_ij]) + bias_ij
+//   out_i = Σ_j p_ij (v_j + rel_values[(h,) r_ij]),   p = softmax(x) along j,   r = rel_index
+// bias (differentiable) and blocked (not) are undefined or broadcastable to [B, H, Lq, Lk]; the
+// optional relative tables (Shaw's K and V tables) are [R, dh] or [H, R, dh], with an Int64
+// [Lq, Lk] index in [0, R). Where the backend has the fused kernel (CPU) the scores, their masked
+// copy and the softmax gradient never become tensors and only the probabilities may be kept (see
+// set_attention_keep_limit); elsewhere it is the composite matmul, relative_keys, add, masked_fill,
+// softmax, matmul, relative_values.
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                            const Tensor& blocked, double scale, double masked_value);
+                            const Tensor& blocked, double scale, double masked_value,
+                            const Tensor& rel_index = Tensor(), const Tensor& rel_keys = Tensor(),
+                            const Tensor& rel_values = Tensor());
+// scale · q_i·table[(h,) index[i, j]]: q [B, H, Lq, dh], index Int64 [Lq, Lk] in [0, R), table
+// [R, dh] or [H, R, dh] -> [B, H, Lq, Lk] (a [dh, R] product, then a gather; nothing L×L×dh).
+Tensor relative_keys(const Tensor& q, const Tensor& index, const Tensor& table, double scale);
+// Σ_j probs[b, h, i, j] · table[(h,) index[i, j]]: probs [B, H, Lq, Lk], index Int64 [Lq, Lk] in
+// [0, R), table [R, dh] or [H, R, dh] -> [B, H, Lq, dh] (bin_sum, then a [R, dh] product).
+Tensor relative_values(const Tensor& probs, const Tensor& index, const Tensor& table);
 // The largest probabilities tensor (bytes, default 32 MiB) the fused scaled_dot_attention keeps for
 // its backward; past it the backward recomputes them block by block from the row log-sum-exp, so
 // memory stays linear in the length. Returns the previous limit (0: always recompute).

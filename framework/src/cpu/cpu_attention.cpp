@@ -140,13 +140,108 @@ struct MaskRuns {
   }
 };
 
-// S[:, 0..n) = scale · q_blk kᵀ for rows i0.. i0+rows-1 of head (b, h) (kp: the head's kᵀ panel),
-// with the bias added and the blocked entries set to `masked`. n = the block's live keys.
+// The relative index as runs of equal entries per row, built in one pass: a clipped relative
+// distance (Shaw) is two long runs per row plus 2k + 1 short ones, so table lookups become
+// broadcast adds and binning becomes vector sums over runs (a scalar scatter into R bins would
+// wait on its own stores: consecutive keys mostly land in the same bin).
+struct IndexRuns {
+  std::vector<int64_t> first;  // runs of row i: run[first[i] .. first[i + 1])
+  struct Run {
+    int64_t start, end, bin;
+  };
+  std::vector<Run> run;
+  const int64_t* idx = nullptr;
+  int64_t Lk = 0;
+  IndexRuns() = default;
+  IndexRuns(const int64_t* idx_, int64_t Lq, int64_t Lk_) : idx(idx_), Lk(Lk_) {
+    std::vector<int64_t> count(static_cast<size_t>(Lq));
+#pragma omp parallel for schedule(static) if (Lq * Lk > kParallelGrain)
+    for (int64_t i = 0; i < Lq; ++i) {
+      const int64_t* x = idx + i * Lk;
+      int64_t c = Lk > 0;
+      for (int64_t j = 1; j < Lk; ++j) c += x[j] != x[j - 1];
+      count[i] = c;
+    }
+    first.assign(static_cast<size_t>(Lq + 1), 0);
+    for (int64_t i = 0; i < Lq; ++i) first[i + 1] = first[i] + count[i];
+    run.resize(static_cast<size_t>(first[Lq]));
+#pragma omp parallel for schedule(static) if (Lq * Lk > kParallelGrain)
+    for (int64_t i = 0; i < Lq; ++i) {
+      const int64_t* x = idx + i * Lk;
+      int64_t m = first[i];
+      for (int64_t j = 0; j < Lk;) {
+        const int64_t a = j;
+        while (j < Lk && x[j] == x[a]) ++j;
+        run[m++] = {a, j, x[a]};
+      }
+    }
+  }
+  // Whether row i is mostly short runs (then an element loop over the index is cheaper).
+  bool short_runs(int64_t i) const { return 4 * (first[i + 1] - first[i]) > Lk; }
+  const int64_t* row(int64_t i) const { return idx + i * Lk; }
+  // f(start, end, bin) for the runs of row i clipped to [0, n).
+  template <class F>
+  void for_runs(int64_t i, int64_t n, F f) const {
+    for (int64_t m = first[i]; m < first[i + 1] && run[m].start < n; ++m)
+      f(run[m].start, std::min(run[m].end, n), run[m].bin);
+  }
+};
+
+// The relative tables of one call: r = index [Lq, Lk] (none: idx == nullptr), each table's rows for
+// head h at table(h) (keys / values may be absent).
+template <class T>
+struct RelTables {
+  const int64_t* idx = nullptr;
+  IndexRuns runs;
+  const T *keys = nullptr, *values = nullptr;
+  int64_t R = 0, keys_heads = 0, values_heads = 0, dh = 0;
+  explicit RelTables(const AttentionArgs& a) {
+    idx = static_cast<const int64_t*>(a.rel_index.data);
+    keys = static_cast<const T*>(a.rel_keys.data);
+    values = static_cast<const T*>(a.rel_values.data);
+    const View& any = keys ? a.rel_keys : a.rel_values;
+    if (idx) {
+      R = any.shape[1], dh = any.shape[2];
+      runs = IndexRuns(idx, a.rel_index.shape[0], a.rel_index.shape[1]);
+    }
+    if (keys) keys_heads = a.rel_keys.shape[0];
+    if (values) values_heads = a.rel_values.shape[0];
+  }
+  const T* keys_of(int64_t h) const { return keys + (keys_heads == 1 ? 0 : h) * R * dh; }
+  const T* values_of(int64_t h) const { return values + (values_heads == 1 ? 0 : h) * R * dh; }
+};
+
+// x[j] += t[r_ij] for j < n, run by run (row i of the index).
+template <class T>
+inline void add_lookup(T* x, const T* t, const IndexRuns& runs, int64_t i, int64_t n) {
+  if (runs.short_runs(i)) {
+    const int64_t* ix = runs.row(i);
+    for (int64_t j = 0; j < n; ++j) x[j] += t[ix[j]];
+    return;
+  }
+  runs.for_runs(i, n, [&](int64_t a, int64_t e, int64_t bin) {
+    const T add = t[bin];
+#pragma omp simd
+    for (int64_t j = a; j < e; ++j) x[j] += add;
+  });
+}
+
+// S[:, 0..n) = scale · q_blk (kᵀ + relative keys) for rows i0.. i0+rows-1 of head (b, h) (kp: the
+// head's kᵀ panel; rkp: its relative keys' panel; qr: a [rows, R] buffer), with the bias added and the blocked entries set to
+// `masked`. n = the block's live keys.
 template <class T>
 void block_scores(T* S, int64_t rows, int64_t i0, int64_t b, int64_t h, const T* q,
                   const HeadPanel<T>& kp, int64_t Lk, int64_t n, int64_t dh, T scale,
-                  const Rows& bias, const MaskRuns& mask, T masked) {
+                  const Rows& bias, const MaskRuns& mask, T masked, const RelTables<T>& rel,
+                  const HeadPanel<T>& rkp, T* qr) {
   cpu::small_gemm_packed<T>(false, rows, n, dh, scale, q + i0 * dh, dh, kp.p, kp.np, T(0), S, Lk);
+  if (rel.keys) {  // scale · q_i·keys[r_ij]: [rows, R] products, then one lookup per score
+    const int64_t R = rel.R;
+    cpu::small_gemm_packed<T>(false, rows, R, dh, scale, q + i0 * dh, dh, rkp.p, rkp.np, T(0), qr,
+                              R);
+    for (int64_t r = 0; r < rows; ++r)
+      add_lookup<T>(S + r * Lk, qr + r * R, rel.runs, i0 + r, n);
+  }
   for (int64_t r = 0; r < rows; ++r) {
     T* x = S + r * Lk;
     if (const T* bi = bias.row<T>(b, h, i0 + r)) {
@@ -162,38 +257,64 @@ void block_scores(T* S, int64_t rows, int64_t i0, int64_t b, int64_t h, const T*
   }
 }
 
+// A block's bin weights: w[r, b] = Σ_{j < n} P[r, j] · [r_{i0 + r, j} = b], run by run.
 template <class T>
-void attention_fwd(const View& out, const View& stats, const View& probs, const View& q,
-                   const View& k, const View& v, const View& bias_v, const View& mask_v, int64_t B,
-                   int64_t H, T scale, T masked) {
-  const int64_t BH = B * H, Lq = q.shape[1], Lk = k.shape[1], dh = q.shape[2];
-  const T* Q = static_cast<const T*>(q.data);
-  const T* K = static_cast<const T*>(k.data);
-  const T* Vp = static_cast<const T*>(v.data);
-  T* O = static_cast<T*>(out.data);
-  T* ST = static_cast<T*>(stats.data);
-  T* PR = static_cast<T*>(probs.data);
-  const Rows bias(bias_v);
-  const MaskRuns mask(mask_v, T(), B, H, Lq, Lk);
+void bin_block(T* w, const T* P, int64_t rows, int64_t n, int64_t Lk, int64_t R,
+               const IndexRuns& runs, int64_t i0) {
+  std::fill(w, w + rows * R, T(0));
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* p = P + r * Lk;
+    T* wr = w + r * R;
+    if (runs.short_runs(i0 + r)) {
+      const int64_t* ix = runs.row(i0 + r);
+      for (int64_t j = 0; j < n; ++j) wr[ix[j]] += p[j];
+      continue;
+    }
+    runs.for_runs(i0 + r, n, [&](int64_t a, int64_t e, int64_t bin) {
+      T sum = T(0);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = a; j < e; ++j) sum += p[j];
+      wr[bin] += sum;
+    });
+  }
+}
+
+template <class T>
+void attention_fwd(const AttentionArgs& a) {
+  const int64_t B = a.B, H = a.H, BH = B * H, Lq = a.q.shape[1], Lk = a.k.shape[1],
+                dh = a.q.shape[2];
+  const T scale = static_cast<T>(a.scale), masked = static_cast<T>(a.masked);
+  const T* Q = static_cast<const T*>(a.q.data);
+  const T* K = static_cast<const T*>(a.k.data);
+  const T* Vp = static_cast<const T*>(a.v.data);
+  T* O = static_cast<T*>(a.out.data);
+  T* ST = static_cast<T*>(a.stats.data);
+  T* PR = static_cast<T*>(a.probs.data);
+  const RelTables<T> rel(a);
+  const int64_t R = rel.R;
+  const Rows bias(a.bias);
+  const MaskRuns mask(a.mask, T(), B, H, Lq, Lk);
   const int64_t QB = block_rows<T>(Lk), nqb = (Lq + QB - 1) / QB, tasks = BH * nqb;
 #pragma omp parallel if (BH * Lq * Lk * dh > kParallelGrain)
   {
-    thread_local HeadPanel<T> kp, vp;  // a thread's tasks run whole heads' blocks in a row
-    kp.key = vp.key = -1;
+    thread_local HeadPanel<T> kp, vp, rkp;  // a thread's tasks run whole heads' blocks in a row
+    kp.key = vp.key = rkp.key = -1;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t bh = t / nqb, i0 = (t % nqb) * QB, rows = std::min(QB, Lq - i0);
       const int64_t b = bh / H, h = bh % H, n = mask.block_end(b, h, i0, rows, Lk);
       kp.get(bh, true, Lk, dh, K + bh * Lk * dh, dh);
       vp.get(bh, false, dh, Lk, Vp + bh * Lk * dh, dh);
-      thread_local std::vector<T> buf;
+      if (rel.keys) rkp.get(rel.keys_heads == 1 ? 0 : h, true, R, dh, rel.keys_of(h), dh);
+      thread_local std::vector<T> buf, wbuf;  // scores; [rows, R] relative-table weights
       T* S = PR ? PR + (bh * Lq + i0) * Lk : nullptr;  // kept probabilities: work in place there
       if (!S) {
         if (buf.size() < static_cast<size_t>(QB * Lk)) buf.resize(static_cast<size_t>(QB * Lk));
         S = buf.data();
       }
+      if (wbuf.size() < static_cast<size_t>(QB * R)) wbuf.resize(static_cast<size_t>(QB * R));
       block_scores<T>(S, rows, i0, b, h, Q + bh * Lq * dh, kp, Lk, n, dh, scale, bias, mask,
-                      masked);
+                      masked, rel, rkp, wbuf.data());
       for (int64_t r = 0; r < rows; ++r) {  // softmax in place; max and log-sum for the backward
         T* x = S + r * Lk;
         T m = x[0];
@@ -214,57 +335,76 @@ void attention_fwd(const View& out, const View& stats, const View& probs, const 
         st[0] = m;
         st[1] = static_cast<T>(std::log(s));
       }
-      cpu::small_gemm_packed<T>(false, rows, dh, n, T(1), S, Lk, vp.p, vp.np, T(0),
-                                O + (bh * Lq + i0) * dh, dh);
+      T* o_blk = O + (bh * Lq + i0) * dh;
+      cpu::small_gemm_packed<T>(false, rows, dh, n, T(1), S, Lk, vp.p, vp.np, T(0), o_blk, dh);
+      if (rel.values) {  // + Σ_j p_ij values[r_ij] = w · values, w the block's bin weights
+        bin_block<T>(wbuf.data(), S, rows, n, Lk, R, rel.runs, i0);
+        cpu::small_gemm<T>(false, false, rows, dh, R, T(1), wbuf.data(), R, rel.values_of(h), dh,
+                           T(1), o_blk, dh);
+      }
     }
   }
 }
 
 template <class T>
-void attention_bwd(const View& gq, const View& gk, const View& gv, const View& gs, const View& go,
-                   const View& q, const View& k, const View& v, const View& out,
-                   const View& stats, const View& probs, const View& bias_v, const View& mask_v,
-                   int64_t B, int64_t H, T scale, T masked) {
-  const int64_t BH = B * H, Lq = q.shape[1], Lk = k.shape[1], dh = q.shape[2];
-  const T* Q = static_cast<const T*>(q.data);
-  const T* K = static_cast<const T*>(k.data);
-  const T* Vp = static_cast<const T*>(v.data);
-  const T* O = static_cast<const T*>(out.data);
+void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads& g) {
+  const int64_t B = a.B, H = a.H, BH = B * H, Lq = a.q.shape[1], Lk = a.k.shape[1],
+                dh = a.q.shape[2];
+  const T scale = static_cast<T>(a.scale), masked = static_cast<T>(a.masked);
+  const T* Q = static_cast<const T*>(a.q.data);
+  const T* K = static_cast<const T*>(a.k.data);
+  const T* Vp = static_cast<const T*>(a.v.data);
+  const T* O = static_cast<const T*>(a.out.data);
   const T* GO = static_cast<const T*>(go.data);
-  const T* ST = static_cast<const T*>(stats.data);
-  T* GQ = static_cast<T*>(gq.data);
-  T* GK = static_cast<T*>(gk.data);
-  T* GV = static_cast<T*>(gv.data);
-  T* GS = static_cast<T*>(gs.data);
-  const T* PR = static_cast<const T*>(probs.data);
-  const Rows bias(bias_v);
-  const MaskRuns mask(mask_v, T(), B, H, Lq, Lk);
+  const T* ST = static_cast<const T*>(a.stats.data);
+  const T* PR = static_cast<const T*>(a.probs.data);
+  const RelTables<T> rel(a);
+  const int64_t R = rel.R;
+  T* GQ = static_cast<T*>(g.q.data);
+  T* GK = static_cast<T*>(g.k.data);
+  T* GV = static_cast<T*>(g.v.data);
+  T* GS = static_cast<T*>(g.scores.data);
+  T* GRK = static_cast<T*>(g.rel_keys.data);
+  T* GRV = static_cast<T*>(g.rel_values.data);
+  const Rows bias(a.bias);
+  const MaskRuns mask(a.mask, T(), B, H, Lq, Lk);
   const int64_t QB = block_rows<T>(Lk), nqb = (Lq + QB - 1) / QB;
   // One task per head: its k and v gradients collect every query block's share in order.
 #pragma omp parallel for schedule(static) if (BH * Lq * Lk * dh > kParallelGrain)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const int64_t b = bh / H, h = bh % H;
-    thread_local HeadPanel<T> kp, vp, kn;  // kᵀ (recomputing), vᵀ (for dO vᵀ), k (for dS k)
-    kp.key = vp.key = kn.key = -1;
+    // kᵀ (recomputing), vᵀ (for dO vᵀ), k (for dS k); the relative tables' transposes
+    thread_local HeadPanel<T> kp, vp, kn, rkp, rvp;
+    kp.key = vp.key = kn.key = rkp.key = rvp.key = -1;
     if (!PR) kp.get(bh, true, Lk, dh, K + bh * Lk * dh, dh);
+    if (!PR && rel.keys) rkp.get(0, true, R, dh, rel.keys_of(h), dh);
+    if (rel.values) rvp.get(0, true, R, dh, rel.values_of(h), dh);
     vp.get(bh, true, Lk, dh, Vp + bh * Lk * dh, dh);
     kn.get(bh, false, dh, Lk, K + bh * Lk * dh, dh);
-    thread_local std::vector<T> buf;
+    thread_local std::vector<T> buf, wbuf;
     if (buf.size() < static_cast<size_t>(2 * QB * Lk)) buf.resize(static_cast<size_t>(2 * QB * Lk));
+    if (wbuf.size() < static_cast<size_t>(2 * QB * R)) wbuf.resize(static_cast<size_t>(2 * QB * R));
     T* Pbuf = buf.data();
     T* dS = Pbuf + QB * Lk;
+    T* w = wbuf.data();   // [rows, R]: bin weights, or q·keysᵀ when recomputing
+    T* wt = w + QB * R;   // [rows, R]: dO · valuesᵀ
     const T* q_bh = Q + bh * Lq * dh;
     T* gk_bh = GK + bh * Lk * dh;
     T* gv_bh = GV + bh * Lk * dh;
     std::fill(gk_bh, gk_bh + Lk * dh, T(0));  // blocks add their shares of the keys they see
     std::fill(gv_bh, gv_bh + Lk * dh, T(0));
+    T* grk_bh = GRK ? GRK + bh * R * dh : nullptr;
+    T* grv_bh = GRV ? GRV + bh * R * dh : nullptr;
+    if (grk_bh) std::fill(grk_bh, grk_bh + R * dh, T(0));
+    if (grv_bh) std::fill(grv_bh, grv_bh + R * dh, T(0));
     for (int64_t qb = 0; qb < nqb; ++qb) {
       const int64_t i0 = qb * QB, rows = std::min(QB, Lq - i0);
       const int64_t n = mask.block_end(b, h, i0, rows, Lk);
       const T* go_blk = GO + (bh * Lq + i0) * dh;
       const T* P = PR ? PR + (bh * Lq + i0) * Lk : Pbuf;
       if (!PR) {  // recompute the block's probabilities: exp((x - max) - log-sum)
-        block_scores<T>(Pbuf, rows, i0, b, h, q_bh, kp, Lk, n, dh, scale, bias, mask, masked);
+        block_scores<T>(Pbuf, rows, i0, b, h, q_bh, kp, Lk, n, dh, scale, bias, mask, masked, rel,
+                        rkp, w);
         for (int64_t r = 0; r < rows; ++r) {
           T* p = Pbuf + r * Lk;
           const T m = ST[2 * (bh * Lq + i0 + r)], l = ST[2 * (bh * Lq + i0 + r) + 1];
@@ -272,8 +412,13 @@ void attention_bwd(const View& gq, const View& gk, const View& gv, const View& g
           for (int64_t j = 0; j < n; ++j) p[j] = cpu::vexp((p[j] - m) - l);
         }
       }
-      // dP = dO vᵀ
+      // dP = dO (v + values[r])ᵀ
       cpu::small_gemm_packed<T>(false, rows, n, dh, T(1), go_blk, dh, vp.p, vp.np, T(0), dS, Lk);
+      if (rel.values) {
+        cpu::small_gemm_packed<T>(false, rows, R, dh, T(1), go_blk, dh, rvp.p, rvp.np, T(0), wt, R);
+        for (int64_t r = 0; r < rows; ++r)
+          add_lookup<T>(dS + r * Lk, wt + r * R, rel.runs, i0 + r, n);
+      }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         const T* p = P + r * Lk;
@@ -286,63 +431,61 @@ void attention_bwd(const View& gq, const View& gk, const View& gv, const View& g
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - D);
         if (mask.any)  // masked_fill's backward: no gradient there
-          mask.for_runs(b, h, i, n, [&](int64_t a, int64_t e) { std::fill(ds + a, ds + e, T(0)); });
+          mask.for_runs(b, h, i, n, [&](int64_t s0, int64_t e) { std::fill(ds + s0, ds + e, T(0)); });
         if (GS) {
-          T* g = GS + (bh * Lq + i) * Lk;
-          std::copy(ds, ds + n, g);
-          std::fill(g + n, g + Lk, T(0));
+          T* gsr = GS + (bh * Lq + i) * Lk;
+          std::copy(ds, ds + n, gsr);
+          std::fill(gsr + n, gsr + Lk, T(0));
         }
       }
       cpu::small_gemm<T>(true, false, n, dh, rows, T(1), P, Lk, go_blk, dh, T(1), gv_bh, dh);
-      cpu::small_gemm_packed<T>(false, rows, dh, n, scale, dS, Lk, kn.p, kn.np, T(0),
-                                GQ + (bh * Lq + i0) * dh, dh);
+      if (grv_bh) {  // d values[b] += Σ_i w[i, b] dO_i, w the bin weights of P
+        bin_block<T>(w, P, rows, n, Lk, R, rel.runs, i0);
+        cpu::small_gemm<T>(true, false, R, dh, rows, T(1), w, R, go_blk, dh, T(1), grv_bh, dh);
+      }
+      T* gq_blk = GQ + (bh * Lq + i0) * dh;
+      cpu::small_gemm_packed<T>(false, rows, dh, n, scale, dS, Lk, kn.p, kn.np, T(0), gq_blk, dh);
       cpu::small_gemm<T>(true, false, n, dh, rows, scale, dS, Lk, q_bh + i0 * dh, dh, T(1), gk_bh,
                          dh);
+      if (rel.keys) {  // u = the bins of dS: dq += scale · u keys, d keys += scale · uᵀ q
+        bin_block<T>(w, dS, rows, n, Lk, R, rel.runs, i0);
+        cpu::small_gemm<T>(false, false, rows, dh, R, scale, w, R, rel.keys_of(h), dh, T(1), gq_blk,
+                           dh);
+        if (grk_bh)
+          cpu::small_gemm<T>(true, false, R, dh, rows, scale, w, R, q_bh + i0 * dh, dh, T(1),
+                             grk_bh, dh);
+      }
     }
   }
 }
 
 }  // namespace
 
-void CpuBackend::attention(const View& out, const View& stats, const View& probs, const View& q,
-                           const View& k, const View& v, const View& bias, const View& mask,
-                           int64_t B, int64_t H, double scale, double masked) {
-  check_attention("attention", out, stats, probs, q, k, v, bias, mask, B, H);
-  if (out.numel() == 0) return;
-  PELAB_CHECK(k.shape[1] > 0, "attention: no keys for ", q.shape[1], " queries");
-  cpu::dispatch_float(q.dtype, "attention", [&](auto tag) {
-    using T = decltype(tag);
-    attention_fwd<T>(out, stats, probs, q, k, v, bias, mask, B, H, static_cast<T>(scale),
-                     static_cast<T>(masked));
-  });
+void CpuBackend::attention(const AttentionArgs& a) {
+  check_attention("attention", a);
+  if (a.out.numel() == 0) return;
+  PELAB_CHECK(a.k.shape[1] > 0, "attention: no keys for ", a.q.shape[1], " queries");
+  if (a.rel_index.data) {  // the kernels index the tables with it unchecked
+    const int64_t R = (a.rel_keys.data ? a.rel_keys : a.rel_values).shape[1];
+    const int64_t count = a.rel_index.numel();
+    const int64_t* ix = static_cast<const int64_t*>(a.rel_index.data);
+    bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (count > kParallelGrain)
+    for (int64_t t = 0; t < count; ++t) bad = bad || ix[t] < 0 || ix[t] >= R;
+    for (int64_t t = 0; bad && t < count; ++t)
+      PELAB_CHECK(ix[t] >= 0 && ix[t] < R, "attention: relative index ", ix[t], " at position ", t,
+                  " is out of range [0, ", R, ")");
+  }
+  cpu::dispatch_float(a.q.dtype, "attention", [&](auto tag) { attention_fwd<decltype(tag)>(a); });
 }
 
-void CpuBackend::attention_backward(const View& grad_q, const View& grad_k, const View& grad_v,
-                                    const View& grad_scores, const View& grad_out, const View& q,
-                                    const View& k, const View& v, const View& out,
-                                    const View& stats, const View& probs, const View& bias, const View& mask,
-                                    int64_t B, int64_t H, double scale, double masked) {
+void CpuBackend::attention_backward(const AttentionArgs& a, const View& grad_out,
+                                    const AttentionGrads& g) {
   const char* op = "attention_backward";
-  check_attention(op, out, stats, probs, q, k, v, bias, mask, B, H);
-  const std::pair<const View*, const View*> same[] = {
-      {&grad_q, &q}, {&grad_k, &k}, {&grad_v, &v}, {&grad_out, &out}};
-  for (const auto& [g, like] : same)
-    PELAB_CHECK(g->data != nullptr && g->shape == like->shape && g->contiguous() &&
-                    g->dtype == q.dtype,
-                op, ": gradient ", shape_str(g->shape), " must be contiguous ",
-                shape_str(like->shape), " of dtype ", dtype_name(q.dtype));
-  const int64_t Lq = q.shape[1], Lk = k.shape[1];
-  PELAB_CHECK(grad_scores.data == nullptr ||
-                  (grad_scores.shape == Shape{B, H, Lq, Lk} && grad_scores.contiguous() &&
-                   grad_scores.dtype == q.dtype),
-              op, ": grad_scores ", shape_str(grad_scores.shape), " must be contiguous [", B, ", ",
-              H, ", ", Lq, ", ", Lk, "]");
-  if (k.numel() == 0 && q.numel() == 0) return;
-  cpu::dispatch_float(q.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    attention_bwd<T>(grad_q, grad_k, grad_v, grad_scores, grad_out, q, k, v, out, stats, probs,
-                     bias, mask, B, H, static_cast<T>(scale), static_cast<T>(masked));
-  });
+  check_attention(op, a, &grad_out, &g);
+  if (a.q.numel() == 0 && a.k.numel() == 0) return;
+  cpu::dispatch_float(a.q.dtype, op,
+                      [&](auto tag) { attention_bwd<decltype(tag)>(a, grad_out, g); });
 }
 
 }  // namespace pelab

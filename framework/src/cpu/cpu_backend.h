@@ -72,14 +72,9 @@ class CpuBackend : public Backend {
                     bool inverse) override;
 
   bool has_fused_attention() const override { return true; }
-  void attention(const View& out, const View& stats, const View& probs, const View& q,
-                 const View& k, const View& v, const View& bias, const View& mask, int64_t B,
-                 int64_t H, double scale, double masked) override;
-  void attention_backward(const View& grad_q, const View& grad_k, const View& grad_v,
-                          const View& grad_scores, const View& grad_out, const View& q,
-                          const View& k, const View& v, const View& out, const View& stats,
-                          const View& probs, const View& bias, const View& mask, int64_t B,
-                          int64_t H, double scale, double masked) override;
+  void attention(const AttentionArgs& a) override;
+  void attention_backward(const AttentionArgs& a, const View& grad_out,
+                          const AttentionGrads& g) override;
 
   void index_select(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
                     int64_t n_idx, int64_t inner) override;

@@ -1,6 +1,7 @@
 // pelab — indexing ops: index_select, gather (torch.gather semantics) and embedding, with
 // scatter-add backward passes. Index values are validated on the host so a bad id fails with a
 // clear pelab::Error naming the op, the id and the shapes (the kernels check as well).
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace pelab {
 PELAB_REGISTER_OP("index_select", true);
 PELAB_REGISTER_OP("gather", true);
 PELAB_REGISTER_OP("embedding", true);
+PELAB_REGISTER_OP("bin_sum", true);
 
 namespace {
 
@@ -173,6 +175,38 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
       be.copy(win, view_of(acc));
     }
     return {full};
+  });
+}
+
+Tensor bin_sum(const Tensor& x, const Tensor& index, int64_t bins) {
+  const char* op = "bin_sum";
+  check_source(op, x, "input");
+  check_index(op, index, x, "index");
+  PELAB_CHECK(x.dim() >= 2 && index.dim() == 2 && index.size(0) == x.size(-2) &&
+                  index.size(1) == x.size(-1),
+              op, ": index ", shape_str(index.shape()), " must be the last two dims of input ",
+              shape_str(x.shape()));
+  PELAB_CHECK(bins >= 1, op, ": bins must be >= 1, got ", bins);
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  const Shape xshape = x.shape();
+  const int64_t Lq = index.size(0), Lk = index.size(1), rows = x.numel() / std::max<int64_t>(Lk, 1);
+  Shape out_shape = xshape;
+  out_shape.back() = bins;
+  Tensor out = Tensor::zeros(out_shape, dt, dev);
+  const Tensor ic = contig(index);
+  if (x.numel() > 0) {
+    // one scatter-add over every [.., i] row; the [Lq, Lk] index is one block per query row,
+    // repeated over the leading dims (never replicated; the kernel checks its range)
+    const Tensor xc = contig(x);
+    backend_for(dev).scatter_add(flat_view(out, {rows, bins}), flat_view(xc, {rows, Lk}),
+                                 flat_view(ic, {Lq * Lk}), rows, bins, Lk, 1);
+  }
+  return record(op, {x}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    Shape ishape(xshape.size(), 1);
+    ishape[ishape.size() - 2] = Lq;
+    ishape[ishape.size() - 1] = Lk;
+    return {gather(g, -1, expand(reshape(ic, ishape), xshape))};
   });
 }
 

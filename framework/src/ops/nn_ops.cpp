@@ -291,8 +291,43 @@ int64_t set_attention_keep_limit(int64_t bytes) {
   return g_attention_keep_bytes.exchange(bytes);
 }
 
+namespace {
+void check_table(const char* op, const Tensor& table, const char* what) {
+  check_float(op, table, what);
+  PELAB_CHECK(table.dim() == 2 || table.dim() == 3, op, ": ", what, " table must be [R, dh] or ",
+              "[H, R, dh], got ", shape_str(table.shape()));
+}
+// index as a [B, H, Lq, Lk] gather index of x [B, H, Lq, R] (stride 0 over batch and heads)
+Tensor expanded_index(const Tensor& index, const Tensor& x) {
+  PELAB_CHECK(index.defined() && index.dim() == 2 && x.dim() == 4 && index.size(0) == x.size(2),
+              "relative_keys: index ", index.defined() ? shape_str(index.shape()) : "undefined",
+              " must be [Lq, Lk] for queries ", shape_str(x.shape()));
+  return expand(reshape(index, {1, 1, index.size(0), index.size(1)}),
+                {x.size(0), x.size(1), index.size(0), index.size(1)});
+}
+}  // namespace
+
+Tensor relative_keys(const Tensor& q, const Tensor& index, const Tensor& table, double scale) {
+  check_table("relative_keys", table, "keys");
+  PELAB_CHECK(q.defined() && q.dim() == 4, "relative_keys: expected q [B, H, Lq, dh], got ",
+              q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+  // [B,H,Lq,dh] @ [(H,) dh, R] -> [B,H,Lq,R], scaled in the GEMM; then looked up by the index
+  const Tensor qr = matmul(q, transpose(table, -1, -2), scale);
+  return gather(qr, 3, expanded_index(index, qr));
+}
+
+Tensor relative_values(const Tensor& probs, const Tensor& index, const Tensor& table) {
+  check_table("relative_values", table, "values");
+  PELAB_CHECK(probs.defined() && probs.dim() == 4,
+              "relative_values: expected probs [B, H, Lq, Lk], got ",
+              probs.defined() ? shape_str(probs.shape()) : std::string("undefined"));
+  return matmul(bin_sum(probs, index, table.size(-2)), table);  // [B,H,Lq,R] @ [(H,) R, dh]
+}
+
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                            const Tensor& blocked, double scale, double masked_value) {
+                            const Tensor& blocked, double scale, double masked_value,
+                            const Tensor& rel_index, const Tensor& rel_keys,
+                            const Tensor& rel_values) {
   const char* op = "scaled_dot_attention";
   check_float(op, q, "q");
   check_float(op, k, "k");
@@ -303,10 +338,10 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
               shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
   const DType dt = q.dtype();
   const Device dev = q.device();
-  for (const Tensor* t : {&k, &v, &bias, &blocked})
+  for (const Tensor* t : {&k, &v, &bias, &blocked, &rel_index, &rel_keys, &rel_values})
     PELAB_CHECK(!t->defined() || t->device() == dev, op, ": input on ", t->device().str(),
                 " does not match q on ", dev.str());
-  for (const Tensor* t : {&k, &v, &bias})
+  for (const Tensor* t : {&k, &v, &bias, &rel_keys, &rel_values})
     PELAB_CHECK(!t->defined() || t->dtype() == dt, op, ": input ", dtype_name(t->dtype()), " ",
                 shape_str(t->shape()), " does not match q's ", dtype_name(dt));
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Lk = k.size(2), dh = q.size(3);
@@ -315,56 +350,106 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     PELAB_CHECK(!t->defined() || broadcast_shapes(t->shape(), scores, op) == scores, op, ": ",
                 t == &bias ? "bias " : "mask ", shape_str(t->shape()),
                 " does not broadcast to the scores ", shape_str(scores));
+  const bool rel = rel_keys.defined() || rel_values.defined();
+  PELAB_CHECK(rel == rel_index.defined(), op,
+              ": a relative index needs a table and a table needs the index");
+  int64_t R = 0;
+  if (rel) {
+    PELAB_CHECK(rel_index.dtype() == DType::Int64 && rel_index.shape() == (Shape{Lq, Lk}), op,
+                ": relative index ", dtype_name(rel_index.dtype()), " ",
+                shape_str(rel_index.shape()), " must be int64 [", Lq, ", ", Lk, "]");
+    for (const Tensor* t : {&rel_keys, &rel_values}) {
+      if (!t->defined()) continue;
+      const Shape& ts = t->shape();
+      PELAB_CHECK((ts.size() == 2 || (ts.size() == 3 && ts[0] == H)) && ts.back() == dh &&
+                      ts[ts.size() - 2] >= 1 && (R == 0 || ts[ts.size() - 2] == R),
+                  op, ": relative ", t == &rel_keys ? "keys" : "values", " table ", shape_str(ts),
+                  " must be [R, ", dh, "] or [", H, ", R, ", dh, "] (one R for both tables)");
+      R = ts[ts.size() - 2];
+    }
+  }
   Backend& be = backend_for(dev);
   if (!be.has_fused_attention() || Lq == 0 || Lk == 0 || dh == 0) {  // the same math, composed
     Tensor s = matmul(q, transpose(k, 2, 3), scale);
+    if (rel_keys.defined()) s = add(s, relative_keys(q, rel_index, rel_keys, scale));
     if (bias.defined()) s = add(s, bias);
     if (blocked.defined()) s = masked_fill(s, blocked, masked_value);
-    return matmul(softmax(s, -1), v);
+    const Tensor p = softmax(s, -1);
+    Tensor out = matmul(p, v);
+    return rel_values.defined() ? add(out, relative_values(p, rel_index, rel_values)) : out;
   }
   const Tensor qc = contig(q), kc = contig(k), vc = contig(v);
   const Tensor bc = bias.defined() ? contig(bias) : Tensor();
   const Tensor mc = !blocked.defined()        ? Tensor()
                     : blocked.dtype() == dt   ? contig(blocked)
                                               : contig(blocked.detach().to(dt));
-  // bias and mask as [B, H, Lq, Lk] views (stride 0 on broadcast axes); no data when absent
-  auto scores_view = [dt, scores](const Tensor& t) {
-    if (t.defined()) return view_broadcast(t, scores);
-    View none;
-    none.dtype = dt;
-    return none;
+  const Tensor ic = rel ? contig(rel_index) : Tensor();
+  auto table3 = [&](const Tensor& t) {  // [Hr, R, dh], Hr = 1 for a table shared by the heads
+    return t.defined() ? reshape(contig(t), {t.dim() == 3 ? H : 1, R, dh}) : Tensor();
   };
+  const Tensor rkc = table3(rel_keys), rvc = table3(rel_values);
   const Shape qs3 = {B * H, Lq, dh}, ks3 = {B * H, Lk, dh};
   Tensor out = Tensor::empty(q.shape(), dt, dev);
   Tensor stats = Tensor::empty({B * H, Lq, 2}, dt, dev);  // row max and log-sum-exp
   // Keeping the probabilities for the backward beats recomputing them (0.75x the fwd+bwd time at
   // L = 128-1024 on the benchmark machine) while they fit the budget; past it memory stays O(L).
-  const bool keep = needs_grad({q, k, v, bias}) &&
+  const bool keep = needs_grad({q, k, v, bias, rel_keys, rel_values}) &&
                     B * H * Lq * Lk * static_cast<int64_t>(dtype_size(dt)) <=
                         g_attention_keep_bytes.load(std::memory_order_relaxed);
   Tensor probs = keep ? Tensor::empty(scores, dt, dev) : Tensor();
-  be.attention(flat_view(out, qs3), view_of(stats), keep ? view_of(probs) : scores_view(Tensor()),
-               flat_view(qc, qs3), flat_view(kc, ks3), flat_view(vc, ks3), scores_view(bc),
-               scores_view(mc), B, H, scale, masked_value);
-  const Tensor outs = plain(out);
+  // The backend's views of the operands (bias and mask [B, H, Lq, Lk] with stride 0 on broadcast
+  // axes); rebuilt in the backward from the tensors the closure keeps alive.
+  auto args = [=]() {
+    AttentionArgs a;
+    a.q = flat_view(qc, qs3);
+    a.k = flat_view(kc, ks3);
+    a.v = flat_view(vc, ks3);
+    a.out = flat_view(out, qs3);
+    a.stats = view_of(stats);
+    a.probs.dtype = a.bias.dtype = a.mask.dtype = a.rel_keys.dtype = a.rel_values.dtype = dt;
+    a.rel_index.dtype = DType::Int64;
+    if (keep) a.probs = view_of(probs);
+    if (bc.defined()) a.bias = view_broadcast(bc, scores);
+    if (mc.defined()) a.mask = view_broadcast(mc, scores);
+    if (rel) a.rel_index = view_of(ic);
+    if (rkc.defined()) a.rel_keys = view_of(rkc);
+    if (rvc.defined()) a.rel_values = view_of(rvc);
+    a.B = B;
+    a.H = H;
+    a.scale = scale;
+    a.masked = masked_value;
+    return a;
+  };
+  be.attention(args());
   const bool bias_grad = bias.defined() && bias.requires_grad();
-  const Shape qshape = q.shape(), kshape = k.shape(), bias_shape = bc.defined() ? bc.shape() : Shape{};
-  return record(op, {q, k, v, bias}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+  const bool keys_grad = rel_keys.defined() && rel_keys.requires_grad();
+  const bool values_grad = rel_values.defined() && rel_values.requires_grad();
+  const Shape qshape = q.shape(), kshape = k.shape(),
+              bias_shape = bc.defined() ? bc.shape() : Shape{},
+              keys_shape = rel_keys.defined() ? rel_keys.shape() : Shape{},
+              values_shape = rel_values.defined() ? rel_values.shape() : Shape{};
+  Tensor result = plain(out);
+  return record(op, {q, k, v, bias, rel_keys, rel_values}, result,
+                [=](const Tensor& g) -> std::vector<Tensor> {
     const Tensor gc = contig(g);
     Tensor gq = Tensor::empty(qshape, dt, dev), gk = Tensor::empty(kshape, dt, dev),
            gv = Tensor::empty(kshape, dt, dev);
+    // dL/dx over the whole [B, H, Lq, Lk] only when the bias needs it; the tables' per-head shares
     Tensor gs = bias_grad ? Tensor::empty(scores, dt, dev) : Tensor();
-    View gs_v;  // dL/dx over the whole [B, H, Lq, Lk], only when the bias needs it
-    gs_v.dtype = dt;
-    if (bias_grad) gs_v = view_of(gs);
-    backend_for(dev).attention_backward(flat_view(gq, qs3), flat_view(gk, ks3), flat_view(gv, ks3),
-                                        gs_v, flat_view(gc, qs3), flat_view(qc, qs3),
-                                        flat_view(kc, ks3), flat_view(vc, ks3),
-                                        flat_view(outs, qs3), view_of(stats),
-                                        keep ? view_of(probs) : scores_view(Tensor()),
-                                        scores_view(bc), scores_view(mc), B, H, scale,
-                                        masked_value);
-    return {gq, gk, gv, bias_grad ? sum_to(gs, bias_shape) : Tensor()};
+    Tensor grk = keys_grad ? Tensor::empty({B, H, R, dh}, dt, dev) : Tensor();
+    Tensor grv = values_grad ? Tensor::empty({B, H, R, dh}, dt, dev) : Tensor();
+    AttentionGrads grads;
+    grads.q = flat_view(gq, qs3);
+    grads.k = flat_view(gk, ks3);
+    grads.v = flat_view(gv, ks3);
+    grads.scores.dtype = grads.rel_keys.dtype = grads.rel_values.dtype = dt;
+    if (bias_grad) grads.scores = view_of(gs);
+    if (keys_grad) grads.rel_keys = flat_view(grk, {B * H, R, dh});
+    if (values_grad) grads.rel_values = flat_view(grv, {B * H, R, dh});
+    backend_for(dev).attention_backward(args(), flat_view(gc, qs3), grads);
+    return {gq, gk, gv, bias_grad ? sum_to(gs, bias_shape) : Tensor(),
+            keys_grad ? sum_to(grk, keys_shape) : Tensor(),
+            values_grad ? sum_to(grv, values_shape) : Tensor()};
   });
 }
 
