@@ -354,7 +354,6 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
   const T* Q = static_cast<const T*>(a.q.data);
   const T* K = static_cast<const T*>(a.k.data);
   const T* Vp = static_cast<const T*>(a.v.data);
-  const T* O = static_cast<const T*>(a.out.data);
   const T* GO = static_cast<const T*>(go.data);
   const T* ST = static_cast<const T*>(a.stats.data);
   const T* PR = static_cast<const T*>(a.probs.data);
@@ -423,10 +422,12 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
         const int64_t i = i0 + r;
         const T* p = P + r * Lk;
         T* ds = dS + r * Lk;
-        double dd = 0;  // D_i = Σ_d dO_id O_id = Σ_j P_ij dP_ij
-        const T* o_i = O + (bh * Lq + i) * dh;
-        const T* go_i = go_blk + r * dh;
-        for (int64_t d = 0; d < dh; ++d) dd += static_cast<double>(go_i[d]) * o_i[d];
+        // D_i = Σ_j P_ij dP_ij (= dO_i·O_i, but summed like the softmax backward's, so that each
+        // row of dS sums to zero up to rounding: the gradient of a per-row shift, e.g. the key
+        // bias's, stays at noise level)
+        double dd = 0;
+#pragma omp simd reduction(+ : dd)
+        for (int64_t j = 0; j < n; ++j) dd += static_cast<double>(p[j]) * static_cast<double>(ds[j]);
         const T D = static_cast<T>(dd);
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - D);
