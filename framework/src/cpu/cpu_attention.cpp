@@ -279,14 +279,25 @@ void bin_block(T* w, const T* P, int64_t rows, int64_t n, int64_t Lk, int64_t R,
   }
 }
 
+// The sizes, constants and operand pointers both passes start from.
+template <class T>
+struct Operands {
+  int64_t B, H, BH, Lq, Lk, dh;
+  T scale, masked;
+  const T *Q, *K, *V;
+  explicit Operands(const AttentionArgs& a)
+      : B(a.B), H(a.H), BH(a.B * a.H), Lq(a.q.shape[1]), Lk(a.k.shape[1]), dh(a.q.shape[2]),
+        scale(static_cast<T>(a.scale)), masked(static_cast<T>(a.masked)),
+        Q(static_cast<const T*>(a.q.data)), K(static_cast<const T*>(a.k.data)),
+        V(static_cast<const T*>(a.v.data)) {}
+};
+
 template <class T>
 void attention_fwd(const AttentionArgs& a) {
-  const int64_t B = a.B, H = a.H, BH = B * H, Lq = a.q.shape[1], Lk = a.k.shape[1],
-                dh = a.q.shape[2];
-  const T scale = static_cast<T>(a.scale), masked = static_cast<T>(a.masked);
-  const T* Q = static_cast<const T*>(a.q.data);
-  const T* K = static_cast<const T*>(a.k.data);
-  const T* Vp = static_cast<const T*>(a.v.data);
+  const Operands<T> o(a);
+  const int64_t B = o.B, H = o.H, BH = o.BH, Lq = o.Lq, Lk = o.Lk, dh = o.dh;
+  const T scale = o.scale, masked = o.masked;
+  const T *Q = o.Q, *K = o.K, *Vp = o.V;
   T* O = static_cast<T*>(a.out.data);
   T* ST = static_cast<T*>(a.stats.data);
   T* PR = static_cast<T*>(a.probs.data);
@@ -348,12 +359,10 @@ void attention_fwd(const AttentionArgs& a) {
 
 template <class T>
 void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads& g) {
-  const int64_t B = a.B, H = a.H, BH = B * H, Lq = a.q.shape[1], Lk = a.k.shape[1],
-                dh = a.q.shape[2];
-  const T scale = static_cast<T>(a.scale), masked = static_cast<T>(a.masked);
-  const T* Q = static_cast<const T*>(a.q.data);
-  const T* K = static_cast<const T*>(a.k.data);
-  const T* Vp = static_cast<const T*>(a.v.data);
+  const Operands<T> o(a);
+  const int64_t B = o.B, H = o.H, BH = o.BH, Lq = o.Lq, Lk = o.Lk, dh = o.dh;
+  const T scale = o.scale, masked = o.masked;
+  const T *Q = o.Q, *K = o.K, *Vp = o.V;
   const T* GO = static_cast<const T*>(go.data);
   const T* ST = static_cast<const T*>(a.stats.data);
   const T* PR = static_cast<const T*>(a.probs.data);
