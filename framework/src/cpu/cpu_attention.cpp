@@ -62,6 +62,55 @@ struct HeadPanel {
   }
 };
 
+// Runs of equal values along each of `rows` rows of n entries, built in two parallel passes (count,
+// then fill): row r's runs are run[first[r] .. first[r + 1]), in order. row_of(r) gives an accessor
+// at(j) -> int64 value; runs whose value fails keep(value) are left out.
+struct RowRuns {
+  struct Run {
+    int64_t start, end, value;
+  };
+  std::vector<int64_t> first;
+  std::vector<Run> run;
+
+  template <class RowOf, class Keep>
+  void build(int64_t rows, int64_t n, RowOf row_of, Keep keep) {
+    std::vector<int64_t> count(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {  // pass 1, branch-free: kept runs start where values change
+      const auto at = row_of(r);
+      int64_t c = 0, prev = n > 0 ? at(0) : 0;
+      if (n > 0) c += keep(prev);
+      for (int64_t j = 1; j < n; ++j) {
+        const int64_t v = at(j);
+        c += v != prev && keep(v);
+        prev = v;
+      }
+      count[r] = c;
+    }
+    first.assign(static_cast<size_t>(rows + 1), 0);
+    for (int64_t r = 0; r < rows; ++r) first[r + 1] = first[r] + count[r];
+    run.resize(static_cast<size_t>(first[rows]));
+#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {  // pass 2: the kept runs themselves
+      const auto at = row_of(r);
+      int64_t m = first[r];
+      for (int64_t j = 0; j < n;) {
+        const int64_t a = j, v = at(j);
+        while (++j < n && at(j) == v) {
+        }
+        if (keep(v)) run[m++] = {a, j, v};
+      }
+    }
+  }
+  int64_t count(int64_t r) const { return first[r + 1] - first[r]; }
+  // f(start, end, value) for row r's runs clipped to [0, end).
+  template <class F>
+  void for_runs(int64_t r, int64_t end, F f) const {
+    for (int64_t m = first[r]; m < first[r + 1] && run[m].start < end; ++m)
+      f(run[m].start, std::min(run[m].end, end), run[m].value);
+  }
+};
+
 // The mask as runs of blocked keys, built in one pass over its distinct rows (a causal
 // [1, 1, Lq, Lk] mask has Lq of them, key padding [B, 1, 1, Lk] has B): filling runs replaces a
 // compare per score, and each row's `live` end lets a block of rows skip the keys none of them can
@@ -70,9 +119,8 @@ struct HeadPanel {
 // with no visible key is uniform over all keys, as in the composite).
 struct MaskRuns {
   bool any = false;
-  int64_t rb = 0, rh = 0, ri = 0;            // distinct row of (b, h, i) = b·rb + h·rh + i·ri
-  std::vector<int64_t> first;                // runs of row r: run[first[r] .. first[r + 1])
-  std::vector<std::pair<int64_t, int64_t>> run;  // [start, end) of blocked keys
+  int64_t rb = 0, rh = 0, ri = 0;  // distinct row of (b, h, i) = b·rb + h·rh + i·ri
+  RowRuns runs;                    // the blocked runs of each distinct row
   std::vector<int64_t> live;
 
   template <class T>
@@ -85,42 +133,18 @@ struct MaskRuns {
     rb = m.strides[0] ? nh * ni : 0;
     const int64_t rows = nb * nh * ni, s3 = m.strides[3];
     const T* base = static_cast<const T*>(m.data);
-    auto row_ptr = [&](int64_t r) {
-      const int64_t b = r / (nh * ni), h = r / ni % nh, i = r % ni;
-      return base + b * m.strides[0] + h * m.strides[1] + i * m.strides[2];
-    };
-    std::vector<int64_t> count(static_cast<size_t>(rows));
-#pragma omp parallel for schedule(static) if (rows * Lk > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {  // pass 1: runs per row
-      const T* x = row_ptr(r);
-      int64_t c = 0;
-      bool prev = false;
-      for (int64_t j = 0; j < Lk; ++j) {
-        const bool blocked = x[j * s3] != T(0);
-        c += blocked && !prev;
-        prev = blocked;
-      }
-      count[r] = c;
-    }
-    first.assign(static_cast<size_t>(rows + 1), 0);
-    for (int64_t r = 0; r < rows; ++r) first[r + 1] = first[r] + count[r];
-    run.resize(static_cast<size_t>(first[rows]));
+    runs.build(
+        rows, Lk,
+        [&](int64_t r) {
+          const T* x = base + r / (nh * ni) * m.strides[0] + r / ni % nh * m.strides[1] +
+                       r % ni * m.strides[2];
+          return [x, s3](int64_t j) { return static_cast<int64_t>(x[j * s3] != T(0)); };
+        },
+        [](int64_t blocked) { return blocked != 0; });
     live.resize(static_cast<size_t>(rows));
-#pragma omp parallel for schedule(static) if (rows * Lk > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {  // pass 2: the runs themselves
-      const T* x = row_ptr(r);
-      int64_t n = first[r];
-      for (int64_t j = 0; j < Lk;) {
-        if (x[j * s3] == T(0)) {
-          ++j;
-          continue;
-        }
-        const int64_t a = j;
-        while (j < Lk && x[j * s3] != T(0)) ++j;
-        run[n++] = {a, j};
-      }
-      const bool tail = n > first[r] && run[n - 1].second == Lk && run[n - 1].first > 0;
-      live[r] = tail ? run[n - 1].first : Lk;
+    for (int64_t r = 0; r < rows; ++r) {
+      const RowRuns::Run* last = runs.count(r) ? &runs.run[runs.first[r + 1] - 1] : nullptr;
+      live[r] = last && last->end == Lk && last->start > 0 ? last->start : Lk;
     }
   }
   int64_t row(int64_t b, int64_t h, int64_t i) const { return b * rb + h * rh + i * ri; }
@@ -134,56 +158,31 @@ struct MaskRuns {
   // Calls f(start, end) for the blocked runs of row (b, h, i) clipped to [0, end).
   template <class F>
   void for_runs(int64_t b, int64_t h, int64_t i, int64_t end, F f) const {
-    const int64_t r = row(b, h, i);
-    for (int64_t n = first[r]; n < first[r + 1] && run[n].first < end; ++n)
-      f(run[n].first, std::min(run[n].second, end));
+    runs.for_runs(row(b, h, i), end, [&](int64_t a, int64_t e, int64_t) { f(a, e); });
   }
 };
 
-// The relative index as runs of equal entries per row, built in one pass: a clipped relative
-// distance (Shaw) is two long runs per row plus 2k + 1 short ones, so table lookups become
-// broadcast adds and binning becomes vector sums over runs (a scalar scatter into R bins would
-// wait on its own stores: consecutive keys mostly land in the same bin).
+// The relative index as runs of equal entries per row: a clipped relative distance (Shaw) is two
+// long runs per row plus 2k + 1 short ones, so table lookups become broadcast adds and binning
+// becomes vector sums over runs (a scalar scatter into R bins would wait on its own stores:
+// consecutive keys mostly land in the same bin).
 struct IndexRuns {
-  std::vector<int64_t> first;  // runs of row i: run[first[i] .. first[i + 1])
-  struct Run {
-    int64_t start, end, bin;
-  };
-  std::vector<Run> run;
+  RowRuns runs;
   const int64_t* idx = nullptr;
   int64_t Lk = 0;
   IndexRuns() = default;
   IndexRuns(const int64_t* idx_, int64_t Lq, int64_t Lk_) : idx(idx_), Lk(Lk_) {
-    std::vector<int64_t> count(static_cast<size_t>(Lq));
-#pragma omp parallel for schedule(static) if (Lq * Lk > kParallelGrain)
-    for (int64_t i = 0; i < Lq; ++i) {
-      const int64_t* x = idx + i * Lk;
-      int64_t c = Lk > 0;
-      for (int64_t j = 1; j < Lk; ++j) c += x[j] != x[j - 1];
-      count[i] = c;
-    }
-    first.assign(static_cast<size_t>(Lq + 1), 0);
-    for (int64_t i = 0; i < Lq; ++i) first[i + 1] = first[i] + count[i];
-    run.resize(static_cast<size_t>(first[Lq]));
-#pragma omp parallel for schedule(static) if (Lq * Lk > kParallelGrain)
-    for (int64_t i = 0; i < Lq; ++i) {
-      const int64_t* x = idx + i * Lk;
-      int64_t m = first[i];
-      for (int64_t j = 0; j < Lk;) {
-        const int64_t a = j;
-        while (j < Lk && x[j] == x[a]) ++j;
-        run[m++] = {a, j, x[a]};
-      }
-    }
+    runs.build(
+        Lq, Lk, [&](int64_t i) { return [x = idx + i * Lk](int64_t j) { return x[j]; }; },
+        [](int64_t) { return true; });
   }
   // Whether row i is mostly short runs (then an element loop over the index is cheaper).
-  bool short_runs(int64_t i) const { return 4 * (first[i + 1] - first[i]) > Lk; }
+  bool short_runs(int64_t i) const { return 4 * runs.count(i) > Lk; }
   const int64_t* row(int64_t i) const { return idx + i * Lk; }
   // f(start, end, bin) for the runs of row i clipped to [0, n).
   template <class F>
   void for_runs(int64_t i, int64_t n, F f) const {
-    for (int64_t m = first[i]; m < first[i + 1] && run[m].start < n; ++m)
-      f(run[m].start, std::min(run[m].end, n), run[m].bin);
+    runs.for_runs(i, n, f);
   }
 };
 
@@ -475,17 +474,10 @@ void CpuBackend::attention(const AttentionArgs& a) {
   check_attention("attention", a);
   if (a.out.numel() == 0) return;
   PELAB_CHECK(a.k.shape[1] > 0, "attention: no keys for ", a.q.shape[1], " queries");
-  if (a.rel_index.data) {  // the kernels index the tables with it unchecked
-    const int64_t R = (a.rel_keys.data ? a.rel_keys : a.rel_values).shape[1];
-    const int64_t count = a.rel_index.numel();
-    const int64_t* ix = static_cast<const int64_t*>(a.rel_index.data);
-    bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (count > kParallelGrain)
-    for (int64_t t = 0; t < count; ++t) bad = bad || ix[t] < 0 || ix[t] >= R;
-    for (int64_t t = 0; bad && t < count; ++t)
-      PELAB_CHECK(ix[t] >= 0 && ix[t] < R, "attention: relative index ", ix[t], " at position ", t,
-                  " is out of range [0, ", R, ")");
-  }
+  if (a.rel_index.data)  // the kernels index the tables with it unchecked
+    cpu::check_indices(static_cast<const int64_t*>(a.rel_index.data), a.rel_index.numel(),
+                       (a.rel_keys.data ? a.rel_keys : a.rel_values).shape[1],
+                       "attention (relative index)");
   cpu::dispatch_float(a.q.dtype, "attention", [&](auto tag) { attention_fwd<decltype(tag)>(a); });
 }
 

@@ -268,6 +268,10 @@ inline void sqrt_inplace(double* x, int64_t n) {
   for (; i < n; ++i) x[i] = std::sqrt(x[i]);
 }
 
+// Throws naming `op` if any of idx[0..count) lies outside [0, limit) (cpu_nn.cpp; one parallel
+// scan, then a serial one to name the first bad index).
+void check_indices(const int64_t* idx, int64_t count, int64_t limit, const char* op);
+
 // Accumulator type: double for floating types, int64 for Int64.
 template <class T>
 struct Acc {

@@ -194,9 +194,10 @@ void for_rows_cols(int64_t outer, int64_t n, int64_t inner, F f) {
   }
 }
 
+}  // namespace
+
 // ---------------- index checks ----------------
-// Throws naming `op` if any of idx[0..count) lies outside [0, limit).
-void check_indices(const int64_t* idx, int64_t count, int64_t limit, const char* op) {
+void cpu::check_indices(const int64_t* idx, int64_t count, int64_t limit, const char* op) {
   bool bad = false;
 #pragma omp parallel for schedule(static) reduction(|| : bad) if (count > kParallelGrain)
   for (int64_t k = 0; k < count; ++k) bad = bad || idx[k] < 0 || idx[k] >= limit;
@@ -205,8 +206,6 @@ void check_indices(const int64_t* idx, int64_t count, int64_t limit, const char*
     PELAB_CHECK(idx[k] >= 0 && idx[k] < limit, op, ": index ", idx[k], " at position ", k,
                 " is out of range [0, ", limit, ")");
 }
-
-}  // namespace
 
 // =====================================================================================
 void CpuBackend::softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
@@ -581,7 +580,7 @@ void CpuBackend::index_select(const View& out, const View& in, const View& idx, 
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(out, in.dtype, op, "output");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  check_indices(ix, n_idx, n_in, op);
+  cpu::check_indices(ix, n_idx, n_in, op);
   const IndexChunks chunks(outer, n_idx);
   const int64_t jw = chunks.width, nj = chunks.count;
   cpu::dispatch_all(in.dtype, op, [&](auto tag) {
@@ -614,7 +613,7 @@ void CpuBackend::index_add(const View& acc, const View& src, const View& idx, in
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(src, acc.dtype, op, "source");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  check_indices(ix, n_idx, n_in, op);
+  cpu::check_indices(ix, n_idx, n_in, op);
   // parallel over (outer, column chunk) only; j runs in order, so sums are deterministic
   const int nth = omp_get_max_threads();
   const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
@@ -653,7 +652,7 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(out, in.dtype, op, "output");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  check_indices(ix, P * n_idx * inner, n_in, op);
+  cpu::check_indices(ix, P * n_idx * inner, n_in, op);
   // Tasks are (slice o, chunk of rows j); the slice's index block and base pointers are computed
   // once per task, and the inner == 1 case (gather along the last axis) is a plain indexed copy.
   const IndexChunks chunks(outer, n_idx);
@@ -692,7 +691,7 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(src, acc.dtype, op, "source");
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  check_indices(ix, P * n_idx * inner, n_in, op);
+  cpu::check_indices(ix, P * n_idx * inner, n_in, op);
   const int nth = omp_get_max_threads();
   const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
   const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
