@@ -88,7 +88,6 @@ class PositionalEncoding : public Module {
   // inside the fused op instead of calling the hook. Undefined tables = none.
   struct RelativeTables {
     Tensor index, keys, values;
-    bool defined() const { return keys.defined() || values.defined(); }
   };
   virtual RelativeTables relative_tables(const AttnSite& site) { return {}; }
 };
