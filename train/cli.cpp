@@ -422,6 +422,9 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
   out << "train: " << tr.steps << " steps, batch " << tr.batch_size << " x " << tr.grad_accum
       << ", " << tr.optimizer << " lr " << tr.lr << " (" << tr.schedule << ", warmup " << tr.warmup
       << "), seed " << tr.seed << ", " << tr.threads << " threads, device " << tr.device << "\n";
+  if (tr.stop_when.enabled())
+    out << "stop when: " << tr.stop_when.describe() << " (validation every " << tr.eval_every
+        << " steps; train.steps is the cap)\n";
   out << "run directory: " << run_directory(cfg) << "\n\n";
   out << models::model_info(*lm.model);
   if (args.options.count("--yaml")) out << "\n" << config_to_yaml(cfg, true);
