@@ -399,6 +399,15 @@ TEST_F(StopWhenTest, ConfigRoundTripAndResumeMustKeepTheCriterion) {
   EXPECT_EQ(p.train.stop_when.patience, 1);
   EXPECT_EQ(p.train.stop_when.split, "valid");
   EXPECT_NE(p, tiny("p"));
+  // The reference documents every sub-key in a row of its own, under the key.
+  const std::string md = config_reference_markdown();
+  const size_t key_row = md.find("| `train.stop_when` | map | `{}` |");
+  ASSERT_NE(key_row, std::string::npos);
+  for (const char* sub : {"metric", "split", "at_least", "at_most", "patience"}) {
+    const size_t row = md.find(std::string("| `train.stop_when.") + sub + "` | ");
+    EXPECT_NE(row, std::string::npos) << sub;
+    EXPECT_GT(row, key_row) << sub;
+  }
   // A run resumed with another criterion: refused (the hit count would mean something else).
   TrainOptions cut = quiet();
   cut.stop_after = 5;

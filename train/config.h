@@ -6,6 +6,7 @@
 // fills and its range / allowed values and doc string; type and default come from the member
 // itself (the defaults below), so adding a key is one struct field plus one table row.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
@@ -94,8 +95,8 @@ struct StopWhen {
   double at_most = std::numeric_limits<double>::quiet_NaN();
   int patience = 1;              // consecutive validations that must meet the threshold
   bool enabled() const { return !metric.empty(); }
-  double threshold() const { return at_least == at_least ? at_least : at_most; }
-  bool higher() const { return at_least == at_least; }  // at_least: larger is better
+  bool higher() const { return !std::isnan(at_least); }  // at_least given: larger is better
+  double threshold() const { return higher() ? at_least : at_most; }
   // Does a validation value meet the threshold? (NaN never does.)
   bool meets(double v) const { return higher() ? v >= at_least : v <= at_most; }
   // "exact_match on valid >= 0.99 for 2 consecutive validations"
