@@ -216,11 +216,17 @@ TEST_F(StopWhenTest, StopsAtTheFirstStepWithPatienceConsecutiveHits) {
   EXPECT_EQ(c.value, at_want);
   EXPECT_EQ(r.final_eval[0].token_accuracy, at_want);  // valid at the stop step
 
-  // The metrics rows are the base run's up to the stop step, then one convergence row.
+  // The metrics rows are the base run's up to the stop step, then (the stop step not being a
+  // train.log_every step) a training row for the steps since the last one, then one convergence
+  // row.
+  ASSERT_NE(want % 10, 0) << "pick a case where the stop step is not a logging step";
   const std::vector<std::string> rb = rows_without_timing(base.run_dir),
                                  rc = rows_without_timing(r.run_dir);
-  ASSERT_GE(rc.size(), 2u);
-  for (size_t i = 0; i + 1 < rc.size(); ++i) EXPECT_EQ(rc[i], rb[i]) << "row " << i;
+  ASSERT_GE(rc.size(), 3u);
+  for (size_t i = 0; i + 2 < rc.size(); ++i) EXPECT_EQ(rc[i], rb[i]) << "row " << i;
+  const MetricRow tail = parse_metric_row(rc[rc.size() - 2]);
+  EXPECT_EQ(tail.get("type")->s, "train");
+  EXPECT_EQ(tail.get("step")->i, want);
   const MetricRow last = parse_metric_row(rc.back());
   EXPECT_EQ(last.get("type")->s, "convergence");
   EXPECT_EQ(last.get("step")->i, want);

@@ -591,7 +591,7 @@ TrainResult Trainer::run() {
                        static_cast<double>(total - step_);
     const double tps = static_cast<double>(tok_log) / std::max(1e-9, now - t_log);
     progress_->update(step_, loss, last_lr_, tps, eta, step_ == total);
-    if (step_ % t.log_every == 0 || step_ == total) {
+    auto train_row = [&] {
       const double mean = log_loss_sum_ / static_cast<double>(log_loss_count_);
       MetricRow row;
       row.set("type", "train").set("step", step_).set("loss", mean).set("lr", last_lr_);
@@ -608,8 +608,12 @@ TrainResult Trainer::run() {
       log_loss_count_ = 0;
       t_log = now;
       tok_log = 0;
-    }
+    };
+    if (step_ % t.log_every == 0 || step_ == total) train_row();
     if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total) validate();
+    // A run stopped by its criterion logs the steps since the last training row, as the last
+    // step of train.steps does (after the validation that decided it).
+    if (crit_met_step_ == step_ && log_loss_count_ > 0) train_row();
     if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
         crit_met_step_ == step_)
       save_step_checkpoint();
