@@ -621,7 +621,8 @@ double incomplete_beta(double a, double b, double x) {
   // I_x(a, b) = front / (1 + d1 / (1 + d2 / (1 + ...))) with
   //   d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)),
   //   d_{2m}   = m (b - m) x / ((a + 2m - 1)(a + 2m)),
-  // evaluated by the modified Lentz method.
+  // evaluated by the modified Lentz method on 1 + 1 / (1 + d1 / (1 + ...)) (the leading "1 +"
+  // keeps the recurrence uniform; it is subtracted at the end).
   const double tiny = 1e-300;
   double f = 1.0, c = 1.0, d = 0.0;
   for (int i = 0; i <= 400; ++i) {
@@ -948,8 +949,10 @@ std::string convergence_table_markdown(const ReportInput& in) {
   }
   md += "\n_Criterion: `train.stop_when` of the run (— = none: the run trained for train.steps). "
         "Steps to criterion: over the runs that met it. In-distribution: each run's mean over the "
-        "training-range columns, then the mean and 95 % t-interval over runs (clipped), † when a "
-        "run missed its criterion.";
+        "training-range columns, then the mean and 95 % t-interval over the n = " +
+        std::to_string(expected_n) +
+        " seeds' runs (clipped to the metric's range; (n = k) where fewer), † when a run missed "
+        "its criterion.";
   if (!in.cannot_learn.empty())
     md += " ‡ declared `expect: cannot_learn` in the config: trained and shown, never a failure "
           "of compare.unconverged: fail.";
