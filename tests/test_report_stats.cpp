@@ -464,8 +464,12 @@ TEST(ReportStats, FailPolicyExitsNonZeroListingUnconvergedRuns) {
   EXPECT_NE(md.find(" †"), std::string::npos);
   const auto rows = parse_results_csv(slurp(fs::path(out) / "results.csv"), "results.csv");
   for (const auto& r : rows) EXPECT_EQ(r.converged, r.seed == 1 ? 1 : 0);
-  // report keeps the exit status 0; a scheme declared unable to learn never fails.
+  // report keeps the exit status 0 and says which runs are marked; a scheme declared unable to
+  // learn never fails.
   EXPECT_EQ(run({}, err), 0) << err;
+  EXPECT_NE(err.find("1 run missed the stop criterion (marked † in the report): rope seed 2"),
+            std::string::npos)
+      << err;
   write_cfg(", expect: cannot_learn, why: \"test\"");
   EXPECT_EQ(run({"--set", "compare.unconverged=fail"}, err), 0) << err;
   EXPECT_NE(slurp(fs::path(out) / "report.md").find("| rope ‡ |"), std::string::npos);

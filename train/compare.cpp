@@ -1178,7 +1178,17 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   log << "pelab compare: report " << res.report.report_md << " (" << res.report.pngs.size()
       << " plots";
   if (!res.report.plot_note.empty()) log << "; " << res.report.plot_note;
-  log << ")\n" << std::flush;
+  log << ")\n";
+  if (!res.unconverged.empty() && spec.unconverged != "fail") {
+    log << "pelab compare: " << res.unconverged.size()
+        << (res.unconverged.size() == 1 ? " run" : " runs") << " missed the stop criterion ("
+        << (spec.unconverged == "exclude" ? "left out of the statistics" : "marked † in the report")
+        << "):";
+    for (size_t i = 0; i < res.unconverged.size(); ++i)
+      log << (i ? ", " : " ") << res.unconverged[i];
+    log << "\n";
+  }
+  log << std::flush;
   return res;
 }
 
