@@ -245,7 +245,7 @@ struct PlotResult {
 // "n = 3 seeds" or "n = 2–3 seeds (per point in the .csv)".
 std::string n_text(int64_t lo, int64_t hi) {
   if (lo == hi) return "n = " + std::to_string(lo) + (lo == 1 ? " seed" : " seeds");
-  return "n = " + std::to_string(lo) + "–" + std::to_string(hi) + " seeds (per point: see the .csv)";
+  return "n = " + std::to_string(lo) + "–" + std::to_string(hi) + " seeds (n per point in the .csv)";
 }
 
 // metric vs length: one series per label, points with their clipped 95 % t-intervals at the
@@ -337,12 +337,28 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
                                ? "clipped to [0, 100]"
                                : "clipped to >= " + format_double(range.first);
   std::string sub = "mean and 95 % t-interval, " + n_text(nmin, nmax) + ", " + clip;
+  std::string third;
   if (spread > 0)
-    sub += in.log_x ? "; points offset by up to ×" + format_double(std::exp2(spread / 2), 3) +
-                          " in x (jitter) so that none hides another"
-                    : "; points offset by up to ±" + format_double(spread / 2, 2) +
-                          " in x (jitter) so that none hides another";
-  std::string gp = gnuplot_terminal_line(1200, 680);
+    third = in.log_x ? "points offset by up to ×" + format_double(std::exp2(spread / 2), 3) +
+                           " in x (jitter) so that none hides another"
+                     : "points offset by up to ±" + format_double(spread / 2, 2) +
+                           " in x (jitter) so that none hides another";
+  // Rows with no point at all because every run was left out (compare.unconverged: exclude).
+  std::string absent;
+  for (const auto& label : in.labels) {
+    if (std::find(series.begin(), series.end(), label) != series.end()) continue;
+    for (const auto& c : cols)
+      if (c.length > 0 && aggregate(in.rows, label, c.split, metric, excludes(in, label))
+                                  .n_excluded > 0) {
+        absent += (absent.empty() ? "" : ", ") + label;
+        break;
+      }
+  }
+  if (!absent.empty())
+    third += (third.empty() ? "" : "; ") + std::string("not plotted (every run not converged): ") +
+             absent;
+  if (!third.empty()) sub += "\n" + third;
+  std::string gp = gnuplot_terminal_line(1200, 700);
   gp += "set output '" + stem + ".png'\n";
   gp += "set title " +
         gnuplot_dquote(in.title + ": " + metric_title(metric) + " vs " + in.length_name + "\n" +
@@ -390,7 +406,11 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
     parts.push_back("  '" + stem + ".dat' index " + std::to_string(b.index) +
                     " using 1:2:3:4 with yerrorbars " + point_style(b.series, b.open) +
                     " title " +
-                    gnuplot_quote(series[b.series] + (b.open ? " (not converged)" : "")));
+                    gnuplot_quote(series[b.series] +
+                                  (in.cannot_learn.count(scheme_of(in, series[b.series]))
+                                       ? " (cannot learn by construction)"
+                                       : "") +
+                                  (b.open ? " (not converged)" : "")));
   for (size_t i = 0; i < parts.size(); ++i)
     gp += parts[i] + (i + 1 < parts.size() ? ", \\\n" : "\n");
   std::string err;
