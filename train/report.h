@@ -80,7 +80,7 @@ struct ReportInput {
   std::map<std::string, std::string> cannot_learn;  // scheme -> why it cannot learn the task
 };
 
-// Two-sided Student-t quantile: the t with P(T <= t) = p for T ~ t(df), df >= 1, 0 < p < 1
+// Student-t quantile function: the t with P(T <= t) = p for T ~ t(df), df >= 1, 0 < p < 1
 // (inverts the t CDF through the regularized incomplete beta function; |error| < 1e-9).
 double student_t_quantile(double p, double df);
 // Regularized incomplete beta I_x(a, b), a, b > 0, 0 <= x <= 1.
