@@ -176,11 +176,13 @@ class Trainer {
   std::vector<std::vector<int64_t>> step_positions_;
   EvalResult last_valid_;
   int64_t last_valid_step_ = -1;
-  // train.stop_when: consecutive validations meeting the threshold, the step it was met at (-1 =
-  // not yet) and the metric at the newest validation. All three are in the checkpoint.
+  // train.stop_when: consecutive validations meeting the criterion, the step it was met at (-1 =
+  // not yet), the metric at the newest validation and (plateau form) the best value so far (NaN
+  // before the first validation). All four are in the checkpoint.
   int64_t crit_hits_ = 0;
   int64_t crit_met_step_ = -1;
   double crit_value_ = std::numeric_limits<double>::quiet_NaN();
+  double crit_best_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 void Trainer::open_run() {
@@ -317,8 +319,12 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   };
   crit_hits_ = counter_or("criterion_hits", 0);
   crit_met_step_ = counter_or("criterion_met_step", -1);
-  auto cv = ck.values.find("criterion_value");
-  crit_value_ = cv == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : cv->second;
+  auto value_or_nan = [&](const char* name) {
+    auto it = ck.values.find(name);
+    return it == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+  };
+  crit_value_ = value_or_nan("criterion_value");
+  crit_best_ = value_or_nan("criterion_best");
   rows_ = parse_metrics_jsonl(ck.metrics_jsonl, path + ": metrics");
   saved_step_ = step_;
 }
@@ -448,20 +454,38 @@ EvalResult Trainer::validate() {
   progress_->line(msg);
   if (w.enabled() && crit_met_step_ == step_)
     progress_->line("criterion met at step " + std::to_string(step_) + ": " + w.metric + " on " +
-                    w.split + " " + fmt("%.6g", crit_value_) + (w.higher() ? " >= " : " <= ") +
-                    fmt("%.6g", w.threshold()) + " (" + std::to_string(crit_hits_) +
-                    " consecutive)");
+                    w.split + " " + fmt("%.6g", crit_value_) +
+                    (w.plateau() ? ", best " + fmt("%.6g", crit_best_) + ", improved by <= " +
+                                       fmt("%.6g", 100 * w.min_delta) + " %"
+                                 : (w.higher() ? " >= " : " <= ") + fmt("%.6g", w.threshold())) +
+                    " (" + std::to_string(crit_hits_) + " consecutive)");
   if (best) save(dir_ + "/checkpoints/best.h5");
   return r;
 }
 
 // After each validation: count consecutive validations that meet train.stop_when; the criterion
 // is met at the validation that makes the count reach its patience (once: the run stops there).
+// Plateau form: a validation counts when it does not improve on the best value so far by more
+// than min_delta; one that does resets the count. The best value follows every better value (a
+// small improvement counts and still becomes the new best). A NaN value (no measurement) resets
+// the count and leaves the best: a diverged run has not converged.
 void Trainer::update_criterion(const EvalResult& r) {
   const StopWhen& w = cfg_.train.stop_when;
   if (!w.enabled() || crit_met_step_ >= 0) return;
   crit_value_ = r.available() ? metric_of(r, w.metric) : std::numeric_limits<double>::quiet_NaN();
-  crit_hits_ = w.meets(crit_value_) ? crit_hits_ + 1 : 0;
+  if (w.plateau()) {
+    const double v = crit_value_;
+    if (std::isnan(v))
+      crit_hits_ = 0;
+    else if (w.improves(v, crit_best_))
+      crit_hits_ = 0, crit_best_ = v;
+    else {
+      ++crit_hits_;
+      if (w.higher() ? v > crit_best_ : v < crit_best_) crit_best_ = v;
+    }
+  } else {
+    crit_hits_ = w.meets(crit_value_) ? crit_hits_ + 1 : 0;
+  }
   if (crit_hits_ >= w.patience) crit_met_step_ = step_;
 }
 
@@ -502,6 +526,7 @@ void Trainer::save(const std::string& path) {
   d.counters["criterion_hits"] = crit_hits_;
   d.counters["criterion_met_step"] = crit_met_step_;
   d.values["criterion_value"] = crit_value_;
+  d.values["criterion_best"] = crit_best_;
   d.values["log_loss_sum"] = log_loss_sum_;
   d.values["best_metric"] = best_step_ >= 0 ? best_ : 0.0;
   d.values["last_lr"] = last_lr_;
