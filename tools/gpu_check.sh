@@ -330,19 +330,23 @@ run() {
     record host PASS "$ncpu cpus, glibc $have_glibc; $smi" "$(elapsed "$t0")"
   fi
 
-  # libs: the host's libstdc++ unless it is older than the binaries need (then the bundled lib/cxx,
-  # which needs the build machine's glibc); cuBLAS from the host (see HOST_LIBS_RE), found if the
-  # loader does not.
+  # libs: every binary must load. The host's libstdc++ unless it is too old (then the bundled
+  # lib/cxx, which needs the build machine's glibc); cuBLAS from the host (see HOST_LIBS_RE), looked
+  # for in the CUDA toolkits and PyTorch's nvidia-cublas wheel if the loader does not find it.
   t0=$(now)
-  local miss dir found="" cxx="host"
-  if ldd "$TREE/bin/pelab_tests" 2>&1 | grep -q "lib\(stdc++\|gcc_s\).*not found"; then
+  local dir found="" cxx="host" err=""
+  load_error() {  # the loader's message for pelab_tests (which links everything), or nothing
+    "$TREE/bin/pelab_tests" --gtest_filter=NONE --gtest_list_tests 2>&1 >/dev/null | grep -m1 'error while loading' || true
+  }
+  err=$(load_error)
+  if [[ "$err" == *libstdc++* || "$err" == *libgcc_s* || "$err" == *GLIBCXX* || "$err" == *CXXABI* ]]; then
     export LD_LIBRARY_PATH="$TREE/lib/cxx${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    cxx="bundled"
+    cxx="bundled (the host's is too old)"
+    err=$(load_error)
   fi
-  miss=$(ldd "$TREE/bin/pelab_tests" 2>&1 | awk '/not found/ { print $1 }' | grep -v '^libcuda\.so' | tr '\n' ' ')
-  if [ -n "$miss" ]; then  # cuBLAS, presumably
+  if [[ "$err" == *libcublas* ]]; then
     local dirs=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64
-                /usr/local/cuda-13*/targets/x86_64-linux/lib)
+                /usr/local/cuda-13*/lib /usr/local/cuda-13*/targets/x86_64-linux/lib)
     if [ -n "$PY" ]; then
       dir=$("$PY" -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null) && dirs+=("$dir")
       dir=$("$PY" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null) && dirs+=("$dir")
@@ -351,11 +355,12 @@ run() {
       if [ -f "$dir/libcublas.so.13" ] && [ -f "$dir/libcublasLt.so.13" ]; then found="$dir"; break; fi
     done
     [ -n "$found" ] && export LD_LIBRARY_PATH="$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    miss=$(ldd "$TREE/bin/pelab_tests" 2>&1 | awk '/not found/ { print $1 }' | grep -v '^libcuda\.so' | tr '\n' ' ')
+    err=$(load_error)
   fi
   for s in "$TREE"/bin/*; do [ -f "$s" ] && [ -x "$s" ] && { echo "== $s"; ldd "$s"; }; done > "$OUT/libs.log" 2>&1
-  if [ -n "$miss" ]; then
-    record libs FAIL "not found: $miss(install CUDA 13's cuBLAS, or set LD_LIBRARY_PATH to its folder)" "$(elapsed "$t0")"
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >> "$OUT/libs.log"
+  if [ -n "$err" ]; then
+    record libs FAIL "$err (cuBLAS: install CUDA 13's, or put its folder on LD_LIBRARY_PATH)" "$(elapsed "$t0")"
   else
     record libs PASS "cuBLAS: $(ldd "$TREE/bin/pelab_tests" | awk '$1 == "libcublas.so.13" { print $3 }'); libstdc++: $cxx" "$(elapsed "$t0")"
   fi
