@@ -98,6 +98,14 @@ prepare() {
     cp -r "$root"/{configs,docs,tests,tools,bench} "$stage/src/" || die "cannot copy the source tree"
   fi
 
+  # The lm task's default corpus (Debian's fortunes; a GPU host rarely has the package): the text
+  # files only (data/lm.h reads no others); the run mode sets PELAB_FORTUNES_DIR to the copy.
+  if [ -d /usr/share/games/fortunes ]; then
+    mkdir -p "$stage/share/fortunes" || die "cannot create $stage/share/fortunes"
+    find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' -exec cp -L -t "$stage/share/fortunes" {} + ||
+      die "cannot copy the fortunes corpus"
+  fi
+
   # Check: with only lib/cxx on LD_LIBRARY_PATH, nothing but host libraries resolves outside the
   # bundle.
   local outside
@@ -299,6 +307,7 @@ run() {
   fi
 
   export PELAB_SOURCE_DIR="$TREE/src" PELAB_BINARY="$TREE/bin/pelab"
+  [ -d "$TREE/share/fortunes" ] && export PELAB_FORTUNES_DIR="$TREE/share/fortunes"
   export OMP_WAIT_POLICY=PASSIVE
   PY=$(command -v python3 || true)
   [ -n "${PELAB_PYTHON:-}" ] && PY="$PELAB_PYTHON"
@@ -313,11 +322,11 @@ run() {
     echo "glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "cpus: $ncpu"
     grep -m1 'model name' /proc/cpuinfo; echo
     [ -f "$TREE/MANIFEST.txt" ] && cat "$TREE/MANIFEST.txt"; echo
-    if s=$(find_tool nvidia-smi); then "$s"; "$s" -L; else echo "nvidia-smi not found"; fi
+    if s=$(find_tool nvidia-smi); then timeout 30 "$s"; timeout 30 "$s" -L; else echo "nvidia-smi not found"; fi
   } > "$OUT/host.log" 2>&1
   local smi="nvidia-smi not found"
   grep -q '^GPU 0:' "$OUT/host.log" && smi=$(grep -m1 '^GPU 0:' "$OUT/host.log")
-  cat "$OUT/host.log" | sed -n '/NVIDIA-SMI/,$p' | head -25
+  sed -n '/NVIDIA-SMI/,$p' "$OUT/host.log" | head -25
   local need_glibc have_glibc
   need_glibc=$(sed -n 's/^needs from the host: glibc >= \([0-9.]*\),.*/\1/p' "$TREE/MANIFEST.txt" 2>/dev/null)
   have_glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
