@@ -206,7 +206,8 @@ write_summary() {
   {
     echo "pelab GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(uname -n)"
     [ -f "$TREE/MANIFEST.txt" ] && sed -n '1,2p' "$TREE/MANIFEST.txt" | sed 's/^/bundle: /'
-    echo "device: ${DEVICE_LINE:-unknown}"
+    local dev="${DEVICE_LINE:-unknown}"
+    echo "device: ${dev#device: }"
     printf '%-12s %-4s %8s  %s\n' step stat seconds detail
     for s in "${ORDER[@]}"; do
       printf '%-12s %-4s %8s  %s\n' "$s" "${STATUS[$s]}" "${SECS[$s]}" "${DETAIL[$s]}"
@@ -497,7 +498,8 @@ train_compare() {
       lim=$(step_limit train)
       if [ "$lim" -lt 5 ]; then record train SKIP "not finished: time budget spent" "$(elapsed "$t0")"; return; fi
       (cd "$TREE/src" && timeout --kill-after=10 "$lim" "$TREE/bin/pelab" train configs/default.yaml \
-        --set train.device="$dev" --set model.dtype="$dt" --set train.steps=30 --set train.log_every=1 \
+        --set train.device="$dev" --set model.dtype="$dt" --set train.steps=30 --set train.warmup=10 \
+        --set train.log_every=1 \
         --set train.eval_every=30 --set train.checkpoint_every=30 --set train.run_dir="$OUT/train" \
         --set train.run_name="${dt}_$dev" --overwrite) >> "$OUT/train.log" 2>&1 || {
         rc=1; notes+="pelab train $dt on $dev failed (train.log); "; }
