@@ -19,6 +19,7 @@
 #include "pelab/autograd.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
+#include "train/memory_estimate.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
 
@@ -246,6 +247,10 @@ void Trainer::open_run() {
 
 void Trainer::setup_model(const std::vector<std::string>& vocab) {
   data_ = std::make_unique<TaskData>(cfg_, vocab);
+  // Host memory: parameters, training state and one micro-batch (CPU; CUDA keeps them on the GPU).
+  if (Device::parse(cfg_.train.device) == Device::cpu())
+    check_training_memory(cfg_, data_->vocab().size(), data_->train_positions(),
+                          machine_memory_bytes());
   model_ = build_model(cfg_, *data_);
   model_->train();
   const TrainConfig& t = cfg_.train;
@@ -510,6 +515,10 @@ TrainResult Trainer::run() {
   else
     progress_->line("pelab train: resumed " + dir_ + " at step " + std::to_string(step_) + " of " +
                     std::to_string(total));
+  if (data_->train_unknown_symbols() > 0)
+    progress_->line("pelab train: " + std::to_string(data_->train_unknown_symbols()) +
+                    " symbols of task.train_file are not in the checkpoint's vocabulary and are "
+                    "trained as <unk> (task.unknown_symbols: map_to_unk)");
   t_start_ = now_s();
   double t_log = t_start_;
   int64_t tok_log = 0, steps_here = 0;
@@ -608,6 +617,9 @@ std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskDa
     PELAB_CHECK(data.train_positions() <= cfg.pe.max_positions, "pe.max_positions (",
                 cfg.pe.max_positions, ") must cover the longest training sequence: ",
                 data.train_positions(), " tokens (bos/eos/separator included)");
+  // Refuse a model whose parameters cannot fit before allocating any of them.
+  check_parameter_memory(cfg, data.vocab().size(), data.train_positions(),
+                         machine_memory_bytes());
   auto model = std::make_unique<models::Transformer>(
       to_model_config(cfg, data.vocab().size(), data.train_positions()));
   const Device dev = Device::parse(cfg.train.device);
