@@ -419,6 +419,25 @@ TEST_F(HardeningInput, LearnedPositionsRuleCountsTheRealTokens) {
     }
 }
 
+TEST_F(HardeningInput, LearnedPositionsTooShortForATextFileNameTheLine) {
+  const std::string train = write("t.tsv", "ab\tba\nabcabc\tcbacba\nabc\tcba\n");
+  const std::string valid = write("v.tsv", "ab\tba\n");
+  for (const char* arch : {"seq2seq", "decoder"}) {
+    Config cfg = tiny("tf", {"task.name=textfile", "task.train_file=" + train,
+                             "task.valid_file=" + valid, "pe.scheme=learned",
+                             "pe.max_positions=6", std::string("model.arch=") + arch,
+                             std::string("task.formulation=") + arch});
+    try {
+      load_model(cfg);
+      FAIL() << arch << ": 7 positions passed max_positions 6";
+    } catch (const Error& e) {
+      const std::string want = train + ":2: this training example needs " +
+                               (std::string(arch) == "seq2seq" ? "7" : "14") + " positions";
+      EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
+    }
+  }
+}
+
 // ---------------------------------------------------------------- item 15: dynamic NTK
 
 TEST_F(HardeningInput, DynamicNtkLossOfASequenceDoesNotDependOnItsBatch) {

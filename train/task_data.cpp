@@ -89,6 +89,7 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
     return;
   }
 
+  std::vector<int64_t> train_lines;  // textfile: the line of each training example
   if (t.name == "textfile") {
     tok_ = data::parse_tokenization(t.tokenization);
     PELAB_CHECK(!t.train_file.empty(), "task.train_file: the textfile task needs a training file");
@@ -96,9 +97,11 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
         vocab_tokens.empty() ? data::build_vocab_from_files({t.train_file}, tok_)
                              : data::Vocab(vocab_tokens));
     // Loads one file: length cap and unknown symbols per task.max_example_len / unknown_symbols.
-    auto load = [&](const std::string& path, int64_t* unknown) {
+    auto load = [&](const std::string& path, int64_t* unknown,
+                    std::vector<int64_t>* lines = nullptr) {
       data::LoadReport rep;
       std::vector<data::Example> ex = data::load_examples(path, *vocab_, tok_, &rep);
+      if (lines) *lines = rep.lines;
       for (size_t i = 0; i < ex.size(); ++i) {
         const int64_t s = static_cast<int64_t>(ex[i].src.size());
         const int64_t g = static_cast<int64_t>(ex[i].tgt.size());
@@ -123,9 +126,11 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
       }
       return ex;
     };
-    std::vector<data::Example> all = load(t.train_file, &train_unknown_symbols_);
+    std::vector<int64_t> all_lines;
+    std::vector<data::Example> all = load(t.train_file, &train_unknown_symbols_, &all_lines);
     if (!t.valid_file.empty()) {
       train_ = std::move(all);
+      train_lines = all_lines;
       valid_.examples = load(t.valid_file, &valid_.unknown_symbols);
     } else {
       // Hold out a seeded random valid_fraction of the training file.
@@ -135,8 +140,10 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
       if (t.valid_fraction > 0 && nv == 0 && all.size() > 1) nv = 1;
       std::vector<bool> held(all.size(), false);
       for (int64_t i = 0; i < nv; ++i) held[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
-      for (size_t i = 0; i < all.size(); ++i)
+      for (size_t i = 0; i < all.size(); ++i) {
         (held[i] ? valid_.examples : train_).push_back(all[i]);
+        if (!held[i]) train_lines.push_back(all_lines[i]);
+      }
     }
     PELAB_CHECK(!train_.empty(), "task.train_file: '", t.train_file,
                 "' leaves no training examples after holding out task.valid_fraction");
@@ -191,7 +198,12 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
   sampler_ = std::make_unique<data::BatchSampler>(
       stream, cfg.train.batch_size, cfg.train.bucket_by_length ? kBucketPoolBatches : 1);
   if (!train_.empty()) {
-    for (const auto& ex : train_) train_positions_ = std::max(train_positions_, positions_of(ex, decoder_));
+    for (size_t i = 0; i < train_.size(); ++i) {
+      const int64_t n = positions_of(train_[i], decoder_);
+      if (n > train_positions_ && i < train_lines.size())
+        longest_train_example_ = t.train_file + ":" + std::to_string(train_lines[i]);
+      train_positions_ = std::max(train_positions_, n);
+    }
   } else {
     train_positions_ = data::task_positions(*task_, t.train_max_len, decoder_);
   }

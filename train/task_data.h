@@ -55,6 +55,8 @@ class TaskData {
   // Longest training sequence in tokens (what the model's positions cover in training): seq2seq
   // max(|src|, |tgt|) + 1, decoder |src| + |tgt| + 2, lm task.lm_train_len.
   int64_t train_positions() const { return train_positions_; }
+  // textfile: "FILE:LINE" of the (first) training example with train_positions(); else "".
+  const std::string& longest_train_example() const { return longest_train_example_; }
 
   // Ids -> text as the task writes it.
   std::string render(const std::vector<int64_t>& ids) const;
@@ -76,6 +78,7 @@ class TaskData {
   std::vector<EvalSet> tests_;
   int64_t train_positions_ = 0;
   int64_t train_unknown_symbols_ = 0;
+  std::string longest_train_example_;
   data::Tokenization tok_ = data::Tokenization::Char;
   bool single_char_symbols_ = true;
 };

@@ -613,10 +613,16 @@ std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_pos
 }
 
 std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data) {
-  if (cfg.pe.scheme == "learned")
-    PELAB_CHECK(data.train_positions() <= cfg.pe.max_positions, "pe.max_positions (",
-                cfg.pe.max_positions, ") must cover the longest training sequence: ",
-                data.train_positions(), " tokens (bos/eos/separator included)");
+  if (cfg.pe.scheme == "learned" && data.train_positions() > cfg.pe.max_positions) {
+    // Synthetic and lm tasks are refused by the config rule already; text files here, by line.
+    if (!data.longest_train_example().empty())
+      fail(data.longest_train_example(), ": this training example needs ",
+           data.train_positions(), " positions (bos/eos/separator included), more than "
+           "pe.max_positions ", cfg.pe.max_positions,
+           " (pe.scheme learned); raise pe.max_positions or shorten the line");
+    fail("pe.max_positions (", cfg.pe.max_positions, ") must cover the longest training sequence: ",
+         data.train_positions(), " tokens (bos/eos/separator included)");
+  }
   // Refuse a model whose parameters cannot fit before allocating any of them.
   check_parameter_memory(cfg, data.vocab().size(), data.train_positions(),
                          machine_memory_bytes());
