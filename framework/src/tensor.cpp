@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "pelab/autograd.h"
@@ -23,7 +24,12 @@ Shape contiguous_strides(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    PELAB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+    PELAB_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / d, "shape ", shape_str(shape),
+                " has more than 2^63 elements");
+    n *= d;
+  }
   return n;
 }
 
@@ -61,8 +67,12 @@ Storage::~Storage() {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape)
     PELAB_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
+  const int64_t n = shape_numel(shape);
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  PELAB_CHECK(n <= std::numeric_limits<int64_t>::max() / elem, "empty: shape ", shape_str(shape),
+              " needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(n * elem), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
