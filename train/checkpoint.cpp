@@ -331,11 +331,13 @@ struct Reader {
       if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d) overflow = true;
       bytes *= d;
     }
-    Shape s(dims.begin(), dims.end());
-    if (overflow || bytes > file_size)
-      bad(full, "declares shape " + (overflow ? "with more than 2^63 bytes" : shape_str(s)) + " of " +
-                    std::to_string(elem) + "-byte elements, more than the whole file (" +
-                    std::to_string(file_size) + " bytes) holds (crafted or corrupt file)");
+    const Shape s(dims.begin(), dims.end());
+    if (overflow)
+      bad(full, "declares shape " + shape_str(s) + ", more than 2^63 bytes (crafted or corrupt file)");
+    if (bytes > file_size)
+      bad(full, "declares shape " + shape_str(s) + " (" + std::to_string(bytes) +
+                    " bytes), more than the whole file (" + std::to_string(file_size) +
+                    " bytes) holds (crafted or corrupt file)");
     return dims;
   }
   // A 1-D string array, or with `scalar` one string.

@@ -531,6 +531,9 @@ void Trainer::update_last_link() {
   fs::remove(tmp, ec);
   fs::create_symlink(fs::path(all.back().second).filename(), tmp, ec);
   if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
+  // A stale last.h5 would make the next resume continue from an older checkpoint.
+  PELAB_CHECK(!ec, "cannot point ", (ckdir / "last.h5").string(), " at ",
+              fs::path(all.back().second).filename().string(), ": ", ec.message());
 }
 
 void Trainer::write_predictions(const std::vector<EvalResult>& results) {
