@@ -554,10 +554,24 @@ TEST(CheckpointHardening, RunKilledDuringItsFirstCheckpointRestartsAndResumeClea
   const std::string cfg = tiny_config(dir);
   const fs::path run = dir / "runs" / "r", ck = run / "checkpoints";
   fs::create_directories(ck);
-  std::ofstream(run / "config.yaml") << "# left by the killed run\n";
   std::ofstream(run / "metrics.jsonl") << "{\"type\": \"train\", \"step\": 1}\n";
   const std::string tmp = "step_2.h5.tmp." + std::to_string(dead_pid());
   std::ofstream(ck / tmp) << std::string(4096, 'x');
+  // A config.yaml that pelab did not write: the directory is not known to be a run, so it is kept.
+  std::ofstream(run / "config.yaml") << "my: own file\n";
+  PelabRun foreign = run_pelab({"train", cfg, "--progress", "none"}, dir);
+  expect_one_error_line(foreign);
+  EXPECT_NE(foreign.err.find("already holds a run"), std::string::npos) << foreign.err;
+  EXPECT_EQ(slurp(run / "config.yaml"), "my: own file\n");
+  // A temporary of a live process (a run saving its first checkpoint now) is not touched.
+  const std::string live = "step_2.h5.tmp." + std::to_string(::getpid());
+  std::ofstream(run / "config.yaml") << "# pelab run config (resolved): tiny.yaml\n";
+  std::ofstream(ck / live) << "x";
+  PelabRun busy = run_pelab({"train", cfg, "--progress", "none"}, dir);
+  expect_one_error_line(busy);
+  EXPECT_TRUE(fs::exists(ck / live));
+  fs::remove(ck / live);
+  // The run killed during its first checkpoint write restarts without --overwrite.
   PelabRun fresh = run_pelab({"train", cfg, "--progress", "none"}, dir);
   ASSERT_EQ(fresh.code(), 0) << fresh.err;
   EXPECT_FALSE(fs::exists(ck / tmp));

@@ -119,12 +119,27 @@ void clear_run_files(const fs::path& dir) {
   }
 }
 
-// A run directory holds a run worth keeping when it has a checkpoint (a run killed before its first
-// checkpoint has nothing to continue from and is started again without --overwrite).
 bool holds_a_run(const fs::path& dir) {
   std::error_code ec;
-  return fs::exists(dir / "checkpoints" / "best.h5", ec) ||
-         !step_checkpoints(dir.string()).empty();
+  return fs::exists(dir / "metrics.jsonl", ec) || fs::exists(dir / "checkpoints", ec) ||
+         fs::exists(dir / "config.yaml", ec);
+}
+
+// A pelab run (its config.yaml has pelab's header) that never completed a checkpoint, e.g. one killed
+// during its first checkpoint write: nothing to continue from, so it may be started again without
+// --overwrite.
+bool run_without_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  std::ifstream cfg(dir / "config.yaml");
+  std::string first;
+  std::getline(cfg, first);
+  if (first.rfind("# pelab run config", 0) != 0 || !fs::is_directory(dir / "checkpoints", ec) ||
+      fs::exists(dir / "checkpoints" / "best.h5", ec) || !step_checkpoints(dir.string()).empty())
+    return false;
+  // A temporary still there after clean_temporaries belongs to a live process: a run saving now.
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return false;
+  return true;
 }
 
 // Removes the temporaries a killed save left in <dir>/checkpoints (see remove_stale_temporaries).
@@ -201,11 +216,11 @@ void Trainer::open_run() {
     const fs::path dir = run_directory(cfg_);
     clean_temporaries(dir);
     if (holds_a_run(dir)) {
-      PELAB_CHECK(opt_.overwrite, "run directory ", dir.string(),
+      PELAB_CHECK(opt_.overwrite || run_without_checkpoint(dir), "run directory ", dir.string(),
                   " already holds a run; continue it with --resume ", dir.string(),
                   ", start over with --overwrite, or choose another --set train.run_name=NAME");
+      clear_run_files(dir);
     }
-    clear_run_files(dir);  // also the files of a run that never wrote a checkpoint
     fs::create_directories(dir / "checkpoints", ec);
     PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
     dir_ = dir.string();
