@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <sstream>
 
 #include "pelab/autograd.h"
@@ -26,9 +25,8 @@ int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     PELAB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-    PELAB_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / d, "shape ", shape_str(shape),
+    PELAB_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(shape),
                 " has more than 2^63 elements");
-    n *= d;
   }
   return n;
 }
@@ -67,12 +65,12 @@ Storage::~Storage() {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape)
     PELAB_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
-  const int64_t n = shape_numel(shape);
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  PELAB_CHECK(n <= std::numeric_limits<int64_t>::max() / elem, "empty: shape ", shape_str(shape),
-              " needs more than 2^63 bytes");
+  int64_t nbytes = 0;
+  PELAB_CHECK(!__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)),
+                                      &nbytes),
+              "empty: shape ", shape_str(shape), " needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(n * elem), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
