@@ -488,15 +488,15 @@ TEST(CheckpointHardening, SuspiciousContentsAreRejectedAndVersion1StillLoads) {
     fs::copy_file(good, path, fs::copy_options::overwrite_existing);
     {
       H5Edit e(path);
-      std::vector<std::string> names;
-      H5Ovisit(
-          e.file(), H5_INDEX_NAME, H5_ITER_INC,
-          [](hid_t, const char* name, const H5O_info_t* info, void* op) -> herr_t {
-            if (info->type == H5O_TYPE_DATASET)
-              static_cast<std::vector<std::string>*>(op)->push_back(name);
-            return 0;
-          },
-          &names);
+      const CheckpointData d = sample_data();
+      std::vector<std::string> names = {"format_version", "step",  "scheme",         "arch",
+                                        "config",         "metrics", "pelab_version", "vocab",
+                                        "param_names",    "optimizer/kind", "optimizer/step"};
+      for (const auto& [n, t] : d.params) names.push_back("params/" + n);
+      for (const auto& [state, ts] : d.optimizer_state)
+        for (const auto& [n, t] : d.params) names.push_back("optimizer/" + state + "/" + n);
+      for (const auto& [k, v] : d.counters) names.push_back("counters/" + k);
+      for (const auto& [k, v] : d.values) names.push_back("values/" + k);
       ASSERT_GT(names.size(), 20u);
       for (const auto& n : names) e.drop_checksum(n);
       e.write_int64("format_version", 1);

@@ -259,12 +259,8 @@ struct Reader {
   }
   hid_t open_group(hid_t loc, const std::string& name, const std::string& full) const {
     PELAB_CHECK(exists(loc, name), "checkpoint ", path, ": missing group ", full);
-    H5O_info_t info{};
-    PELAB_CHECK(H5Oget_info_by_name(loc, name.c_str(), &info, H5P_DEFAULT) >= 0 &&
-                    info.type == H5O_TYPE_GROUP,
-                "checkpoint ", path, ": ", full, " is not a group (corrupt file?)");
     hid_t g = H5Gopen2(loc, name.c_str(), H5P_DEFAULT);
-    PELAB_CHECK(g >= 0, "checkpoint ", path, ": cannot open group ", full, " (corrupt file?)");
+    PELAB_CHECK(g >= 0, "checkpoint ", path, ": ", full, " is not a group (corrupt file?)");
     return g;
   }
   hid_t open_ds(hid_t loc, const std::string& name, const std::string& full) const {
