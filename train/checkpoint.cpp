@@ -359,17 +359,19 @@ struct Reader {
       if (bytes) {
         Hid mem(H5Tvlen_create(H5T_NATIVE_UINT8), H5Tclose);
         std::vector<hvl_t> seqs(n, hvl_t{0, nullptr});
-        if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, seqs.data()) < 0)
-          bad(full, "cannot be read (corrupt or truncated file?)");
-        for (const hvl_t& s : seqs) out.emplace_back(static_cast<const char*>(s.p), s.p ? s.len : 0);
-        H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, seqs.data());
+        const herr_t st = H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, seqs.data());
+        if (st >= 0)
+          for (const hvl_t& s : seqs) out.emplace_back(static_cast<const char*>(s.p), s.p ? s.len : 0);
+        H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, seqs.data());  // also after a failed read
+        if (st < 0) bad(full, "cannot be read (corrupt or truncated file?)");
       } else {
         Hid smem = string_type();
         std::vector<char*> ptrs(n, nullptr);
-        if (H5Dread(ds.get(), smem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)
-          bad(full, "cannot be read (corrupt or truncated file?)");
-        for (char* p : ptrs) out.emplace_back(p ? p : "");
-        H5Dvlen_reclaim(smem.get(), space.get(), H5P_DEFAULT, ptrs.data());
+        const herr_t st = H5Dread(ds.get(), smem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data());
+        if (st >= 0)
+          for (char* p : ptrs) out.emplace_back(p ? p : "");
+        H5Dvlen_reclaim(smem.get(), space.get(), H5P_DEFAULT, ptrs.data());  // also after a failed read
+        if (st < 0) bad(full, "cannot be read (corrupt or truncated file?)");
       }
     }
     verify(ds.get(), full, hash_strings(out));
