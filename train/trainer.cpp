@@ -20,6 +20,7 @@
 #include "pelab/autograd.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
+#include "train/memory_estimate.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
 #include "train/report.h"
@@ -292,6 +293,9 @@ void Trainer::open_run() {
 void Trainer::setup_model(const std::vector<std::string>& vocab, int64_t train_positions) {
   data_ = std::make_unique<TaskData>(cfg_, vocab);
   train_positions_ = train_positions > 0 ? train_positions : data_->train_positions();
+  // Host memory: parameters, training state and one micro-batch (CPU; CUDA keeps them on the GPU).
+  if (Device::parse(cfg_.train.device) == Device::cpu())
+    check_training_memory(cfg_, data_->vocab().size(), train_positions_, machine_memory_bytes());
   model_ = build_model(cfg_, *data_, train_positions_);
   model_->train();
   const TrainConfig& t = cfg_.train;
@@ -632,6 +636,10 @@ TrainResult Trainer::run() {
   else
     progress_->line("pelab train: resumed " + dir_ + " at step " + std::to_string(step_) + " of " +
                     std::to_string(total));
+  if (data_->train_unknown_symbols() > 0)
+    progress_->line("pelab train: " + std::to_string(data_->train_unknown_symbols()) +
+                    " symbols of task.train_file are not in the checkpoint's vocabulary and are "
+                    "trained as <unk> (task.unknown_symbols: map_to_unk)");
   const StopWhen& crit = cfg_.train.stop_when;
   if (crit.enabled() && step_ == 0 && rows_.empty())
     progress_->line("pelab train: stop when " + crit.describe() + " (at most " +
@@ -764,10 +772,18 @@ std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_pos
 std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data,
                                                  int64_t train_positions) {
   const int64_t tp = train_positions > 0 ? train_positions : data.train_positions();
-  if (cfg.pe.scheme == "learned")
-    PELAB_CHECK(tp <= cfg.pe.max_positions, "pe.max_positions (", cfg.pe.max_positions,
-                ") must cover the longest training sequence: ", tp,
-                " tokens (bos/eos/separator included)");
+  if (cfg.pe.scheme == "learned" && tp > cfg.pe.max_positions) {
+    // Synthetic and lm tasks are refused by the config rule already; text files here, by line.
+    if (train_positions <= 0 && !data.longest_train_example().empty())
+      fail(data.longest_train_example(), ": this training example needs ",
+           data.train_positions(), " positions (bos/eos/separator included), more than "
+           "pe.max_positions ", cfg.pe.max_positions,
+           " (pe.scheme learned); raise pe.max_positions or shorten the line");
+    fail("pe.max_positions (", cfg.pe.max_positions, ") must cover the longest training sequence: ",
+         tp, " tokens (bos/eos/separator included)");
+  }
+  // Refuse a model whose parameters cannot fit before allocating any of them.
+  check_parameter_memory(cfg, data.vocab().size(), tp, machine_memory_bytes());
   auto model = std::make_unique<models::Transformer>(to_model_config(cfg, data.vocab().size(), tp));
   const Device dev = Device::parse(cfg.train.device);
   if (dev != Device::cpu()) model->to(dev);
