@@ -128,6 +128,35 @@ bool holds_a_run(const fs::path& dir) {
          fs::exists(dir / "config.yaml", ec);
 }
 
+// A pelab run (its config.yaml has pelab's header) that never completed a checkpoint, e.g. one killed
+// during its first checkpoint write: nothing to continue from, so it may be started again without
+// --overwrite.
+bool run_without_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  std::ifstream cfg(dir / "config.yaml");
+  std::string first;
+  std::getline(cfg, first);
+  if (first.rfind("# pelab run config", 0) != 0 || !fs::is_directory(dir / "checkpoints", ec) ||
+      fs::exists(dir / "checkpoints" / "best.h5", ec) || !step_checkpoints(dir.string()).empty())
+    return false;
+  // A temporary still there after clean_temporaries belongs to a live process: a run saving now.
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return false;
+  return true;
+}
+
+// Removes the temporaries a killed save left in <dir>/checkpoints (see remove_stale_temporaries).
+void clean_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_directory(dir / "checkpoints", ec)) remove_stale_temporaries((dir / "checkpoints").string());
+}
+
+// counters/train_positions of a checkpoint (0 when it predates it).
+int64_t stored_train_positions(const CheckpointData& ck) {
+  auto it = ck.counters.find("train_positions");
+  return it == ck.counters.end() ? 0 : it->second;
+}
+
 // ---------------- the trainer ----------------
 
 class Trainer {
@@ -137,7 +166,8 @@ class Trainer {
 
  private:
   void open_run();
-  void setup_model(const std::vector<std::string>& vocab);
+  void setup_model(const std::vector<std::string>& vocab, int64_t train_positions = 0);
+  void keep_best_of_this_timeline();
   void restore(const CheckpointData& ck, const std::string& path);
   double train_step(int64_t& tokens);
   Tensor micro_loss(int64_t j, int64_t& tokens);
@@ -174,6 +204,7 @@ class Trainer {
   double elapsed_before_ = 0;  // seconds trained before this process (resume)
   double t_start_ = 0;
   int64_t saved_step_ = -1;    // step of the newest checkpoint on disk
+  int64_t train_positions_ = 0;  // what the model was built for (stored in checkpoints)
   std::vector<std::vector<int64_t>> step_positions_;
   EvalResult last_valid_;
   int64_t last_valid_step_ = -1;
@@ -195,8 +226,9 @@ void Trainer::open_run() {
   if (resume.empty()) {
     setup_model({});  // data and model first: a config or data error leaves no run directory
     const fs::path dir = run_directory(cfg_);
+    clean_temporaries(dir);
     if (holds_a_run(dir)) {
-      PELAB_CHECK(opt_.overwrite, "run directory ", dir.string(),
+      PELAB_CHECK(opt_.overwrite || run_without_checkpoint(dir), "run directory ", dir.string(),
                   " already holds a run; continue it with --resume ", dir.string(),
                   ", start over with --overwrite, or choose another --set train.run_name=NAME");
       clear_run_files(dir);
@@ -218,14 +250,17 @@ void Trainer::open_run() {
   fs::path run_dir;
   if (fs::is_directory(resume, ec)) {
     run_dir = resume;
+    clean_temporaries(run_dir);
     ckpt_path = latest_checkpoint(resume);
     PELAB_CHECK(!ckpt_path.empty(), "--resume ", resume, ": no checkpoint in ", resume,
-                "/checkpoints (nothing to resume)");
+                "/checkpoints (nothing to resume; start the run again without --resume, which "
+                "needs no --overwrite while the run has no checkpoint)");
   } else {
     PELAB_CHECK(fs::exists(resume, ec), "--resume ", resume,
                 ": no such run directory or checkpoint file");
     ckpt_path = resume;
     run_dir = fs::absolute(resume).parent_path().parent_path();
+    clean_temporaries(run_dir);
   }
   const CheckpointData ck = load_checkpoint(ckpt_path);  // the one checkpoint read of a resume
   const Config run_cfg = load_config_string(ck.config_yaml, ckpt_path + ": config");
@@ -247,22 +282,23 @@ void Trainer::open_run() {
   fs::create_directories(run_dir / "checkpoints", ec);
   write_text(dir_ + "/config.yaml",
              "# pelab run config (resolved): " + cfg_.source + "\n" + config_to_yaml(cfg_, true));
-  setup_model(ck.vocab);
+  setup_model(ck.vocab, stored_train_positions(ck));
   restore(ck, ckpt_path);
   // Checkpoints newer than the one resumed from belong to a future this run no longer has.
   for (const auto& [s, p] : step_checkpoints(dir_))
     if (s > step_) fs::remove(p, ec);
+  keep_best_of_this_timeline();
   update_last_link();
   rewrite_metrics_files();
 }
 
-void Trainer::setup_model(const std::vector<std::string>& vocab) {
+void Trainer::setup_model(const std::vector<std::string>& vocab, int64_t train_positions) {
   data_ = std::make_unique<TaskData>(cfg_, vocab);
+  train_positions_ = train_positions > 0 ? train_positions : data_->train_positions();
   // Host memory: parameters, training state and one micro-batch (CPU; CUDA keeps them on the GPU).
   if (Device::parse(cfg_.train.device) == Device::cpu())
-    check_training_memory(cfg_, data_->vocab().size(), data_->train_positions(),
-                          machine_memory_bytes());
-  model_ = build_model(cfg_, *data_);
+    check_training_memory(cfg_, data_->vocab().size(), train_positions_, machine_memory_bytes());
+  model_ = build_model(cfg_, *data_, train_positions_);
   model_->train();
   const TrainConfig& t = cfg_.train;
   if (t.optimizer == "sgd")
@@ -332,6 +368,32 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   crit_best_ = value_or_nan("criterion_best");
   rows_ = parse_metrics_jsonl(ck.metrics_jsonl, path + ": metrics");
   saved_step_ = step_;
+}
+
+// best.h5 must be the best checkpoint of the timeline being continued: after a resume from an older
+// checkpoint it may come from the discarded future. It is kept only when its /step is the resumed
+// state's best_step; else it is re-derived from the checkpoint of that step when one is still on disk
+// (the resumed checkpoint itself when best_step is its step), else removed (eval then uses the newest
+// checkpoint until validation improves again).
+void Trainer::keep_best_of_this_timeline() {
+  const fs::path best = fs::path(dir_) / "checkpoints" / "best.h5";
+  std::error_code ec;
+  if (!fs::exists(best, ec)) return;
+  int64_t best_file_step = -1;
+  try {
+    best_file_step = checkpoint_step(best.string());
+  } catch (const Error&) {
+    // unreadable: replaced or removed below
+  }
+  if (best_step_ >= 0 && best_file_step == best_step_) return;
+  for (const auto& [s, p] : step_checkpoints(dir_))
+    if (best_step_ >= 0 && s == best_step_) {
+      copy_checkpoint(p, best.string());
+      return;
+    }
+  fs::remove(best, ec);
+  PELAB_CHECK(!ec, "cannot remove ", best.string(), " (a best checkpoint of a discarded timeline): ",
+              ec.message());
 }
 
 std::vector<int64_t> Trainer::positions_for(int64_t L) {
@@ -528,6 +590,7 @@ void Trainer::save(const std::string& path) {
   d.counters["skipped_steps"] = skipped_steps_;
   d.counters["log_loss_count"] = log_loss_count_;
   d.counters["best_step"] = best_step_;
+  d.counters["train_positions"] = train_positions_;
   d.counters["criterion_hits"] = crit_hits_;
   d.counters["criterion_met_step"] = crit_met_step_;
   d.values["criterion_value"] = crit_value_;
@@ -567,6 +630,9 @@ void Trainer::update_last_link() {
   fs::remove(tmp, ec);
   fs::create_symlink(fs::path(all.back().second).filename(), tmp, ec);
   if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
+  // A stale last.h5 would make the next resume continue from an older checkpoint.
+  PELAB_CHECK(!ec, "cannot point ", (ckdir / "last.h5").string(), " at ",
+              fs::path(all.back().second).filename().string(), ": ", ec.message());
 }
 
 void Trainer::write_predictions(const std::vector<EvalResult>& results) {
@@ -728,22 +794,22 @@ std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_pos
   return std::vector<int64_t>(chosen.begin(), chosen.end());
 }
 
-std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data) {
-  if (cfg.pe.scheme == "learned" && data.train_positions() > cfg.pe.max_positions) {
+std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data,
+                                                 int64_t train_positions) {
+  const int64_t tp = train_positions > 0 ? train_positions : data.train_positions();
+  if (cfg.pe.scheme == "learned" && tp > cfg.pe.max_positions) {
     // Synthetic and lm tasks are refused by the config rule already; text files here, by line.
-    if (!data.longest_train_example().empty())
+    if (train_positions <= 0 && !data.longest_train_example().empty())
       fail(data.longest_train_example(), ": this training example needs ",
            data.train_positions(), " positions (bos/eos/separator included), more than "
            "pe.max_positions ", cfg.pe.max_positions,
            " (pe.scheme learned); raise pe.max_positions or shorten the line");
     fail("pe.max_positions (", cfg.pe.max_positions, ") must cover the longest training sequence: ",
-         data.train_positions(), " tokens (bos/eos/separator included)");
+         tp, " tokens (bos/eos/separator included)");
   }
   // Refuse a model whose parameters cannot fit before allocating any of them.
-  check_parameter_memory(cfg, data.vocab().size(), data.train_positions(),
-                         machine_memory_bytes());
-  auto model = std::make_unique<models::Transformer>(
-      to_model_config(cfg, data.vocab().size(), data.train_positions()));
+  check_parameter_memory(cfg, data.vocab().size(), tp, machine_memory_bytes());
+  auto model = std::make_unique<models::Transformer>(to_model_config(cfg, data.vocab().size(), tp));
   const Device dev = Device::parse(cfg.train.device);
   if (dev != Device::cpu()) model->to(dev);
   return model;
@@ -921,6 +987,7 @@ LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {
   if (checkpoint.empty()) {
     lm.data = std::make_unique<TaskData>(cfg);
     lm.model = build_model(cfg, *lm.data);
+    lm.train_positions = lm.data->train_positions();
     return lm;
   }
   CheckpointData ck = load_checkpoint(checkpoint);
@@ -929,7 +996,9 @@ LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {
   PELAB_CHECK(ck.arch == cfg.model.arch, "checkpoint ", checkpoint, ": trained with model.arch ",
               ck.arch, " but the config says model.arch ", cfg.model.arch);
   lm.data = std::make_unique<TaskData>(cfg, ck.vocab);
-  lm.model = build_model(cfg, *lm.data);
+  const int64_t stored = stored_train_positions(ck);
+  lm.train_positions = stored > 0 ? stored : lm.data->train_positions();
+  lm.model = build_model(cfg, *lm.data, lm.train_positions);
   load_parameters(*lm.model, ck, checkpoint);
   lm.checkpoint = checkpoint;
   lm.step = ck.step;
