@@ -320,8 +320,7 @@ TEST_F(CompareJobsTest, SignalIsForwardedToChildren) {
   const auto t0 = std::chrono::steady_clock::now();
   const CompareResult r = run_compare(spec, o);
   killer.join();
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(r.interrupted);
   EXPECT_LT(s, 20.0);  // did not wait for the children's 30 s
   for (const char* run : {"rope_seed1", "rope_seed2"}) {
@@ -332,6 +331,57 @@ TEST_F(CompareJobsTest, SignalIsForwardedToChildren) {
   EXPECT_FALSE(fs::exists(dir_ / "rep" / "runs" / "t5_seed1"));  // never started
   EXPECT_NE(log_.str().find("run the same command again to continue"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir_ / "rep" / "report.md"));
+}
+
+// The real thing: SIGTERM to `pelab compare --jobs 2` stops both children with a checkpoint and
+// exits 130; --plan then shows where each run resumes.
+TEST_F(CompareJobsTest, InterruptedParallelComparisonCheckpointsAndResumes) {
+  const std::string cfg = config();
+  const fs::path err = dir_ / "par.err", runs = dir_ / "rep" / "runs";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen(err.c_str(), "w", stderr);
+    ::execl(PELAB_BINARY, PELAB_BINARY, "compare", cfg.c_str(), "--jobs", "2", "--out",
+            (dir_ / "rep").c_str(), "--set", "train.steps=100000", "--set", "train.log_every=1",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  bool started = false;
+  for (int i = 0; i < 3000 && !started; ++i) {
+    started = slurp(runs / "rope_seed1" / "train.log").find("step 2/") != std::string::npos &&
+              slurp(runs / "rope_seed2" / "train.log").find("step 2/") != std::string::npos;
+    if (!started) ::usleep(10000);
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(started);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const std::string e = slurp(err);
+  EXPECT_NE(e.find("run the same command again to continue"), std::string::npos) << e;
+  EXPECT_NE(e.find("stopped rope seed 1"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(runs / "t5_seed1"));
+  std::map<std::string, int64_t> stopped_at;
+  for (const char* run : {"rope_seed1", "rope_seed2"}) {
+    const std::string l = slurp(runs / run / "compare.log");
+    const size_t at = l.find("interrupted at step ");
+    ASSERT_NE(at, std::string::npos) << run << ": " << l;
+    stopped_at[run] = std::stoll(l.substr(at + 20));
+    EXPECT_TRUE(fs::exists(runs / run / "checkpoints" /
+                           ("step_" + std::to_string(stopped_at[run]) + ".h5")));
+  }
+  ASSERT_EQ(pelab("compare " + quote(cfg) + " --plan --out rep --set train.steps=100000"), 0);
+  EXPECT_NE(out_.find("resumes at step " + std::to_string(stopped_at["rope_seed1"])),
+            std::string::npos)
+      << out_;
+  // (Resuming is the in-process path that CompareTest.InterruptedComparisonResumesToTheSame-
+  // Results checks bit for bit: a child is `pelab compare CONFIG --only I`.)
+  EXPECT_NE(out_.find("resumes at step " + std::to_string(stopped_at["rope_seed2"])),
+            std::string::npos)
+      << out_;
 }
 
 // ---------------- compare.search ----------------
@@ -370,12 +420,11 @@ TEST_F(CompareJobsTest, SearchRejectsKeysThatTouchDataEvaluationOrTheComparison)
     load_compare(config("  search:\n    train.lr: [0.001]\n"), {"compare.search={}"});
     ADD_FAILURE() << "compare.search accepted from --set";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot be set from the command line"),
-              std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot be set from the command line"), std::string::npos);
   }
   // Allowed: training keys, model and PE keys; the grid is the product, first key slowest.
-  const CompareSpec ok = load_compare(
-      config("  search:\n    train.lr: [1e-3, 2e-3]\n    model.d_ff: [32, 64]\n"), {});
+  const CompareSpec ok =
+      load_compare(config("  search:\n    train.lr: [1e-3, 2e-3]\n    model.d_ff: [32, 64]\n"), {});
   const auto plan = compare_plan(ok, (dir_ / "rep").string());
   ASSERT_EQ(plan.size(), 2u * 4u * 2u);
   EXPECT_EQ(plan[0].cfg.train.run_name, "rope@lr=1e-3,d_ff=32_seed1");
@@ -450,8 +499,7 @@ TEST_F(CompareJobsTest, SearchChoosesOnValidationOnlyAndNeverEvaluatesOtherCandi
   EXPECT_NE(md.find("| rope | lr=0.004 | `train.lr=0.004` | 75.0 | 1: 75 | **chosen** |"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| rope | lr=0.001 | `train.lr=0.001` | 25.0 | 1: 25 |  |"),
-            std::string::npos)
+  EXPECT_NE(md.find("| rope | lr=0.001 | `train.lr=0.001` | 25.0 | 1: 25 |  |"), std::string::npos)
       << md;
   EXPECT_NE(md.find("chosen by the search: `train.lr=0.004`"), std::string::npos);
 

@@ -233,12 +233,14 @@ std::string search_key_problem(const std::string& k) {
   bool known = false;
   for (const auto& key : config_schema()) known = known || key.full_name() == k;
   if (k.rfind("task.", 0) == 0 || k.rfind("eval.", 0) == 0 || k.rfind("compare.", 0) == 0)
-    return k + " changes the data, the test set or the evaluation; search only keys that change "
-               "training (model.*, pe.*, train.*)";
+    return k +
+           " changes the data, the test set or the evaluation; search only keys that change "
+           "training (model.*, pe.*, train.*)";
   if (!known) return "unknown key '" + k + "' (see docs/config.md)";
   if (managed_key(k) || k.rfind("train.stop_when", 0) == 0)
-    return k + " is set by the comparison (seeds, run directories, the stop criterion); it "
-               "cannot be searched";
+    return k +
+           " is set by the comparison (seeds, run directories, the stop criterion); it "
+           "cannot be searched";
   if (eval_time_key(k))
     return k + " only changes the evaluation (use compare.variants for eval-time settings)";
   if (reusable_difference(k)) return k + " does not change what is trained";
@@ -249,8 +251,9 @@ std::vector<CompareSearchKey> parse_search(const YAML::Node& n, const std::strin
                                            const std::string& where) {
   std::vector<CompareSearchKey> out;
   if (!n.IsMap() || n.size() == 0)
-    config_fail(where, "compare.search must be a mapping of section.key: [value, ...] (e.g. "
-                       "{train.lr: [1e-3, 2e-3]})");
+    config_fail(where,
+                "compare.search must be a mapping of section.key: [value, ...] (e.g. "
+                "{train.lr: [1e-3, 2e-3]})");
   for (auto it = n.begin(); it != n.end(); ++it) {
     CompareSearchKey sk;
     sk.where = at_line(source, it->first);
@@ -662,8 +665,12 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
     return d;
   };
   const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
+  // Every scheme x search candidate (one candidate without a search).
+  std::vector<std::pair<const CompareScheme*, size_t>> rows;
   for (const auto& s : spec.schemes)
-    for (size_t ci = 0; ci < candidates.size(); ++ci) {
+    for (size_t ci = 0; ci < candidates.size(); ++ci) rows.emplace_back(&s, ci);
+  for (const auto& [scheme, ci] : rows) {
+    const CompareScheme& s = *scheme;
     const SearchCandidate& cand = candidates[ci];
     const std::string what = "compare.schemes (" + s.name +
                              (cand.label.empty() ? "" : ", search candidate " + cand.label) + ")";
@@ -1140,8 +1147,9 @@ double valid_metric(const std::string& run_dir, const std::string& metric, std::
 std::string self_exe() {
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  PELAB_CHECK(n > 0, "compare: cannot find the running binary (/proc/self/exe) to start runs in "
-                     "parallel; use --jobs 1");
+  PELAB_CHECK(n > 0,
+              "compare: cannot find the running binary (/proc/self/exe) to start runs in "
+              "parallel; use --jobs 1");
   return std::string(buf, static_cast<size_t>(n));
 }
 
@@ -1247,13 +1255,11 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
   bool stopping = false;
   std::string failure;
   // A block of lines redrawn on a terminal (progress bar / auto on a terminal), else plain lines.
-  const bool tty = opt.progress == 1 ||
-                   (opt.progress == -1 && &log == &std::cerr && ::isatty(2) == 1);
+  const bool tty =
+      opt.progress == 1 || (opt.progress == -1 && &log == &std::cerr && ::isatty(2) == 1);
   size_t drawn = 0;  // lines of the progress block on the terminal
   double last_draw = 0;
-  auto tag = [&](size_t i) {
-    return "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
-  };
+  auto tag = [&](size_t i) { return "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] "; };
   auto clear_block = [&]() {
     if (drawn == 0) return;
     log << "\033[" << drawn << "A";
@@ -1301,9 +1307,9 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       const fs::path dir = run_directory(run.cfg);
       fs::create_directories(dir, ec);
       PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
-      std::vector<std::string> args = {"compare", config, "--only", std::to_string(i + 1),
-                                       "--out", out_dir, "--progress",
-                                       opt.progress == 2 ? "none" : "lines"};
+      std::vector<std::string> args = {
+          "compare", config,  "--only",     std::to_string(i + 1),
+          "--out",   out_dir, "--progress", opt.progress == 2 ? "none" : "lines"};
       for (const auto& o : spec.overrides) {
         args.push_back("--set");
         args.push_back(o);
@@ -1391,16 +1397,17 @@ std::string compare_plan_text(const CompareSpec& spec, const std::string& out_di
      << "/runs (pelab compare CONFIG --only I trains run I; config = digest of the run's "
         "resolved config)\n";
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%5s  %-*s  %6s  %-16s  %s\n", "index", static_cast<int>(w),
-                "run", "seed", "config", "state");
+  std::snprintf(buf, sizeof buf, "%5s  %-*s  %6s  %-16s  %s\n", "index", static_cast<int>(w), "run",
+                "seed", "config", "state");
   os << buf;
   for (size_t i = 0; i < plan.size(); ++i) {
     const ComparePlanRun& r = plan[i];
     const RunInspection ins = inspect_run(run_directory(r.cfg), r.cfg);
-    std::string state = ins.state == RunState::Finished  ? "finished"
-                        : ins.state == RunState::Partial ? "resumes at step " + std::to_string(ins.step)
-                        : ins.state == RunState::Fresh   ? "to train"
-                                                         : "to retrain (" + ins.reason + ")";
+    std::string state = ins.state == RunState::Finished ? "finished"
+                        : ins.state == RunState::Partial
+                            ? "resumes at step " + std::to_string(ins.step)
+                        : ins.state == RunState::Fresh ? "to train"
+                                                       : "to retrain (" + ins.reason + ")";
     if (ins.state == RunState::Stale && !is_run_directory(run_directory(r.cfg))) state = "to train";
     std::snprintf(buf, sizeof buf, "%5zu  %-*s  %6lld  %-16s  ", i + 1, static_cast<int>(w),
                   r.cfg.train.run_name.c_str(), static_cast<long long>(r.seed),
@@ -1426,8 +1433,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
                         " (see pelab compare CONFIG --plan)");
     selected[i] = true;
   }
-  PELAB_CHECK(!(opt.report_only && !opt.only.empty()), "compare: --only and --report-only "
-                                                       "cannot be combined");
+  PELAB_CHECK(!(opt.report_only && !opt.only.empty()),
+              "compare: --only and --report-only cannot be combined");
   std::error_code ec;
   fs::create_directories(fs::path(res.out_dir) / "runs", ec);
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
@@ -1448,9 +1455,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   std::vector<size_t> todo;
   for (size_t i = 0; i < N; ++i) {
     if (!selected[i]) continue;
-    ins[i] = opt.retrain && !opt.report_only
-                 ? RunInspection{RunState::Stale, "--retrain", 0, {}}
-                 : inspect_run(run_directory(plan[i].cfg), plan[i].cfg);
+    ins[i] = opt.retrain && !opt.report_only ? RunInspection{RunState::Stale, "--retrain", 0, {}}
+                                             : inspect_run(run_directory(plan[i].cfg), plan[i].cfg);
     if (ins[i].state != RunState::Finished) {
       todo.push_back(i);
       if (opt.report_only) res.missing.push_back(plan[i].cfg.train.run_name);
@@ -1492,8 +1498,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
           tcfg.task.lm_eval_lengths = in.stored.task.lm_eval_lengths;
           tcfg.task.num_eval_examples = in.stored.task.num_eval_examples;
           tcfg.pe = in.stored.pe;
-          log << tag << "resuming " << who << " at step " << in.step << " of "
-              << tcfg.train.steps << " ...\n";
+          log << tag << "resuming " << who << " at step " << in.step << " of " << tcfg.train.steps
+              << " ...\n";
           ++res.resumed;
         } else {
           // (A directory holding only compare.log, from an earlier --jobs run, is not a run.)
@@ -1623,8 +1629,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     } else {
       const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
       if (!evaluate_all(run, dir, tag, log, res, rows)) {
-        log << "pelab compare: interrupted; run the same command again to continue\n"
-            << std::flush;
+        log << "pelab compare: interrupted; run the same command again to continue\n" << std::flush;
         return res;
       }
     }
@@ -1655,8 +1660,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     auto ch = res.chosen.find(s.name);
     if (ch != res.chosen.end())
       for (const auto& c : candidates)
-        if (c.label == ch->second)
-          settings += "; chosen by the search: " + sets_text(c.sets);
+        if (c.label == ch->second) settings += "; chosen by the search: " + sets_text(c.sets);
     in.run_settings.emplace_back(s.name, settings);
     for (size_t i = 0; i < N; ++i) {
       const ComparePlanRun& run = plan[i];
@@ -1690,14 +1694,13 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
       (spec.base.train.threads == 1 ? " thread per run" : " threads per run");
   if (res.trained + res.resumed > 0) {
     in.total_wall_s = now_s() - t_start;
-    in.timing_note = "machine: " + std::to_string(std::thread::hardware_concurrency()) +
-                     " cores, 1-min load average " + load_start + " at the start and " +
-                     load_average() + " at the end; " + threads + "; " +
-                     std::to_string(res.trained + res.resumed) + " of " + std::to_string(N) +
-                     " runs trained in this invocation, the rest reused" +
-                     (at_once > 1 ? "; " + std::to_string(at_once) +
-                                        " runs at once in child processes (--jobs)"
-                                  : "");
+    in.timing_note =
+        "machine: " + std::to_string(std::thread::hardware_concurrency()) +
+        " cores, 1-min load average " + load_start + " at the start and " + load_average() +
+        " at the end; " + threads + "; " + std::to_string(res.trained + res.resumed) + " of " +
+        std::to_string(N) + " runs trained in this invocation, the rest reused" +
+        (at_once > 1 ? "; " + std::to_string(at_once) + " runs at once in child processes (--jobs)"
+                     : "");
   } else {
     in.timing_note = threads + "; every run reused from an earlier invocation";
   }
@@ -1716,7 +1719,8 @@ namespace {
 const char* kCompareHelp =
     "usage: pelab compare CONFIG [--set section.key=value]... [--out DIR] [--retrain]\n"
     "                     [--jobs N] [--progress auto|bar|lines|none] [--no-plots]\n"
-    "       pelab compare CONFIG --plan | --only I[,J...] | --report-only  [--set ...] [--out DIR]\n"
+    "       pelab compare CONFIG --plan | --only I[,J...] | --report-only  [--set ...] [--out "
+    "DIR]\n"
     "\n"
     "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
     "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
@@ -1732,8 +1736,10 @@ const char* kCompareHelp =
     "                           compare.out=DIR, compare.title=T, compare.metric=M,\n"
     "                           compare.jobs=N also work\n"
     "  --out DIR                report directory (default compare.out, else reports/<stem>)\n"
-    "  --retrain                train every run afresh (replace existing runs)\n"    "  --jobs N                 train N runs at once, each in its own process (default\n"
-    "                           compare.jobs, else the number of cores); the results equal --jobs 1\n"
+    "  --retrain                train every run afresh (replace existing runs)\n"
+    "  --jobs N                 train N runs at once, each in its own process (default\n"
+    "                           compare.jobs, else the number of cores); the results equal --jobs "
+    "1\n"
     "  --plan                   list the runs (index, name, seed, config digest, state); train\n"
     "                           nothing\n"
     "  --only I[,J...]          train and evaluate only these runs (indexes as --plan prints\n"
@@ -1814,8 +1820,10 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
         const std::string v = need(s);
         int64_t j = 0;
         if (!parse_positive(v, j))
-          return usage_error(err, "compare: --jobs must be an integer >= 1 (runs trained at "
-                                  "once), got '" + v + "'");
+          return usage_error(err,
+                             "compare: --jobs must be an integer >= 1 (runs trained at "
+                             "once), got '" +
+                                 v + "'");
         opt.jobs = j;
       } else if (s == "--only") {
         const std::string v = need(s);
@@ -1826,15 +1834,19 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
         while (std::getline(parts, item, ',')) {
           int64_t k = 0;
           if (!parse_positive(trim(item), k))
-            return usage_error(err, "compare: --only expects run indexes I[,J...] (1-based, as "
-                                    "--plan prints them), got '" + v + "'");
+            return usage_error(err,
+                               "compare: --only expects run indexes I[,J...] (1-based, as "
+                               "--plan prints them), got '" +
+                                   v + "'");
           any = true;
           if (seen.insert(static_cast<size_t>(k - 1)).second)
             opt.only.push_back(static_cast<size_t>(k - 1));
         }
         if (!any || v.back() == ',')
-          return usage_error(err, "compare: --only expects run indexes I[,J...] (1-based, as "
-                                  "--plan prints them), got '" + v + "'");
+          return usage_error(err,
+                             "compare: --only expects run indexes I[,J...] (1-based, as "
+                             "--plan prints them), got '" +
+                                 v + "'");
       } else if (s == "--progress") {
         const std::string m = need(s);
         static const std::map<std::string, int> modes = {
