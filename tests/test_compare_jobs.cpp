@@ -301,6 +301,51 @@ TEST_F(CompareJobsTest, FailingChildFailsTheComparisonNamingRunAndLog) {
   EXPECT_FALSE(fs::exists(dir_ / "rep" / "report.md"));
 }
 
+// A run that cannot be started (its directory cannot be created: a file is in the way) fails the
+// comparison naming it, after the children already running were stopped and waited for.
+TEST_F(CompareJobsTest, RunThatCannotStartStopsTheRunningChildrenFirst) {
+  const fs::path fake = dir_ / "fake_pelab.sh";
+  std::ofstream(fake) << "#!/bin/sh\ntrap 'echo got TERM; exit 130' TERM\necho started\n"
+                         "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\nexit 0\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  fs::create_directories(dir_ / "rep" / "runs");
+  std::ofstream(dir_ / "rep" / "runs" / "rope_seed2") << "in the way\n";
+  const CompareSpec spec = load_compare(config(), {});
+  CompareOptions o = quiet("rep");
+  o.jobs = 2;
+  o.exe = fake.string();
+  try {
+    run_compare(spec, o);
+    FAIL() << "expected the comparison to fail";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create " +
+                                         (dir_ / "rep" / "runs" / "rope_seed2").string()),
+              std::string::npos)
+        << e.what();
+  }
+  // Run 1 was stopped and waited for before the error came back: no child of this process runs
+  // the stand-in any more (they are reaped, not even zombies).
+  std::vector<pid_t> left;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(e.path() / "stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream f(stat.substr(paren + 2));
+    char state = 0;
+    long ppid = 0;
+    f >> state >> ppid;
+    if (ppid == ::getpid() && slurp(e.path() / "cmdline").find("fake_pelab") != std::string::npos)
+      left.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " child(ren) left running";
+  for (pid_t p : left) {
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
+}
+
 // SIGTERM to the parent is forwarded to every running child; the comparison reports an
 // interruption (exit 130 on the command line) and starts no further run.
 TEST_F(CompareJobsTest, SignalIsForwardedToChildren) {

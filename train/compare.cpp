@@ -1305,8 +1305,6 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       const size_t i = todo[next++];
       const ComparePlanRun& run = plan[i];
       const fs::path dir = run_directory(run.cfg);
-      fs::create_directories(dir, ec);
-      PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
       std::vector<std::string> args = {
           "compare", config,  "--only",     std::to_string(i + 1),
           "--out",   out_dir, "--progress", opt.progress == 2 ? "none" : "lines"};
@@ -1316,7 +1314,15 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       }
       if (opt.retrain) args.push_back("--retrain");
       const std::string lp = (dir / "compare.log").string();
-      running.push_back({i, spawn_child(exe, args, lp), lp, now_s()});
+      try {
+        fs::create_directories(dir, ec);
+        PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
+        running.push_back({i, spawn_child(exe, args, lp), lp, now_s()});
+      } catch (const std::exception& e) {
+        failure = e.what();  // the running children are stopped and waited for first
+        stop_all();
+        break;
+      }
       event(tag(i) + "started " + run_who(run) + " (" + std::to_string(run.cfg.train.steps) +
             " steps; log " + lp + ")");
     }
