@@ -442,6 +442,7 @@ TEST_F(CompareJobsTest, SearchRejectsKeysThatTouchDataEvaluationOrTheComparison)
       {"train.run_name: [a, b]", "is set by the comparison"},
       {"train.resume: [a, b]", "is set by the comparison"},
       {"train.log_every: [1, 2]", "does not change what is trained"},
+      {"train.stop_when: [{}, {}]", "train.stop_when is the criterion candidates are compared on"},
       {"train.threads: [1, 2]", "does not change what is trained"},
       {"pe.rope_scaling: [pi, ntk]", "only changes the evaluation"},
       {"train.bogus: [1, 2]", "unknown key 'train.bogus'"},

@@ -236,11 +236,10 @@ std::string search_key_problem(const std::string& k) {
     return k +
            " changes the data, the test set or the evaluation; search only keys that change "
            "training (model.*, pe.*, train.*)";
+  if (k.rfind("train.stop_when", 0) == 0)
+    return k + " is the criterion candidates are compared on; set it in the base config";
   if (!known) return "unknown key '" + k + "' (see docs/config.md)";
-  if (managed_key(k) || k.rfind("train.stop_when", 0) == 0)
-    return k +
-           " is set by the comparison (seeds, run directories, the stop criterion); it "
-           "cannot be searched";
+  if (managed_key(k)) return k + " is set by the comparison (seeds, run directories)";
   if (eval_time_key(k))
     return k + " only changes the evaluation (use compare.variants for eval-time settings)";
   if (reusable_difference(k)) return k + " does not change what is trained";
