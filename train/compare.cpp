@@ -1564,7 +1564,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
           "The test lengths were not looked at: only the chosen candidate's runs were evaluated "
           "on them, and they are the scheme's rows above. Ties go to the candidate listed "
           "first.\n\n";
-    md << "| scheme | candidate | settings | valid " << vm << " (mean ± std) | per seed | |\n";
+    md << "| scheme | candidate | settings | valid " << vm
+       << " (over seeds, as in the tables above) | per seed | |\n";
     md << "|---|---|---|---:|---|---|\n";
     std::vector<ResultRow> vrows;  // one per candidate × seed: the valid score, for aggregate()
     for (const auto& s : spec.schemes) {
