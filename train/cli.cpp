@@ -269,6 +269,11 @@ int cmd_train(const std::vector<std::string>& a, std::ostream& out) {
   TrainResult r = train(cfg, opt);
   if (r.interrupted) return 130;
   if (r.finished) out << "run: " << r.run_dir << "\n" << eval_table(r.final_eval);
+  if (r.finished && r.criterion_set)
+    out << "criterion (" << cfg.train.stop_when.describe() << "): "
+        << (r.criterion_met ? "met at step " + std::to_string(r.criterion_step)
+                            : "not met by the cap of " + std::to_string(cfg.train.steps) + " steps")
+        << "\n";
   return 0;
 }
 
@@ -298,7 +303,12 @@ int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error("eval: cannot create " + dir + ": " + ec.message());
-    write_eval_files(dir, results, lm.step, ckpt);
+    // Re-evaluating a run in place keeps its train.stop_when record (a fact about the training).
+    std::string convergence;
+    if (!run_dir.empty() && fs::equivalent(dir, run_dir, ec) &&
+        fs::exists(fs::path(run_dir) / "eval.json", ec))
+      convergence = convergence_json(read_convergence(run_dir));
+    write_eval_files(dir, results, lm.step, ckpt, convergence);
     for (const auto& r : results) {
       if (r.predictions.empty()) continue;
       std::ofstream p(dir + "/predictions_" + r.split + ".tsv");
@@ -412,6 +422,9 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
   out << "train: " << tr.steps << " steps, batch " << tr.batch_size << " x " << tr.grad_accum
       << ", " << tr.optimizer << " lr " << tr.lr << " (" << tr.schedule << ", warmup " << tr.warmup
       << "), seed " << tr.seed << ", " << tr.threads << " threads, device " << tr.device << "\n";
+  if (tr.stop_when.enabled())
+    out << "stop when: " << tr.stop_when.describe() << " (validation every " << tr.eval_every
+        << " steps; train.steps is the cap)\n";
   out << "run directory: " << run_directory(cfg) << "\n\n";
   out << models::model_info(*lm.model);
   if (args.options.count("--yaml")) out << "\n" << config_to_yaml(cfg, true);

@@ -815,9 +815,23 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
     r.reason = "trained past train.steps";
     return r;
   }
-  r.state = r.step == want.train.steps && fs::exists(fs::path(dir) / "eval.json", ec)
-                ? RunState::Finished
-                : RunState::Partial;
+  // Finished: trained to train.steps, or stopped there by its train.stop_when criterion, and
+  // evaluated (eval.json written after the final checkpoint). A criterion met at this step also
+  // makes a resume train no further, so such a run is reused, not resumed.
+  bool finished = false;
+  if (fs::exists(fs::path(dir) / "eval.json", ec)) {
+    if (r.step == want.train.steps) {
+      finished = true;
+    } else {
+      try {
+        const Convergence c = read_convergence(dir);
+        finished = c.met && c.step == r.step;
+      } catch (const std::exception&) {
+        finished = false;  // an unreadable eval.json: resuming rewrites it
+      }
+    }
+  }
+  r.state = finished ? RunState::Finished : RunState::Partial;
   return r;
 }
 

@@ -9,6 +9,7 @@
 
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
+#include "train/report.h"
 
 namespace pelab {
 
@@ -190,16 +191,16 @@ bool higher_is_better(const std::string& metric) {
 }
 
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
-                      const std::string& checkpoint) {
+                      const std::string& checkpoint, const std::string& convergence) {
   {
-    std::ofstream js(dir + "/eval.json", std::ios::trunc);
-    PELAB_CHECK(js.good(), "cannot write ", dir, "/eval.json");
-    js << "{\"step\": " << step << ", \"checkpoint\": " << json_quote(checkpoint)
-       << ", \"results\": [";
+    std::ostringstream js;
+    js << "{\"step\": " << step << ", \"checkpoint\": " << json_quote(checkpoint);
+    if (!convergence.empty()) js << ",\n \"convergence\": " << convergence;
+    js << ",\n \"results\": [";
     for (size_t i = 0; i < results.size(); ++i)
       js << (i ? ",\n  " : "\n  ") << results[i].row().json();
     js << "\n]}\n";
-    PELAB_CHECK(js.good(), "error writing ", dir, "/eval.json");
+    write_text_file(dir + "/eval.json", js.str());  // atomic: a reader never sees half a file
   }
   std::ofstream csv(dir + "/eval.csv", std::ios::trunc);
   PELAB_CHECK(csv.good(), "cannot write ", dir, "/eval.csv");
