@@ -504,6 +504,30 @@ void poison_eval_json(const fs::path& run, double valid_em, double test_em) {
   std::ofstream(p, std::ios::trunc) << out;
 }
 
+// Replaces the convergence record of a run's eval.json (train.stop_when's outcome).
+void set_convergence(const fs::path& run, bool met, int64_t step) {
+  Convergence c;
+  c.has_criterion = true;
+  c.criterion = "exact_match on valid >= 0.5";
+  c.metric = "exact_match";
+  c.met = met;
+  c.step = step;
+  c.steps_run = 8;
+  c.value = 0.5;
+  const fs::path p = run / "eval.json";
+  std::istringstream in(slurp(p));
+  std::string line, out;
+  bool first = true;
+  while (std::getline(in, line)) {
+    if (line.rfind(" \"convergence\": ", 0) == 0) continue;
+    out += line + "\n";
+    if (first) out += " \"convergence\": " + convergence_json(c) + ",\n";
+    first = false;
+  }
+  std::ofstream(p, std::ios::trunc) << out;
+  ASSERT_EQ(read_convergence(run.string()).met, met);
+}
+
 TEST_F(CompareJobsTest, SearchChoosesOnValidationOnlyAndNeverEvaluatesOtherCandidatesOnTest) {
   const std::string cfg = config("  search:\n    train.lr: [0.001, 0.004]\n", 8);
   const CompareSpec spec = load_compare(cfg, {"compare.seeds=[1]"});
@@ -556,6 +580,18 @@ TEST_F(CompareJobsTest, SearchChoosesOnValidationOnlyAndNeverEvaluatesOtherCandi
   EXPECT_EQ(r.chosen.at("rope"), "lr=0.001");
   EXPECT_EQ(r.chosen.at("t5"), "lr=0.001");
   EXPECT_TRUE(fs::exists(runs / a / "compare_eval" / "base.csv"));
+
+  // Equal validation scores: the stop criterion breaks the tie — more runs that met it, then fewer
+  // steps to it (records injected the way the trainer writes them into eval.json).
+  poison_eval_json(runs / a, 0.5, 0.0);
+  poison_eval_json(runs / b, 0.5, 0.0);
+  set_convergence(runs / a, false, -1);
+  set_convergence(runs / b, true, 6);
+  EXPECT_EQ(run_compare(spec, quiet("rep")).chosen.at("rope"), "lr=0.004");
+  set_convergence(runs / a, true, 4);
+  EXPECT_EQ(run_compare(spec, quiet("rep")).chosen.at("rope"), "lr=0.001");
+  set_convergence(runs / a, true, 8);
+  EXPECT_EQ(run_compare(spec, quiet("rep")).chosen.at("rope"), "lr=0.004");
 
   // --plan lists every candidate's runs.
   ASSERT_EQ(cli({"compare", cfg, "--plan", "--set", "compare.seeds=[1]", "--out",

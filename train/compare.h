@@ -43,7 +43,8 @@
 // checkpoint, thread and device keys); task.*, eval.* and compare.* are rejected. Each candidate's
 // runs are runs/<scheme>@<key>=<value>[,...]_seed<N>. A candidate's score is the mean over seeds
 // of the task's primary metric on the run's final `valid` split (eval.json: exact_match, loss for
-// lm); ties go to the candidate listed first. Only the chosen candidate's runs are evaluated on
+// lm); equal scores go to the candidate with more runs that met train.stop_when, then fewer steps
+// to it, then the one listed first. Only the chosen candidate's runs are evaluated on
 // the test lengths; they are the scheme's rows of the report, which also gets a table of every
 // candidate's validation score.
 //
