@@ -322,6 +322,12 @@ std::vector<SearchCandidate> search_candidates(const std::vector<CompareSearchKe
   return out;
 }
 
+std::string parse_unconverged(const std::string& v, const std::string& where) {
+  if (v != "report" && v != "exclude" && v != "fail")
+    config_fail(where, "compare.unconverged: expected report, exclude or fail, got '" + v + "'");
+  return v;
+}
+
 const std::set<std::string>& known_variants() {
   static const std::set<std::string> v = {"pi", "ntk", "dynamic_ntk", "yarn"};
   return v;
@@ -343,6 +349,8 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
       spec.metric = value_text(v);
     } else if (k == "seeds") {
       spec.seeds = parse_seeds(v, where);
+    } else if (k == "unconverged") {
+      spec.unconverged = parse_unconverged(value_text(v), where);
     } else if (k == "schemes") {
       if (!v.IsSequence() || v.size() == 0)
         config_fail(where, "compare.schemes must be a non-empty list");
@@ -356,14 +364,35 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
         } else if (e.IsMap()) {
           for (auto f = e.begin(); f != e.end(); ++f) {
             const std::string fk = f->first.Scalar();
-            if (fk != "name" && fk != "set")
+            if (fk != "name" && fk != "set" && fk != "expect" && fk != "why")
               config_fail(at_line(source, f->first),
-                          what + ": unknown key '" + fk + "' (valid: name, set)");
+                          what + ": unknown key '" + fk + "' (valid: name, set, expect, why)");
           }
           if (!e["name"] || !e["name"].IsScalar())
             config_fail(at_line(source, e), what + " needs a name");
           s.name = e["name"].Scalar();
           s.sets = parse_set_map(e["set"], source, what);
+          if (e["expect"]) {
+            const std::string x = value_text(e["expect"]);
+            if (x != "cannot_learn" && x != "learn")
+              config_fail(at_line(source, e["expect"]),
+                          what + " (" + s.name + ").expect: expected cannot_learn or learn, got '" +
+                              x + "'");
+            s.cannot_learn = x == "cannot_learn";
+          }
+          if (e["why"]) {
+            if (!e["why"].IsScalar() || trim(e["why"].Scalar()).empty())
+              config_fail(at_line(source, e["why"]),
+                          what + " (" + s.name + ").why must be a non-empty text");
+            if (!s.cannot_learn)
+              config_fail(at_line(source, e["why"]), what + " (" + s.name +
+                                                         ").why explains expect: cannot_learn; add "
+                                                         "expect: cannot_learn or remove why");
+            s.why = trim(e["why"].Scalar());
+          }
+          if (s.cannot_learn && s.why.empty())
+            config_fail(at_line(source, e["expect"]),
+                        what + " (" + s.name + "): expect: cannot_learn needs why: \"<reason>\"");
         } else {
           config_fail(at_line(source, e), what + " must be a scheme name or {name, set}");
         }
@@ -458,8 +487,8 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
       spec.search = parse_search(v, source, where);
     } else {
       config_fail(where, "unknown key 'compare." + k +
-                             "' (valid: title, out, seeds, metric, schemes, variants, jobs, "
-                             "search)");
+                             "' (valid: title, out, seeds, metric, unconverged, schemes, "
+                             "variants, jobs, search)");
     }
   }
   if (spec.schemes.empty()) config_fail(source, "compare.schemes is missing");
@@ -590,6 +619,8 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       spec.title = v;
     } else if (k == "compare.metric") {
       spec.metric = v;
+    } else if (k == "compare.unconverged") {
+      spec.unconverged = parse_unconverged(v, where);
     } else if (k == "compare.jobs") {
       YAML::Node n;
       try {
@@ -602,7 +633,7 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       config_fail(where,
                   "compare.schemes / compare.variants / compare.search cannot be set from the "
                   "command line; valid: compare.seeds, compare.out, compare.title, "
-                  "compare.metric, compare.jobs");
+                  "compare.metric, compare.unconverged, compare.jobs");
     }
   }
   spec.cli_sets = base_sets;
@@ -1087,6 +1118,14 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
   fs::create_directories(cache_dir, ec);
   write_text_file(cache.string(), head + results_csv(rows));
   return rows;
+}
+
+// Marks a run's result rows with the outcome of its stop criterion.
+void set_convergence(std::vector<ResultRow>& rows, const Convergence& c) {
+  for (auto& r : rows) {
+    r.converged = c.has_criterion ? (c.met ? 1 : 0) : -1;
+    r.criterion_step = c.has_criterion && c.met ? c.step : -1;
+  }
 }
 
 std::string sets_text(const std::vector<std::string>& sets) {
@@ -1670,6 +1709,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
 
   // ---- results of the (chosen) finished runs, in plan order ----
   std::vector<LossCurve> curves;
+  std::map<std::string, std::string> criteria;  // scheme -> stop criterion
   for (size_t i = 0; i < N; ++i) {
     if (!chosen_run[i] || !finished[i]) continue;
     const ComparePlanRun& run = plan[i];
@@ -1691,6 +1731,9 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
         return res;
       }
     }
+    const Convergence conv = read_convergence(dir);
+    if (conv.has_criterion) criteria[run.scheme] = conv.criterion;
+    set_convergence(rows, conv);
     res.rows.insert(res.rows.end(), rows.begin(), rows.end());
   }
 
@@ -1744,6 +1787,11 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   in.rows = res.rows;
   in.curves = curves;
   in.search_markdown = search_md;
+  in.unconverged = spec.unconverged;
+  in.criteria = criteria;
+  for (const auto& s : spec.schemes)
+    if (s.cannot_learn) in.cannot_learn[s.name] = s.why;
+  res.unconverged = unconverged_runs(in);
   in.command = opt.command.empty() ? "pelab compare " + spec.source : opt.command;
   in.config_text = spec.config_text;
   in.resolved_yaml = config_to_yaml(spec.base);
@@ -1766,7 +1814,17 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   log << "pelab compare: report " << res.report.report_md << " (" << res.report.pngs.size()
       << " plots";
   if (!res.report.plot_note.empty()) log << "; " << res.report.plot_note;
-  log << ")\n" << std::flush;
+  log << ")\n";
+  if (!res.unconverged.empty() && spec.unconverged != "fail") {
+    log << "pelab compare: " << res.unconverged.size()
+        << (res.unconverged.size() == 1 ? " run" : " runs") << " missed the stop criterion ("
+        << (spec.unconverged == "exclude" ? "left out of the statistics" : "marked † in the report")
+        << "):";
+    for (size_t i = 0; i < res.unconverged.size(); ++i)
+      log << (i ? ", " : " ") << res.unconverged[i];
+    log << "\n";
+  }
+  log << std::flush;
   return res;
 }
 
@@ -1777,27 +1835,30 @@ namespace {
 const char* kCompareHelp =
     "usage: pelab compare CONFIG [--set section.key=value]... [--out DIR] [--retrain]\n"
     "                     [--jobs N] [--progress auto|bar|lines|none] [--no-plots]\n"
-    "       pelab compare CONFIG --plan | --only I[,J...] | --report-only  [--set ...] [--out "
-    "DIR]\n"
+    "       pelab compare CONFIG (--plan | --only I[,J...] | --report-only) [--set ...]\n"
+    "                     [--out DIR]\n"
     "\n"
     "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
     "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
-    "writes a report directory: results.csv, report.md (schemes x lengths, mean +- std over\n"
-    "seeds), PNG plots (gnuplot) and the data behind them. Finished runs are reused and\n"
-    "interrupted ones resumed: after Ctrl-C, run the same command again. An optional\n"
-    "compare.search grid (e.g. {train.lr: [1e-3, 2e-3]}) trains every candidate and keeps, per\n"
-    "scheme, the one best on the validation split (never the test lengths).\n"
-    "See docs/experiments.md.\n"
+    "writes a report directory: results.csv, report.md (schemes x lengths, mean and 95% "
+    "t-interval\n"
+    "over seeds, runs that missed their stop criterion marked), PNG plots (gnuplot) and the data\n"
+    "behind them. Finished runs are reused and interrupted ones resumed: after Ctrl-C, run the\n"
+    "same command again. With compare.unconverged: fail, a run that missed its stop criterion\n"
+    "makes the command exit 1 after the report is written. An optional compare.search grid\n"
+    "(e.g. {train.lr: [1e-3, 2e-3]}) trains every candidate and keeps, per scheme, the one best\n"
+    "on the validation split (never the test lengths). See docs/experiments.md.\n"
     "\n"
     "options:\n"
     "  --set section.key=value  override a base config key (repeatable); compare.seeds=[1,2],\n"
     "                           compare.out=DIR, compare.title=T, compare.metric=M,\n"
-    "                           compare.jobs=N also work\n"
+    "                           compare.unconverged=report|exclude|fail, compare.jobs=N also\n"
+    "                           work\n"
     "  --out DIR                report directory (default compare.out, else reports/<stem>)\n"
     "  --retrain                train every run afresh (replace existing runs)\n"
     "  --jobs N                 train N runs at once, each in its own process (default\n"
-    "                           compare.jobs, else the number of cores); the results equal --jobs "
-    "1\n"
+    "                           compare.jobs, else the number of cores); the results equal\n"
+    "                           --jobs 1\n"
     "  --plan                   list the runs (index, name, seed, config digest, state); train\n"
     "                           nothing\n"
     "  --only I[,J...]          train and evaluate only these runs (indexes as --plan prints\n"
@@ -1949,6 +2010,14 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
         << " runs are not finished (" << names
         << "); the report covers the others; train them with pelab compare CONFIG "
            "(or --only)\n";
+    return 1;
+  }
+  if (spec.unconverged == "fail" && !r.unconverged.empty()) {
+    err << "pelab: error: compare: " << r.unconverged.size()
+        << (r.unconverged.size() == 1 ? " run" : " runs")
+        << " missed the stop criterion (compare.unconverged: fail):";
+    for (size_t i = 0; i < r.unconverged.size(); ++i) err << (i ? ", " : " ") << r.unconverged[i];
+    err << " — the report is written (" << r.report.report_md << ")\n";
     return 1;
   }
   return 0;
