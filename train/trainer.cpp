@@ -20,7 +20,6 @@
 #include "pelab/autograd.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
-#include "train/metrics.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
 #include "train/report.h"
@@ -871,64 +870,6 @@ std::string best_or_latest_checkpoint(const std::string& run_dir) {
 bool is_run_directory(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.yaml", ec);
-}
-
-Convergence read_convergence(const std::string& run_dir) {
-  Convergence c;
-  const fs::path path = fs::path(run_dir) / "eval.json";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return c;
-  std::string text;
-  {
-    std::ifstream in(path, std::ios::binary);
-    PELAB_CHECK(in.good(), "cannot read ", path.string());
-    std::ostringstream os;
-    os << in.rdbuf();
-    text = os.str();
-  }
-  const std::string key = "\"convergence\"";
-  const size_t k = text.find(key);
-  if (k == std::string::npos) return c;
-  // The record is a flat object: from its '{' to the first '}' outside a string.
-  const size_t open = text.find('{', k + key.size());
-  PELAB_CHECK(open != std::string::npos, path.string(), ": \"convergence\" is not an object");
-  size_t close = std::string::npos;
-  bool in_str = false;
-  for (size_t i = open + 1; i < text.size() && close == std::string::npos; ++i) {
-    if (in_str) {
-      if (text[i] == '\\') ++i;
-      else if (text[i] == '"') in_str = false;
-    } else if (text[i] == '"') {
-      in_str = true;
-    } else if (text[i] == '}') {
-      close = i;
-    }
-  }
-  PELAB_CHECK(close != std::string::npos, path.string(), ": unterminated \"convergence\" object");
-  const MetricRow row =
-      parse_metric_row(text.substr(open, close - open + 1), path.string() + ": convergence");
-  auto str = [&](const char* name) {
-    const MetricValue* v = row.get(name);
-    return v && v->kind == MetricValue::Kind::Str ? v->s : std::string();
-  };
-  auto integer = [&](const char* name, int64_t dflt) {
-    const MetricValue* v = row.get(name);
-    return v && v->kind == MetricValue::Kind::Int ? v->i : dflt;
-  };
-  const MetricValue* met = row.get("met");
-  PELAB_CHECK(met && met->kind == MetricValue::Kind::Int, path.string(),
-              ": convergence.met must be true or false");
-  c.has_criterion = true;
-  c.met = met->i != 0;
-  c.criterion = str("criterion");
-  c.metric = str("metric");
-  c.step = c.met ? integer("step", -1) : -1;
-  c.steps_run = integer("steps_run", 0);
-  if (const MetricValue* v = row.get("value"))
-    c.value = v->kind == MetricValue::Kind::Num   ? v->d
-              : v->kind == MetricValue::Kind::Int ? static_cast<double>(v->i)
-                                                  : c.value;
-  return c;
 }
 
 LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {

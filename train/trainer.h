@@ -88,22 +88,6 @@ std::string best_or_latest_checkpoint(const std::string& run_dir);
 // True when `path` is a directory with a config.yaml (a run directory).
 bool is_run_directory(const std::string& path);
 
-// The outcome of a run's training stop criterion (train.stop_when), as recorded in the top-level
-// "convergence" object of its eval.json: {"criterion": str, "met": bool, "step": int|null,
-// "steps_run": int, "metric": str, "value": num}.
-struct Convergence {
-  bool has_criterion = false;  // false: no criterion (or no eval.json / no convergence record)
-  bool met = false;
-  int64_t step = -1;           // the step at which the criterion was met; -1 if not met
-  int64_t steps_run = 0;
-  std::string criterion;       // the criterion as written in the config
-  std::string metric;          // the metric it watches
-  double value = std::numeric_limits<double>::quiet_NaN();  // its last value
-};
-// Reads the convergence record of a run directory (throws pelab::Error naming the file when the
-// record is malformed).
-Convergence read_convergence(const std::string& run_dir);
-
 // A model with its data, built from a config and optionally a checkpoint (eval, generate, info).
 struct LoadedModel {
   Config cfg;
