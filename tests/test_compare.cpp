@@ -86,7 +86,6 @@ class CompareTest : public ::testing::Test {
     CompareOptions o;
     o.out = (dir_ / "report").string();
     o.progress = 2;
-    o.jobs = 1;  // in this process (the test binary cannot be a child: see test_compare_jobs.cpp)
     o.log = &log_;
     return o;
   }

@@ -166,6 +166,19 @@ TEST_F(CompareJobsTest, ParallelRunsEqualSequentialRuns) {
   EXPECT_NE(err_.find("finished run reused"), std::string::npos) << err_;
 }
 
+// A program other than pelab (this test binary) registers no child binary: --jobs 2 trains every
+// run in-process instead of starting copies of itself.
+TEST_F(CompareJobsTest, WithoutAChildBinaryRunsStayInProcess) {
+  const CompareSpec spec = load_compare(config(), {"compare.seeds=[1]"});
+  CompareOptions o = quiet("rep");
+  o.jobs = 2;
+  const CompareResult r = run_compare(spec, o);
+  EXPECT_EQ(r.trained, 2);
+  EXPECT_EQ(log_.str().find("at once"), std::string::npos) << log_.str();
+  EXPECT_FALSE(fs::exists(dir_ / "rep" / "runs" / "rope_seed1" / "compare.log"));
+  EXPECT_TRUE(fs::exists(dir_ / "rep" / "report.md"));
+}
+
 TEST_F(CompareJobsTest, PlanListsRunsAndTrainsNothing) {
   const std::string cfg = config();
   ASSERT_EQ(pelab("compare " + quote(cfg) + " --plan --out rep"), 0) << err_;

@@ -1196,14 +1196,7 @@ double valid_metric(const std::string& run_dir, const std::string& metric, std::
 
 // ---------------- child processes (--jobs N) ----------------
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  PELAB_CHECK(n > 0,
-              "compare: cannot find the running binary (/proc/self/exe) to start runs in "
-              "parallel; use --jobs 1");
-  return std::string(buf, static_cast<size_t>(n));
-}
+std::string g_child_binary;  // set_compare_child_binary()
 
 // Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`.
 pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args,
@@ -1289,7 +1282,7 @@ std::string run_who(const ComparePlanRun& run) {
 bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
                        const std::vector<ComparePlanRun>& plan, const std::vector<size_t>& todo,
                        int64_t jobs, const std::string& out_dir, std::ostream& log) {
-  const std::string exe = opt.exe.empty() ? self_exe() : opt.exe;
+  const std::string exe = opt.exe.empty() ? g_child_binary : opt.exe;
   // The config as given (a config loaded from a string: the copy in the report directory).
   std::error_code ec;
   const std::string config = fs::is_regular_file(spec.source, ec)
@@ -1475,6 +1468,8 @@ std::string compare_plan_text(const CompareSpec& spec, const std::string& out_di
   return os.str();
 }
 
+void set_compare_child_binary(const std::string& path) { g_child_binary = path; }
+
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   std::ostream& log = opt.log ? *opt.log : std::cerr;
   const double t_start = now_s();
@@ -1523,7 +1518,10 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   const int64_t jobs = opt.jobs > 0    ? opt.jobs
                        : spec.jobs > 0 ? spec.jobs
                                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t at_once = std::min<int64_t>(jobs, static_cast<int64_t>(todo.size()));
+  // Child processes need a pelab binary to run (none: every run in this process).
+  const bool can_spawn = !opt.exe.empty() || !g_child_binary.empty();
+  const int64_t at_once =
+      can_spawn ? std::min<int64_t>(jobs, static_cast<int64_t>(todo.size())) : 1;
   // Rows evaluated while training (runs that are not search candidates), by plan index.
   std::map<size_t, std::vector<ResultRow>> rows_of;
   if (opt.report_only) {

@@ -164,7 +164,9 @@ struct CompareOptions {
   // Runs trained at once by child processes (0 = compare.jobs, else the number of cores); 1 =
   // every run in this process, one after another.
   int64_t jobs = 0;
-  std::string exe;  // the pelab binary the children run ("" = this process's /proc/self/exe)
+  // The pelab binary the children run ("" = the one set_compare_child_binary() registered; with
+  // neither, every run is trained in this process whatever `jobs` says).
+  std::string exe;
   // Indexes (0-based) of the only runs to train and evaluate; no report is written. Empty = all.
   std::vector<size_t> only;
   bool report_only = false;  // train nothing: report the finished runs, list the missing ones
@@ -187,6 +189,11 @@ struct CompareResult {
 
 // `--plan`: one line per run (index, run name, scheme, seed, config digest, state).
 std::string compare_plan_text(const CompareSpec& spec, const std::string& out_dir);
+
+// The binary whose `compare CONFIG --only I` trains one run as a child process (--jobs > 1). The
+// pelab executable's main() registers itself ("/proc/self/exe"); other programs calling
+// run_compare / compare_cli (the test binary) do not, so they never start copies of themselves.
+void set_compare_child_binary(const std::string& path);
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt = {});
 
