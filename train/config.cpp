@@ -15,10 +15,16 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+
+#include "data/batch.h"
+#include "data/tasks.h"
+#include "models/pe/t5_buckets.h"
+#include "pelab/error.h"
 
 namespace pelab {
 namespace {
@@ -229,7 +235,8 @@ int64_t get_int(const YAML::Node& n, const std::string& what, const ConfigRange&
 
 // The sub-keys of train.stop_when, in the order they are written and documented.
 const std::vector<std::string>& stop_when_fields() {
-  static const std::vector<std::string> f = {"metric", "split", "at_least", "at_most", "patience"};
+  static const std::vector<std::string> f = {"metric", "split", "at_least", "at_most",
+                                                "min_delta", "patience"};
   return f;
 }
 
@@ -285,17 +292,25 @@ StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx
                             "'; the only split a criterion can use is valid");
     sw.split = split;
   }
-  // threshold: exactly one of at_least / at_most, in the metric's direction.
-  const bool higher = sw.metric == "exact_match" || sw.metric == "token_accuracy";
-  const bool least = sub.count("at_least") > 0, most = sub.count("at_most") > 0;
-  if (least && most)
-    fail(at("at_most"), what + ": give one of at_least / at_most, not both");
-  if (!least && !most)
-    fail(where, what + ": a threshold is missing: " +
+  // criterion: exactly one of at_least / at_most (a threshold, in the metric's direction) and
+  // min_delta (a plateau, either direction).
+  const bool higher = sw.higher();
+  const bool least = sub.count("at_least") > 0, most = sub.count("at_most") > 0,
+             delta = sub.count("min_delta") > 0;
+  if (least + most + delta > 1) {
+    std::vector<std::string> given;
+    for (const char* k : {"at_least", "at_most", "min_delta"})
+      if (sub.count(k)) given.push_back(k);
+    fail(at(given.back()), what + ": give one of at_least / at_most / min_delta, not " +
+                               join(given, " and "));
+  }
+  if (!least && !most && !delta)
+    fail(where, what + ": a criterion is missing: " +
                     (higher ? "at_least: X (" + sw.metric + " is higher-is-better)"
-                            : "at_most: X (" + sw.metric + " is lower-is-better)"));
-  const std::string tk = least ? "at_least" : "at_most";
-  if (least != higher)
+                            : "at_most: X (" + sw.metric + " is lower-is-better)") +
+                    " or min_delta: R (stop on a plateau: improvement below R relative)");
+  const std::string tk = least ? "at_least" : most ? "at_most" : "min_delta";
+  if (!delta && least != higher)
     fail(at(tk), what + "." + tk + ": " + sw.metric + " is " +
                      (higher ? "higher" : "lower") + "-is-better; write " +
                      (higher ? "at_least" : "at_most") + " instead");
@@ -303,13 +318,22 @@ StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx
   if (!parse_float(sub.at(tk).Scalar(), thr))
     fail(at(tk), what + "." + tk + ": expected a finite number, got " + describe(sub.at(tk)));
   ConfigRange r;
-  r.has_min = true;
-  r.min = sw.metric == "perplexity" ? 1 : 0;
-  if (higher) r.has_max = true, r.max = 1;
-  if (!in_range(thr, r))
-    fail(at(tk), what + "." + tk + ": " + fmt_num(thr) + " is out of range " + r.str() +
-                     " for " + sw.metric);
-  (least ? sw.at_least : sw.at_most) = thr;
+  if (delta) {
+    r.has_min = r.has_max = r.min_exclusive = r.max_exclusive = true;
+    r.min = 0, r.max = 1;
+    if (!in_range(thr, r))
+      fail(at(tk), what + ".min_delta: " + fmt_num(thr) + " is out of range " + r.str() +
+                       " (a relative improvement: 0.01 = 1 %)");
+    sw.min_delta = thr;
+  } else {
+    r.has_min = true;
+    r.min = sw.metric == "perplexity" ? 1 : 0;
+    if (higher) r.has_max = true, r.max = 1;
+    if (!in_range(thr, r))
+      fail(at(tk), what + "." + tk + ": " + fmt_num(thr) + " is out of range " + r.str() +
+                       " for " + sw.metric);
+    (least ? sw.at_least : sw.at_most) = thr;
+  }
   // patience
   if (sub.count("patience")) {
     ConfigRange pr;
@@ -419,8 +443,11 @@ void emit_value(YAML::Emitter& e, const T& v) {
     if (v.enabled()) {
       e << YAML::Key << "metric" << YAML::Value << v.metric;
       e << YAML::Key << "split" << YAML::Value << v.split;
-      e << YAML::Key << (v.higher() ? "at_least" : "at_most") << YAML::Value
-        << fmt_float_yaml(v.threshold());
+      if (v.plateau())
+        e << YAML::Key << "min_delta" << YAML::Value << fmt_float_yaml(v.min_delta);
+      else
+        e << YAML::Key << (v.higher() ? "at_least" : "at_most") << YAML::Value
+          << fmt_float_yaml(v.threshold());
       e << YAML::Key << "patience" << YAML::Value << v.patience;
     }
     e << YAML::EndMap;
@@ -546,6 +573,15 @@ std::vector<Entry> build_entries() {
        "is given");
   task("tokenization", &TaskConfig::tokenization, "char|space",
        "textfile/lm: characters or space-separated words as tokens");
+  task("unknown_symbols", &TaskConfig::unknown_symbols, "error|map_to_unk",
+       "textfile: a symbol of task.valid_file / task.test_files (or of task.train_file with a "
+       "checkpoint's vocabulary) that is not in the vocabulary: `error` names file:line and the "
+       "symbol; `map_to_unk` scores it as `<unk>` and reports the count per split (log, table, "
+       "eval.json `unknown_symbols`)");
+  task("max_example_len", &TaskConfig::max_example_len, "[1, inf)",
+       "textfile: most positions one example may take (decoder: source + target + 2; seq2seq: "
+       "the longer side + 1); a longer line is an error naming file:line (memory grows with the "
+       "square of the length)");
   task("corpus", &TaskConfig::corpus, "",
        "lm: path of the text corpus; \"\" = the Debian fortunes corpus");
   task("lm_train_len", &TaskConfig::lm_train_len, "[2, inf)",
@@ -571,7 +607,9 @@ std::vector<Entry> build_entries() {
   model("activation", &ModelConfig::activation, "gelu|relu", "feed-forward activation");
   model("bias", &ModelConfig::bias, "", "linear layers have bias terms");
   model("tie_embeddings", &ModelConfig::tie_embeddings, "",
-        "share the output projection with the (target) token embedding");
+        "one token table for everything: in seq2seq one tensor serves the encoder and decoder "
+        "embeddings and the output projection; decoder-only: the embedding and the output "
+        "projection");
   model("embed_scale", &ModelConfig::embed_scale, "auto|sqrt_d|none",
         "token embedding multiplier; auto = sqrt(d_model) for additive schemes (sinusoidal, "
         "learned), else 1");
@@ -591,8 +629,9 @@ std::vector<Entry> build_entries() {
   pe("shaw_values", &PEConfig::shaw_values, "", "shaw: add relative embeddings to the values");
   pe("shaw_per_head", &PEConfig::shaw_per_head, "",
      "shaw: one relative table per head (else shared by all heads)");
-  pe("t5_num_buckets", &PEConfig::t5_num_buckets, "[2, inf)",
-     "t5: relative-position buckets (split between directions when bidirectional); even");
+  pe("t5_num_buckets", &PEConfig::t5_num_buckets, "[4, inf)",
+     "t5: relative-position buckets (split between directions when bidirectional, so at least "
+     "2 per direction); even");
   pe("t5_max_distance", &PEConfig::t5_max_distance, "[1, inf)",
      "t5: distance where the log-spaced buckets end (farther shares the last bucket)");
   pe("t5_per_layer", &PEConfig::t5_per_layer, "",
@@ -661,8 +700,9 @@ std::vector<Entry> build_entries() {
   train("tags", &TrainConfig::tags, "", "free-form name: value metadata recorded with the run");
   train("stop_when", &TrainConfig::stop_when, "",
         "train to a criterion: stop at the first validation (every train.eval_every steps) that "
-        "makes `patience` consecutive validations meet the threshold; train.steps stays the cap; "
-        "{} = off (sub-keys below)");
+        "makes `patience` consecutive validations meet the threshold (at_least / at_most) or "
+        "fail to improve on the best value by more than min_delta (a plateau); train.steps "
+        "stays the cap; {} = off (sub-keys below)");
   {
     auto sub = [](const char* name, ConfigType type, std::vector<std::string> choices,
                   const char* range, const char* def, const char* doc) {
@@ -685,9 +725,14 @@ std::vector<Entry> build_entries() {
             "threshold for exact_match / token_accuracy: met when value >= at_least"),
         sub("at_most", ConfigType::Float, {}, "[0, inf)", "",
             "threshold for loss / perplexity (perplexity: >= 1): met when value <= at_most; "
-            "give exactly one of at_least / at_most"),
+            "give exactly one of at_least / at_most / min_delta"),
+        sub("min_delta", ConfigType::Float, {}, "(0, 1)", "",
+            "plateau instead of a threshold, any metric: a validation counts when it improves on "
+            "the best value so far by no more than min_delta relative (0.01 = 1 %; loss / "
+            "perplexity: best - value <= min_delta*|best|, accuracies: value - best <= "
+            "min_delta*max(|best|, 1e-12)); the first validation sets the best"),
         sub("patience", ConfigType::Int, {}, "[1, inf)", "1",
-            "consecutive validations that must meet the threshold"),
+            "consecutive validations that must meet the threshold (or the plateau)"),
     };
   }
 
@@ -783,12 +828,6 @@ int longest_length(const Config& c) {
   if (c.task.name == "lm") return max_of(c.task.lm_eval_lengths, c.task.lm_train_len);
   if (c.task.name == "textfile") return 0;
   return max_of(c.task.test_lengths, c.task.train_max_len);
-}
-
-int training_length(const Config& c) {
-  if (c.task.name == "lm") return c.task.lm_train_len;
-  if (c.task.name == "textfile") return 0;
-  return c.task.train_max_len;
 }
 
 const std::vector<Rule>& rules() {
@@ -904,19 +943,24 @@ const std::vector<Rule>& rules() {
                      ") must be > pe.yarn_beta_slow (" + fmt_num(c.pe.yarn_beta_slow) + ")",
                  {"pe.yarn_beta_fast", "pe.yarn_beta_slow"}};
        }},
-      {"pe.scheme t5 needs an even pe.t5_num_buckets and pe.t5_max_distance > "
-       "pe.t5_num_buckets / 2",
+      {"pe.scheme t5 needs an even pe.t5_num_buckets >= 4 (at least 2 per direction) and "
+       "pe.t5_max_distance > pe.t5_num_buckets / 2 (the checks the model build makes)",
        [](const Config& c) -> Violation {
          if (c.pe.scheme != "t5") return {};
          if (c.pe.t5_num_buckets % 2 != 0)
            return {"pe.t5_num_buckets (" + std::to_string(c.pe.t5_num_buckets) +
                        ") must be even with pe.scheme t5",
                    {"pe.t5_num_buckets", "pe.scheme"}};
-         if (c.pe.t5_max_distance <= c.pe.t5_num_buckets / 2)
-           return {"pe.t5_max_distance (" + std::to_string(c.pe.t5_max_distance) +
-                       ") must be > pe.t5_num_buckets / 2 (" +
-                       std::to_string(c.pe.t5_num_buckets / 2) + ")",
-                   {"pe.t5_max_distance", "pe.t5_num_buckets"}};
+         // The model's own check (both directions: encoder and decoder self-attention).
+         try {
+           models::t5_check_buckets(true, c.pe.t5_num_buckets, c.pe.t5_max_distance);
+           models::t5_check_buckets(false, c.pe.t5_num_buckets, c.pe.t5_max_distance);
+         } catch (const Error& e) {
+           return {"pe.scheme t5 with pe.t5_num_buckets " + std::to_string(c.pe.t5_num_buckets) +
+                       " and pe.t5_max_distance " + std::to_string(c.pe.t5_max_distance) + ": " +
+                       e.what(),
+                   {"pe.t5_num_buckets", "pe.t5_max_distance", "pe.scheme"}};
+         }
          return {};
        }},
       {"pe.scheme shaw needs pe.shaw_keys or pe.shaw_values",
@@ -925,9 +969,11 @@ const std::vector<Rule>& rules() {
          return {"pe.scheme shaw needs pe.shaw_keys or pe.shaw_values to be true",
                  {"pe.scheme", "pe.shaw_keys", "pe.shaw_values"}};
        }},
-      {"pe.scheme learned needs pe.max_positions >= the training length (task.train_max_len, "
-       "or task.lm_train_len for lm), and >= pe.randomized_max_position with randomised "
-       "positions",
+      {"pe.scheme learned needs pe.max_positions >= the positions of the longest training "
+       "sequence (synthetic tasks: decoder bos + source + sep + target, seq2seq the longer of "
+       "source + eos and bos + target, at task.train_max_len; lm: task.lm_train_len; textfile: "
+       "checked against the data when it is loaded), and >= pe.randomized_max_position with "
+       "randomised positions",
        [](const Config& c) -> Violation {
          if (c.pe.scheme != "learned") return {};
          if (c.pe.randomized_positions && c.pe.max_positions < c.pe.randomized_max_position)
@@ -936,12 +982,35 @@ const std::vector<Rule>& rules() {
                        std::to_string(c.pe.randomized_max_position) +
                        ") with pe.scheme learned",
                    {"pe.max_positions", "pe.randomized_max_position"}};
-         const int need = training_length(c);
+         if (c.task.name == "textfile") return {};
+         int64_t need = c.task.lm_train_len;
+         std::string why = "task.lm_train_len";
+         if (c.task.name != "lm") {
+           data::TaskSpec spec;
+           spec.name = c.task.name;
+           spec.num_symbols = c.task.num_symbols;
+           spec.train_min_len = c.task.train_min_len;
+           spec.train_max_len = c.task.train_max_len;
+           std::unique_ptr<data::Task> task;
+           try {
+             task = data::make_task(spec);
+           } catch (const data::DataError&) {
+             return {};  // the task's own error comes when the data is built
+           }
+           const bool decoder = c.task.formulation == "decoder";
+           need = data::task_positions(*task, c.task.train_max_len, decoder);
+           why = "task " + c.task.name + " at task.train_max_len " +
+                 std::to_string(c.task.train_max_len) + ": " +
+                 std::to_string(task->max_source_len(c.task.train_max_len)) + " source and " +
+                 std::to_string(task->max_target_len(c.task.train_max_len)) + " target tokens" +
+                 (decoder ? " plus bos and sep (decoder)" : ", the longer plus bos/eos (seq2seq)");
+         }
          if (c.pe.max_positions >= need) return {};
          const std::string k = c.task.name == "lm" ? "task.lm_train_len" : "task.train_max_len";
          return {"pe.max_positions (" + std::to_string(c.pe.max_positions) + ") must be >= " +
-                     k + " (" + std::to_string(need) + ") with pe.scheme learned",
-                 {"pe.max_positions", k}};
+                     std::to_string(need) + ", the positions of the longest training sequence (" +
+                     why + ") with pe.scheme learned",
+                 {"pe.max_positions", k, "pe.scheme", "task.formulation"}};
        }},
       {"pe.randomized_positions needs a pe.scheme other than none and "
        "pe.randomized_max_position >= every train and test length",
@@ -1155,10 +1224,24 @@ std::string emit_text(const Entry& e, const Config& c) {
 
 // ---------------- public API ----------------
 
+bool StopWhen::improves(double v, double best) const {
+  if (std::isnan(v)) return false;
+  if (std::isnan(best)) return true;
+  return higher() ? v - best > min_delta * std::max(std::fabs(best), 1e-12)
+                  : best - v > min_delta * std::fabs(best);
+}
+
 std::string StopWhen::describe() const {
   if (!enabled()) return "";
-  return metric + " on " + split + (higher() ? " >= " : " <= ") + fmt_num(threshold()) + " for " +
-         std::to_string(patience) + " consecutive validation" + (patience == 1 ? "" : "s");
+  const std::string n = std::to_string(patience) + " consecutive validation" +
+                        (patience == 1 ? "" : "s");
+  if (plateau())
+  {
+    char pct[32];  // the percentage to 10 digits: 0.07 gives "7 %", not 7.000000000000001
+    std::snprintf(pct, sizeof pct, "%.10g", min_delta * 100);
+    return metric + " on " + split + " improved by <= " + pct + " % for " + n;
+  }
+  return metric + " on " + split + (higher() ? " >= " : " <= ") + fmt_num(threshold()) + " for " + n;
 }
 
 std::string ConfigRange::str() const {
