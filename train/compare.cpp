@@ -2,8 +2,12 @@
 // scheme × seed runs, training with reuse/resume, cached evaluation and the report.
 #include "train/compare.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -204,6 +209,119 @@ std::vector<int64_t> parse_seeds(const YAML::Node& n, const std::string& where) 
   return seeds;
 }
 
+// compare.jobs / --set compare.jobs=N: an integer >= 1.
+int64_t parse_jobs(const YAML::Node& n, const std::string& where) {
+  int64_t j = 0;
+  bool ok = n.IsScalar();
+  if (ok) {
+    try {
+      j = n.as<int64_t>();
+    } catch (const YAML::Exception&) {
+      ok = false;
+    }
+  }
+  if (!ok || j < 1)
+    config_fail(where, "compare.jobs must be an integer >= 1 (runs trained at once), got '" +
+                           value_text(n) + "'");
+  return j;
+}
+
+// Why a key may not be searched over ("" = it may): compare.search only varies training.
+std::string search_key_problem(const std::string& k) {
+  if (k.find('.') == std::string::npos)
+    return "'" + k + "' needs a section: write section.key (e.g. train." + k + ")";
+  bool known = false;
+  for (const auto& key : config_schema()) known = known || key.full_name() == k;
+  if (k.rfind("task.", 0) == 0 || k.rfind("eval.", 0) == 0 || k.rfind("compare.", 0) == 0)
+    return k +
+           " changes the data, the test set or the evaluation; search only keys that change "
+           "training (model.*, pe.*, train.*)";
+  if (k.rfind("train.stop_when", 0) == 0)
+    return k + " is the criterion candidates are compared on; set it in the base config";
+  if (!known) return "unknown key '" + k + "' (see docs/config.md)";
+  if (managed_key(k)) return k + " is set by the comparison (seeds, run directories)";
+  if (eval_time_key(k))
+    return k + " only changes the evaluation (use compare.variants for eval-time settings)";
+  if (reusable_difference(k)) return k + " does not change what is trained";
+  return "";
+}
+
+std::vector<CompareSearchKey> parse_search(const YAML::Node& n, const std::string& source,
+                                           const std::string& where) {
+  std::vector<CompareSearchKey> out;
+  if (!n.IsMap() || n.size() == 0)
+    config_fail(where,
+                "compare.search must be a mapping of section.key: [value, ...] (e.g. "
+                "{train.lr: [1e-3, 2e-3]})");
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    CompareSearchKey sk;
+    sk.where = at_line(source, it->first);
+    sk.key = it->first.IsScalar() ? it->first.Scalar() : value_text(it->first);
+    const std::string problem = search_key_problem(sk.key);
+    if (!problem.empty()) config_fail(sk.where, "compare.search: " + problem);
+    const YAML::Node v = it->second;
+    if (!v.IsSequence() || v.size() == 0)
+      config_fail(sk.where, "compare.search." + sk.key + " must be a non-empty list of values");
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string t = value_text(v[i]);
+      if (std::find(sk.values.begin(), sk.values.end(), t) != sk.values.end())
+        config_fail(sk.where, "compare.search." + sk.key + ": value " + t + " appears twice");
+      sk.values.push_back(t);
+    }
+    for (const auto& o : out)
+      if (o.key == sk.key) config_fail(sk.where, "compare.search: " + sk.key + " appears twice");
+    out.push_back(sk);
+  }
+  return out;
+}
+
+// The grid of compare.search (product of the value lists, the first key varying slowest): each
+// candidate's label ("lr=0.001,warmup=10") and settings ("train.lr=0.001", ...). One candidate
+// with no label and no settings without a search.
+struct SearchCandidate {
+  std::string label;
+  std::vector<std::string> sets;
+};
+std::vector<SearchCandidate> search_candidates(const std::vector<CompareSearchKey>& search) {
+  if (search.empty()) return {SearchCandidate{}};
+  // Short names (the part after the section) unless two keys share one.
+  std::vector<std::string> names;
+  for (const auto& sk : search) names.push_back(sk.key.substr(sk.key.find('.') + 1));
+  for (size_t i = 0; i < names.size(); ++i)
+    for (size_t j = 0; j < names.size(); ++j)
+      if (i != j && names[i] == search[j].key.substr(search[j].key.find('.') + 1))
+        names[i] = search[i].key;
+  auto clean = [](const std::string& v) {
+    std::string o;
+    for (char c : v)
+      o += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+' ||
+                   c == '_'
+               ? c
+               : '_';
+    return o;
+  };
+  std::vector<SearchCandidate> out = {SearchCandidate{}};
+  for (size_t k = 0; k < search.size(); ++k) {
+    std::vector<SearchCandidate> next;
+    for (const auto& c : out)
+      for (const auto& v : search[k].values) {
+        SearchCandidate d = c;
+        d.label += (d.label.empty() ? "" : ",") + names[k] + "=" + clean(v);
+        d.sets.push_back(search[k].key + "=" + v);
+        next.push_back(d);
+      }
+    out = next;
+  }
+  std::set<std::string> labels;
+  for (const auto& c : out)
+    if (!labels.insert(c.label).second)
+      config_fail(search.front().where,
+                  "compare.search: two candidates get the same run name '" + c.label +
+                      "' (values that differ only in characters other than letters, digits, "
+                      ". - + _)");
+  return out;
+}
+
 std::string parse_unconverged(const std::string& v, const std::string& where) {
   if (v != "report" && v != "exclude" && v != "fail")
     config_fail(where, "compare.unconverged: expected report, exclude or fail, got '" + v + "'");
@@ -267,9 +385,9 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
               config_fail(at_line(source, e["why"]),
                           what + " (" + s.name + ").why must be a non-empty text");
             if (!s.cannot_learn)
-              config_fail(at_line(source, e["why"]),
-                          what + " (" + s.name + ").why explains expect: cannot_learn; add "
-                                                 "expect: cannot_learn or remove why");
+              config_fail(at_line(source, e["why"]), what + " (" + s.name +
+                                                         ").why explains expect: cannot_learn; add "
+                                                         "expect: cannot_learn or remove why");
             s.why = trim(e["why"].Scalar());
           }
           if (s.cannot_learn && s.why.empty())
@@ -363,10 +481,14 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
                         what + ": variant name '" + var.name + "' appears twice");
         spec.variants.push_back(var);
       }
+    } else if (k == "jobs") {
+      spec.jobs = parse_jobs(v, where);
+    } else if (k == "search") {
+      spec.search = parse_search(v, source, where);
     } else {
       config_fail(where, "unknown key 'compare." + k +
                              "' (valid: title, out, seeds, metric, unconverged, schemes, "
-                             "variants)");
+                             "variants, jobs, search)");
     }
   }
   if (spec.schemes.empty()) config_fail(source, "compare.schemes is missing");
@@ -499,14 +621,23 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       spec.metric = v;
     } else if (k == "compare.unconverged") {
       spec.unconverged = parse_unconverged(v, where);
+    } else if (k == "compare.jobs") {
+      YAML::Node n;
+      try {
+        n = YAML::Load(v);
+      } catch (const YAML::Exception&) {
+        n = YAML::Node(v);
+      }
+      spec.jobs = parse_jobs(n, where);
     } else {
       config_fail(where,
-                  "compare.schemes / compare.variants cannot be set from the command line; "
-                  "valid: compare.seeds, compare.out, compare.title, compare.metric, "
-                  "compare.unconverged");
+                  "compare.schemes / compare.variants / compare.search cannot be set from the "
+                  "command line; valid: compare.seeds, compare.out, compare.title, "
+                  "compare.metric, compare.unconverged, compare.jobs");
     }
   }
   spec.cli_sets = base_sets;
+  spec.overrides = overrides;
   spec.base = load_config_string(base_text, source, base_sets);
   if (!metric_names().count(spec.metric))
     config_fail(source,
@@ -524,6 +655,17 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       config_fail(s.where, "compare.schemes (" + s.name + "): " + e.what());
     }
   }
+  // Every search value must be valid for its key.
+  for (const auto& sk : spec.search)
+    for (const auto& v : sk.values) {
+      Config c = spec.base;
+      try {
+        apply_overrides(c, {sk.key + "=" + v});
+      } catch (const std::exception& e) {
+        config_fail(sk.where, "compare.search." + sk.key + ": " + e.what());
+      }
+    }
+  (void)search_candidates(spec.search);
   if (spec.seeds.empty()) spec.seeds = {spec.base.train.seed};
   if (spec.out.empty()) spec.out = default_out(source);
   if (spec.title.empty()) {
@@ -552,19 +694,29 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
     data_cache[k] = d;
     return d;
   };
-  for (const auto& s : spec.schemes) {
+  const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
+  // Every scheme x search candidate (one candidate without a search).
+  std::vector<std::pair<const CompareScheme*, size_t>> rows;
+  for (const auto& s : spec.schemes)
+    for (size_t ci = 0; ci < candidates.size(); ++ci) rows.emplace_back(&s, ci);
+  for (const auto& [scheme, ci] : rows) {
+    const CompareScheme& s = *scheme;
+    const SearchCandidate& cand = candidates[ci];
+    const std::string what = "compare.schemes (" + s.name +
+                             (cand.label.empty() ? "" : ", search candidate " + cand.label) + ")";
     Config cfg = spec.base;
     try {
       apply_overrides(cfg, s.sets);
+      apply_overrides(cfg, cand.sets);
     } catch (const std::exception& e) {
-      throw ConfigError(spec.source + ": compare.schemes (" + s.name + "): " + e.what());
+      throw ConfigError(spec.source + ": " + what + ": " + e.what());
     }
     std::shared_ptr<TaskData> data = data_for(cfg);
     // Builds the model once so that scheme settings the config rules cannot see fail now.
     try {
       (void)build_model(cfg, *data);
     } catch (const std::exception& e) {
-      throw ConfigError(spec.source + ": compare.schemes (" + s.name + "): " + e.what());
+      throw ConfigError(spec.source + ": " + what + ": " + e.what());
     }
     // Eval-time variants of this scheme.
     std::vector<ComparePlanVariant> variants;
@@ -608,10 +760,14 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       ComparePlanRun r;
       r.scheme = s.name;
       r.seed = seed;
+      r.candidate = cand.label;
+      r.candidate_index = ci;
+      r.candidate_sets = cand.sets;
       r.cfg = cfg;
       r.cfg.train.seed = seed;
       r.cfg.train.run_dir = (fs::path(out_dir) / "runs").string();
-      r.cfg.train.run_name = s.name + "_seed" + std::to_string(seed);
+      r.cfg.train.run_name =
+          s.name + (cand.label.empty() ? "" : "@" + cand.label) + "_seed" + std::to_string(seed);
       r.cfg.train.resume = "";
       validate_config(r.cfg);
       for (ComparePlanVariant v : variants) {
@@ -1003,7 +1159,316 @@ std::string task_summary(const Config& c) {
   return os.str();
 }
 
+// Value of `metric` on the `valid` split of a run's final evaluation (eval.json, written by the
+// trainer: one result object per line); NaN with the reason in *why when there is none.
+double valid_metric(const std::string& run_dir, const std::string& metric, std::string* why) {
+  const std::string p = (fs::path(run_dir) / "eval.json").string();
+  std::string text;
+  try {
+    text = read_text_file(p);
+  } catch (const std::exception&) {
+    *why = "no eval.json";
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::string t = trim(line);
+    if (!t.empty() && t.back() == ',') t.pop_back();
+    if (t.rfind("{\"split\"", 0) != 0) continue;
+    MetricRow row;
+    try {
+      row = parse_metric_row(t, p);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const MetricValue* split = row.get("split");
+    if (!split || split->kind != MetricValue::Kind::Str || split->s != "valid") continue;
+    const MetricValue* v = row.get(metric);
+    if (v && v->kind == MetricValue::Kind::Num) return v->d;
+    if (v && v->kind == MetricValue::Kind::Int) return static_cast<double>(v->i);
+    *why = "valid " + metric + " not available";
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  *why = "no valid split in eval.json";
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+// ---------------- child processes (--jobs N) ----------------
+
+std::string g_child_binary;  // set_compare_child_binary()
+
+// Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`.
+pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args,
+                  const std::string& log_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<std::string> all = {exe};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  PELAB_CHECK(rc == 0, "compare: cannot start ", exe, ": ", std::strerror(rc));
+  return pid;
+}
+
+// The newest train row of a run's metrics.jsonl (its last 16 KiB): step and loss; false if none.
+bool latest_train_row(const std::string& run_dir, int64_t& step, double& loss) {
+  std::ifstream in(fs::path(run_dir) / "metrics.jsonl", std::ios::binary);
+  if (!in) return false;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 16384);
+  in.seekg(from);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream lines(text);
+  std::string line;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    if (line.find("\"train\"") == std::string::npos) continue;
+    try {
+      const MetricRow row = parse_metric_row(line, "metrics.jsonl");
+      const MetricValue* t = row.get("type");
+      const MetricValue* s = row.get("step");
+      const MetricValue* l = row.get("loss");
+      if (!t || t->s != "train" || !s || s->kind != MetricValue::Kind::Int) continue;
+      step = s->i;
+      loss = l && l->kind == MetricValue::Kind::Num ? l->d : std::nan("");
+      found = true;
+    } catch (const std::exception&) {
+      // a line cut by the 16 KiB window or being written: skip it
+    }
+  }
+  return found;
+}
+
+std::string elapsed_text(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  char buf[32];
+  if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(t / 60),
+                  static_cast<long long>(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(t));
+  return buf;
+}
+
+std::string run_who(const ComparePlanRun& run) {
+  return run.scheme + (run.candidate.empty() ? "" : "@" + run.candidate) + " seed " +
+         std::to_string(run.seed);
+}
+
+// Trains the runs `todo` (plan indexes) in child processes, at most `jobs` at once: each child is
+// `exe compare CONFIG --only I` with the same --set overrides and --out, its output appended to
+// runs/<run>/compare.log. A signal to this process (g_compare_signal) is forwarded as SIGTERM;
+// returns false when interrupted. A child that fails throws, naming the run and its log.
+bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
+                       const std::vector<ComparePlanRun>& plan, const std::vector<size_t>& todo,
+                       int64_t jobs, const std::string& out_dir, std::ostream& log) {
+  const std::string exe = opt.exe.empty() ? g_child_binary : opt.exe;
+  // The config as given (a config loaded from a string: the copy in the report directory).
+  std::error_code ec;
+  const std::string config = fs::is_regular_file(spec.source, ec)
+                                 ? spec.source
+                                 : (fs::path(out_dir) / "compare.yaml").string();
+  const size_t N = plan.size();
+  struct Child {
+    size_t index;
+    pid_t pid;
+    std::string log;
+    double t0;
+  };
+  std::vector<Child> running;
+  size_t next = 0;
+  bool stopping = false;
+  std::string failure;
+  // A block of lines redrawn on a terminal (progress bar / auto on a terminal), else plain lines.
+  const bool tty =
+      opt.progress == 1 || (opt.progress == -1 && &log == &std::cerr && ::isatty(2) == 1);
+  size_t drawn = 0;  // lines of the progress block on the terminal
+  double last_draw = 0;
+  auto tag = [&](size_t i) { return "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] "; };
+  auto clear_block = [&]() {
+    if (drawn == 0) return;
+    log << "\033[" << drawn << "A";
+    for (size_t k = 0; k < drawn; ++k) log << "\033[2K\n";
+    log << "\033[" << drawn << "A";
+    drawn = 0;
+  };
+  auto event = [&](const std::string& line) {
+    clear_block();
+    log << line << "\n" << std::flush;
+  };
+  auto draw_block = [&]() {
+    clear_block();
+    for (const auto& c : running) {
+      const ComparePlanRun& run = plan[c.index];
+      int64_t step = 0;
+      double loss = 0;
+      std::string state = "starting";
+      if (latest_train_row(run_directory(run.cfg), step, loss))
+        state = "step " + std::to_string(step) + "/" + std::to_string(run.cfg.train.steps) +
+                "  loss " + format_double(loss, 4);
+      log << tag(c.index) << run_who(run) << "  " << state << "  " << elapsed_text(now_s() - c.t0)
+          << "\n";
+      ++drawn;
+    }
+    log << std::flush;
+    last_draw = now_s();
+  };
+  auto stop_all = [&]() {
+    stopping = true;
+    for (const auto& c : running) ::kill(c.pid, SIGTERM);
+  };
+  log << "pelab compare: " << todo.size() << " runs to train, " << jobs
+      << " at once (child processes; each one's output in runs/<run>/compare.log)\n"
+      << std::flush;
+  while ((!stopping && next < todo.size()) || !running.empty()) {
+    if (!stopping && g_compare_signal.load()) {
+      stop_all();
+      event("pelab compare: stopping " + std::to_string(running.size()) +
+            " running runs (they save a checkpoint) ...");
+    }
+    while (!stopping && next < todo.size() && static_cast<int64_t>(running.size()) < jobs) {
+      const size_t i = todo[next++];
+      const ComparePlanRun& run = plan[i];
+      const fs::path dir = run_directory(run.cfg);
+      std::vector<std::string> args = {
+          "compare", config,  "--only",     std::to_string(i + 1),
+          "--out",   out_dir, "--progress", opt.progress == 2 ? "none" : "lines"};
+      for (const auto& o : spec.overrides) {
+        args.push_back("--set");
+        args.push_back(o);
+      }
+      if (opt.retrain) args.push_back("--retrain");
+      const std::string lp = (dir / "compare.log").string();
+      try {
+        fs::create_directories(dir, ec);
+        PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
+        running.push_back({i, spawn_child(exe, args, lp), lp, now_s()});
+      } catch (const std::exception& e) {
+        failure = e.what();  // the running children are stopped and waited for first
+        stop_all();
+        break;
+      }
+      event(tag(i) + "started " + run_who(run) + " (" + std::to_string(run.cfg.train.steps) +
+            " steps; log " + lp + ")");
+    }
+    for (size_t k = 0; k < running.size();) {
+      int st = 0;
+      const pid_t w = ::waitpid(running[k].pid, &st, WNOHANG);
+      if (w != running[k].pid) {
+        ++k;
+        continue;
+      }
+      const Child c = running[k];
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+      const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      const std::string how = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
+                                            : "killed by signal " + std::to_string(WTERMSIG(st));
+      if (ok) {
+        event(tag(c.index) + "finished " + run_who(plan[c.index]) + " (" +
+              elapsed_text(now_s() - c.t0) + ")");
+      } else if (stopping) {
+        event(tag(c.index) + "stopped " + run_who(plan[c.index]));
+      } else {
+        failure = "compare: run " + plan[c.index].cfg.train.run_name + " failed (" + how +
+                  "); see " + c.log;
+        event(tag(c.index) + run_who(plan[c.index]) + " failed (" + how + ")");
+        stop_all();
+      }
+    }
+    if (tty && !running.empty() && now_s() - last_draw >= 0.5) draw_block();
+    if (!running.empty()) ::usleep(100000);
+  }
+  clear_block();
+  if (!failure.empty()) fail(failure);
+  return !stopping;
+}
+
+// Evaluates one finished run as trained and with each of its variants (cached per run and
+// variant), logging one line; false when a signal interrupted it (res.interrupted set).
+bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::string& tag,
+                  std::ostream& log, CompareResult& res, std::vector<ResultRow>& out) {
+  double wall = 0;
+  std::vector<std::pair<int64_t, double>> points;
+  read_run_metrics(dir, wall, points);
+  std::vector<ComparePlanVariant> evals = {{"", run.cfg, false}};
+  for (const auto& v : run.variants) evals.push_back(v);
+  std::string names;
+  for (const auto& v : evals)
+    names += (names.empty() ? "" : ", ") + (v.name.empty() ? std::string("as trained") : v.name);
+  log << tag << "evaluating " << run_who(run) << " (" << names << ") ...";
+  log.flush();
+  const double te = now_s();
+  int n_cached = 0;
+  for (const auto& v : evals) {
+    bool cached = false;
+    std::vector<ResultRow> rows = evaluate_run(run, v, dir, cached, wall);
+    if (g_compare_signal.load()) {
+      res.interrupted = true;
+      log << " interrupted\n" << std::flush;
+      return false;
+    }
+    n_cached += cached;
+    ++(cached ? res.eval_cached : res.evaluated);
+    out.insert(out.end(), rows.begin(), rows.end());
+  }
+  log << " " << (n_cached == static_cast<int>(evals.size()) ? "cached" : "done") << " ("
+      << format_double(now_s() - te, 3) << " s)\n"
+      << std::flush;
+  return true;
+}
+
 }  // namespace
+
+std::string compare_plan_text(const CompareSpec& spec, const std::string& out_dir) {
+  const std::vector<ComparePlanRun> plan = compare_plan(spec, out_dir);
+  size_t w = 3;
+  for (const auto& r : plan) w = std::max(w, r.cfg.train.run_name.size());
+  std::ostringstream os;
+  os << "# " << plan.size() << " runs of " << spec.base.train.steps << " steps in " << out_dir
+     << "/runs (pelab compare CONFIG --only I trains run I; config = digest of the run's "
+        "resolved config)\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%5s  %-*s  %6s  %-16s  %s\n", "index", static_cast<int>(w), "run",
+                "seed", "config", "state");
+  os << buf;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const ComparePlanRun& r = plan[i];
+    const RunInspection ins = inspect_run(run_directory(r.cfg), r.cfg);
+    std::string state = ins.state == RunState::Finished ? "finished"
+                        : ins.state == RunState::Partial
+                            ? "resumes at step " + std::to_string(ins.step)
+                        : ins.state == RunState::Fresh ? "to train"
+                                                       : "to retrain (" + ins.reason + ")";
+    if (ins.state == RunState::Stale && !is_run_directory(run_directory(r.cfg))) state = "to train";
+    std::snprintf(buf, sizeof buf, "%5zu  %-*s  %6lld  %-16s  ", i + 1, static_cast<int>(w),
+                  r.cfg.train.run_name.c_str(), static_cast<long long>(r.seed),
+                  fingerprint(eval_identity(r.cfg)).c_str());
+    os << buf << state << "\n";
+  }
+  return os.str();
+}
+
+void set_compare_child_binary(const std::string& path) { g_child_binary = path; }
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   std::ostream& log = opt.log ? *opt.log : std::cerr;
@@ -1011,122 +1476,268 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   const std::string load_start = load_average();
   CompareResult res;
   res.out_dir = opt.out.empty() ? spec.out : opt.out;
+  const std::vector<ComparePlanRun> plan = compare_plan(spec, res.out_dir);
+  const size_t N = plan.size();
+  std::vector<bool> selected(N, opt.only.empty());
+  for (size_t i : opt.only) {
+    if (i >= N)
+      throw ConfigError("compare: --only " + std::to_string(i + 1) + ": the plan has " +
+                        std::to_string(N) + " runs, numbered 1-" + std::to_string(N) +
+                        " (see pelab compare CONFIG --plan)");
+    selected[i] = true;
+  }
+  PELAB_CHECK(!(opt.report_only && !opt.only.empty()),
+              "compare: --only and --report-only cannot be combined");
   std::error_code ec;
   fs::create_directories(fs::path(res.out_dir) / "runs", ec);
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
-  write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
-
-  const std::vector<ComparePlanRun> plan = compare_plan(spec, res.out_dir);
-  const size_t N = plan.size();
-  log << "pelab compare: " << spec.schemes.size() << " schemes x " << spec.seeds.size()
-      << (spec.seeds.size() == 1 ? " seed = " : " seeds = ") << N << " runs of "
-      << spec.base.train.steps << " steps; report in " << res.out_dir << "\n"
-      << std::flush;
+  if (opt.only.empty())
+    write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
+  const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
+  const std::string runs_text =
+      std::to_string(spec.schemes.size()) + " schemes x " +
+      (spec.search.empty() ? "" : std::to_string(candidates.size()) + " search candidates x ") +
+      std::to_string(spec.seeds.size()) + (spec.seeds.size() == 1 ? " seed = " : " seeds = ") +
+      std::to_string(N) + " runs of " + std::to_string(spec.base.train.steps) + " steps";
+  if (opt.only.empty())
+    log << "pelab compare: " << runs_text << "; report in " << res.out_dir << "\n" << std::flush;
 
   CompareSignalScope signals;
-  bool stop_hook_used = false;
-  std::map<std::string, LossCurve> curves;
-  std::map<std::string, std::string> criteria;  // scheme -> stop criterion
+  // Which runs need training.
+  std::vector<RunInspection> ins(N);
+  std::vector<size_t> todo;
   for (size_t i = 0; i < N; ++i) {
-    const ComparePlanRun& run = plan[i];
-    const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
-    const std::string who = run.scheme + " seed " + std::to_string(run.seed);
-    const std::string dir = run_directory(run.cfg);
-    if (g_compare_signal.load()) {
+    if (!selected[i]) continue;
+    ins[i] = opt.retrain && !opt.report_only ? RunInspection{RunState::Stale, "--retrain", 0, {}}
+                                             : inspect_run(run_directory(plan[i].cfg), plan[i].cfg);
+    if (ins[i].state != RunState::Finished) {
+      todo.push_back(i);
+      if (opt.report_only) res.missing.push_back(plan[i].cfg.train.run_name);
+    }
+  }
+  const int64_t jobs = opt.jobs > 0    ? opt.jobs
+                       : spec.jobs > 0 ? spec.jobs
+                                       : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  // Child processes need a pelab binary to run (none: every run in this process).
+  const bool can_spawn = !opt.exe.empty() || !g_child_binary.empty();
+  const int64_t at_once =
+      can_spawn ? std::min<int64_t>(jobs, static_cast<int64_t>(todo.size())) : 1;
+  // Rows evaluated while training (runs that are not search candidates), by plan index.
+  std::map<size_t, std::vector<ResultRow>> rows_of;
+  if (opt.report_only) {
+    // nothing is trained
+  } else if (at_once > 1) {
+    for (size_t i : todo) ++(ins[i].state == RunState::Partial ? res.resumed : res.trained);
+    if (!train_in_children(spec, opt, plan, todo, at_once, res.out_dir, log))
       res.interrupted = true;
-      break;
-    }
-    RunInspection ins = opt.retrain ? RunInspection{RunState::Stale, "--retrain", 0, {}}
-                                    : inspect_run(dir, run.cfg);
-    bool need_train = ins.state != RunState::Finished;
-    if (need_train) {
-      TrainOptions to;
-      to.progress = opt.progress;
-      Config tcfg = run.cfg;
-      if (ins.state == RunState::Partial) {
-        to.resume = dir;
-        // Keys the trainer compares on resume come from the stored run where they may differ.
-        tcfg.task.test_lengths = ins.stored.task.test_lengths;
-        tcfg.task.lm_eval_lengths = ins.stored.task.lm_eval_lengths;
-        tcfg.task.num_eval_examples = ins.stored.task.num_eval_examples;
-        tcfg.pe = ins.stored.pe;
-        log << tag << "resuming " << who << " at step " << ins.step << " of " << tcfg.train.steps
-            << " ...\n";
-        ++res.resumed;
-      } else {
-        if (ins.state == RunState::Stale)
-          log << tag << who << ": " << ins.reason << " -> training afresh\n";
-        to.overwrite = true;  // also clears a half-created run directory without a checkpoint
-        log << tag << "training " << who << " (" << tcfg.train.steps << " steps) ...\n";
-        ++res.trained;
-      }
-      log << std::flush;
-      fs::remove_all(fs::path(dir) / "compare_eval", ec);
-      if (opt.stop_after >= 0 && !stop_hook_used) {
-        to.stop_after = opt.stop_after;
-        stop_hook_used = true;
-      }
-      TrainResult tr = train(tcfg, to);
-      if (!tr.finished) {
-        res.interrupted = true;
-        log << tag << who << " stopped at step " << tr.step
-            << "; run the same command again to continue\n"
-            << std::flush;
-        return res;
-      }
-    } else {
-      log << tag << who << ": finished run reused (" << dir << ")\n" << std::flush;
-      ++res.reused;
-    }
-
-    double wall = 0;
-    LossCurve curve;
-    curve.scheme = run.scheme;
-    curve.seed = run.seed;
-    read_run_metrics(dir, wall, curve.points);
-    curves[run.cfg.train.run_name] = curve;
-    const Convergence conv = read_convergence(dir);
-    if (conv.has_criterion) criteria[run.scheme] = conv.criterion;
-
-    std::vector<ComparePlanVariant> evals = {{"", run.cfg, false}};
-    for (const auto& v : run.variants) evals.push_back(v);
-    std::string names;
-    for (const auto& v : evals)
-      names += (names.empty() ? "" : ", ") + (v.name.empty() ? std::string("as trained") : v.name);
-    log << tag << "evaluating " << who << " (" << names << ") ...";
-    log.flush();
-    const double te = now_s();
-    int n_cached = 0;
-    for (const auto& v : evals) {
-      bool cached = false;
-      std::vector<ResultRow> rows = evaluate_run(run, v, dir, cached, wall);
-      set_convergence(rows, conv);
+  } else {
+    bool stop_hook_used = false;
+    for (size_t i = 0; i < N && !res.interrupted; ++i) {
+      if (!selected[i]) continue;
+      const ComparePlanRun& run = plan[i];
+      const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
+      const std::string who = run_who(run);
+      const std::string dir = run_directory(run.cfg);
       if (g_compare_signal.load()) {
         res.interrupted = true;
-        log << " interrupted\n";
         break;
       }
-      n_cached += cached;
-      if (cached)
-        ++res.eval_cached;
-      else
-        ++res.evaluated;
-      res.rows.insert(res.rows.end(), rows.begin(), rows.end());
+      const RunInspection& in = ins[i];
+      if (in.state != RunState::Finished) {
+        TrainOptions to;
+        to.progress = opt.progress;
+        Config tcfg = run.cfg;
+        if (in.state == RunState::Partial) {
+          to.resume = dir;
+          // Keys the trainer compares on resume come from the stored run where they may differ.
+          tcfg.task.test_lengths = in.stored.task.test_lengths;
+          tcfg.task.lm_eval_lengths = in.stored.task.lm_eval_lengths;
+          tcfg.task.num_eval_examples = in.stored.task.num_eval_examples;
+          tcfg.pe = in.stored.pe;
+          log << tag << "resuming " << who << " at step " << in.step << " of " << tcfg.train.steps
+              << " ...\n";
+          ++res.resumed;
+        } else {
+          // (A directory holding only compare.log, from an earlier --jobs run, is not a run.)
+          if (in.state == RunState::Stale && is_run_directory(dir))
+            log << tag << who << ": " << in.reason << " -> training afresh\n";
+          to.overwrite = true;  // also clears a half-created run directory without a checkpoint
+          log << tag << "training " << who << " (" << tcfg.train.steps << " steps) ...\n";
+          ++res.trained;
+        }
+        log << std::flush;
+        fs::remove_all(fs::path(dir) / "compare_eval", ec);
+        if (opt.stop_after >= 0 && !stop_hook_used) {
+          to.stop_after = opt.stop_after;
+          stop_hook_used = true;
+        }
+        TrainResult tr = train(tcfg, to);
+        if (!tr.finished) {
+          res.interrupted = true;
+          log << tag << who << " stopped at step " << tr.step
+              << "; run the same command again to continue\n"
+              << std::flush;
+          return res;
+        }
+      } else {
+        log << tag << who << ": finished run reused (" << dir << ")\n" << std::flush;
+      }
+      // A search candidate is evaluated on the test lengths only once it is chosen.
+      if (!run.candidate.empty()) continue;
+      std::vector<ResultRow> rows;
+      if (!evaluate_all(run, dir, tag, log, res, rows)) break;
+      rows_of[i] = std::move(rows);
     }
-    if (res.interrupted) break;
-    log << " " << (n_cached == static_cast<int>(evals.size()) ? "cached" : "done") << " ("
-        << format_double(now_s() - te, 3) << " s)\n"
-        << std::flush;
   }
   if (res.interrupted) {
     log << "pelab compare: interrupted; run the same command again to continue\n" << std::flush;
     return res;
   }
+  if (!opt.only.empty()) return res;
+  res.reused = static_cast<int64_t>(N - res.missing.size()) - res.trained - res.resumed;
+  std::vector<bool> finished(N, true);
+  for (const auto& m : res.missing)
+    for (size_t i = 0; i < N; ++i)
+      if (plan[i].cfg.train.run_name == m) finished[i] = false;
+
+  // ---- the search: choose each scheme's candidate on the validation split only ----
+  const Config& b = spec.base;
+  std::vector<bool> chosen_run(N, true);
+  std::string search_md;
+  if (!spec.search.empty()) {
+    const std::string vm = is_lm(b) ? "loss" : "exact_match";
+    const bool higher = higher_is_better(vm);
+    std::ostringstream md;
+    md << "Each scheme was trained with every candidate of `compare.search` and every seed; a "
+          "candidate's score is the mean over seeds of **"
+       << vm
+       << "** on the in-distribution validation split (`valid` of each run's final eval.json). "
+          "The test lengths were not looked at: only the chosen candidate's runs were evaluated "
+          "on them, and they are the scheme's rows above. Equal scores: the candidate with more "
+          "runs that met the stop criterion (train.stop_when), then fewer steps to it, then the "
+          "one listed first.\n\n";
+    std::vector<ResultRow> vrows;  // one per candidate × seed: the valid score, for aggregate()
+    std::ostringstream table;
+    bool any_criterion = false;  // some run trains to a criterion: the table gets its column
+    for (const auto& run : plan)
+      any_criterion = any_criterion || !run.cfg.train.stop_when.metric.empty();
+    // Candidate c beats b: a better mean score; equal scores: more runs that met the stop
+    // criterion, then fewer steps to it (mean); else b, listed first, stays.
+    auto better = [&](size_t c, size_t b, const std::vector<Stat>& st,
+                      const std::vector<int64_t>& met, const std::vector<int64_t>& steps) {
+      if (st[c].mean != st[b].mean)
+        return higher ? st[c].mean > st[b].mean : st[c].mean < st[b].mean;
+      if (met[c] != met[b]) return met[c] > met[b];
+      return met[c] > 0 && static_cast<double>(steps[c]) / static_cast<double>(met[c]) <
+                               static_cast<double>(steps[b]) / static_cast<double>(met[b]);
+    };
+    for (const auto& s : spec.schemes) {
+      std::vector<std::string> per_seed(candidates.size());
+      std::vector<bool> complete(candidates.size(), true);
+      // train.stop_when: runs that met the criterion and the sum of their steps to it.
+      std::vector<int64_t> met(candidates.size(), 0), met_steps(candidates.size(), 0);
+      for (size_t i = 0; i < N; ++i) {
+        const ComparePlanRun& run = plan[i];
+        if (run.scheme != s.name) continue;
+        ResultRow r;
+        r.scheme = s.name + "@" + run.candidate;
+        r.seed = run.seed;
+        r.split = "valid";
+        std::string why;
+        const double v = finished[i] ? valid_metric(run_directory(run.cfg), vm, &why)
+                                     : std::numeric_limits<double>::quiet_NaN();
+        if (!finished[i]) why = "not finished";
+        if (!finished[i]) complete[run.candidate_index] = false;
+        if (finished[i]) {
+          try {
+            const Convergence conv = read_convergence(run_directory(run.cfg));
+            if (conv.met) {
+              ++met[run.candidate_index];
+              met_steps[run.candidate_index] += conv.step;
+            }
+          } catch (const std::exception&) {
+            // no readable record: the run counts as not meeting the criterion
+          }
+        }
+        (vm == "loss" ? r.loss : r.exact_match) = v;
+        if (!std::isfinite(v)) r.status = why;
+        vrows.push_back(r);
+        std::string& ps = per_seed[run.candidate_index];
+        ps += (ps.empty() ? "" : ", ") + std::to_string(run.seed) + ": " +
+              (std::isfinite(v) ? format_double(vm == "loss" ? v : 100 * v, 4) : why);
+      }
+      size_t best = candidates.size();
+      std::vector<Stat> stats;
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        stats.push_back(aggregate(vrows, s.name + "@" + candidates[c].label, "valid", vm));
+        const Stat& st = stats.back();
+        if (!complete[c] || st.n != static_cast<int64_t>(spec.seeds.size()) ||
+            !std::isfinite(st.mean))
+          continue;
+        if (best == candidates.size() || better(c, best, stats, met, met_steps)) best = c;
+      }
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        table << "| " << s.name << " | " << candidates[c].label << " | "
+              << sets_text(candidates[c].sets) << " | " << format_cell(stats[c], vm) << " | "
+              << per_seed[c] << " | ";
+        if (any_criterion)
+          table << met[c] << "/" << spec.seeds.size()
+                << (met[c] > 0 ? " (mean step " +
+                                     format_double(static_cast<double>(met_steps[c]) /
+                                                       static_cast<double>(met[c]),
+                                                   4) +
+                                     ")"
+                               : "")
+                << " | ";
+        table << (c == best ? "**chosen**" : "") << " |\n";
+      }
+      if (best < candidates.size()) res.chosen[s.name] = candidates[best].label;
+      for (size_t i = 0; i < N; ++i)
+        if (plan[i].scheme == s.name) chosen_run[i] = plan[i].candidate_index == best;
+    }
+    md << "| scheme | candidate | settings | valid " << vm
+       << " (over seeds, as in the tables above) | per seed | "
+       << (any_criterion ? "met train.stop_when | " : "") << " |\n";
+    md << "|---|---|---|---:|---|" << (any_criterion ? "---|" : "") << "---|\n" << table.str();
+    search_md = md.str();
+    for (const auto& [scheme, label] : res.chosen)
+      log << "pelab compare: search: " << scheme << " -> " << label << "\n";
+    log << std::flush;
+  }
+
+  // ---- results of the (chosen) finished runs, in plan order ----
+  std::vector<LossCurve> curves;
+  std::map<std::string, std::string> criteria;  // scheme -> stop criterion
+  for (size_t i = 0; i < N; ++i) {
+    if (!chosen_run[i] || !finished[i]) continue;
+    const ComparePlanRun& run = plan[i];
+    const std::string dir = run_directory(run.cfg);
+    double wall = 0;
+    LossCurve curve;
+    curve.scheme = run.scheme;
+    curve.seed = run.seed;
+    read_run_metrics(dir, wall, curve.points);
+    curves.push_back(curve);
+    auto it = rows_of.find(i);
+    std::vector<ResultRow> rows;
+    if (it != rows_of.end()) {
+      rows = it->second;
+    } else {
+      const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
+      if (!evaluate_all(run, dir, tag, log, res, rows)) {
+        log << "pelab compare: interrupted; run the same command again to continue\n" << std::flush;
+        return res;
+      }
+    }
+    const Convergence conv = read_convergence(dir);
+    if (conv.has_criterion) criteria[run.scheme] = conv.criterion;
+    set_convergence(rows, conv);
+    res.rows.insert(res.rows.end(), rows.begin(), rows.end());
+  }
 
   // ---- the report ----
   ReportInput in;
   in.title = spec.title;
-  const Config& b = spec.base;
   in.task_summary = task_summary(b);
   in.primary_metric = spec.metric != "auto" ? spec.metric : is_lm(b) ? "perplexity" : "exact_match";
   in.length_name = is_lm(b) ? "context length (tokens)" : "task length";
@@ -1144,9 +1755,15 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   in.seeds = spec.seeds;
   for (const auto& s : spec.schemes) {
     in.labels.push_back(s.name);
-    in.run_settings.emplace_back(s.name, sets_text(s.sets));
-    for (const auto& run : plan) {
-      if (run.scheme != s.name || run.seed != spec.seeds.front()) continue;
+    std::string settings = sets_text(s.sets);
+    auto ch = res.chosen.find(s.name);
+    if (ch != res.chosen.end())
+      for (const auto& c : candidates)
+        if (c.label == ch->second) settings += "; chosen by the search: " + sets_text(c.sets);
+    in.run_settings.emplace_back(s.name, settings);
+    for (size_t i = 0; i < N; ++i) {
+      const ComparePlanRun& run = plan[i];
+      if (run.scheme != s.name || run.seed != spec.seeds.front() || !chosen_run[i]) continue;
       for (const auto& pv : run.variants) {
         const std::string& vname = pv.name;
         const Config& vc = pv.cfg;
@@ -1166,12 +1783,13 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     }
   }
   in.rows = res.rows;
+  in.curves = curves;
+  in.search_markdown = search_md;
   in.unconverged = spec.unconverged;
   in.criteria = criteria;
   for (const auto& s : spec.schemes)
     if (s.cannot_learn) in.cannot_learn[s.name] = s.why;
   res.unconverged = unconverged_runs(in);
-  for (const auto& run : plan) in.curves.push_back(curves[run.cfg.train.run_name]);
   in.command = opt.command.empty() ? "pelab compare " + spec.source : opt.command;
   in.config_text = spec.config_text;
   in.resolved_yaml = config_to_yaml(spec.base);
@@ -1180,11 +1798,13 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
       (spec.base.train.threads == 1 ? " thread per run" : " threads per run");
   if (res.trained + res.resumed > 0) {
     in.total_wall_s = now_s() - t_start;
-    in.timing_note = "machine: " + std::to_string(std::thread::hardware_concurrency()) +
-                     " cores, 1-min load average " + load_start + " at the start and " +
-                     load_average() + " at the end; " + threads + "; " +
-                     std::to_string(res.trained + res.resumed) + " of " + std::to_string(N) +
-                     " runs trained in this invocation, the rest reused";
+    in.timing_note =
+        "machine: " + std::to_string(std::thread::hardware_concurrency()) +
+        " cores, 1-min load average " + load_start + " at the start and " + load_average() +
+        " at the end; " + threads + "; " + std::to_string(res.trained + res.resumed) + " of " +
+        std::to_string(N) + " runs trained in this invocation, the rest reused" +
+        (at_once > 1 ? "; " + std::to_string(at_once) + " runs at once in child processes (--jobs)"
+                     : "");
   } else {
     in.timing_note = threads + "; every run reused from an earlier invocation";
   }
@@ -1212,23 +1832,40 @@ namespace {
 
 const char* kCompareHelp =
     "usage: pelab compare CONFIG [--set section.key=value]... [--out DIR] [--retrain]\n"
-    "                     [--progress auto|bar|lines|none] [--no-plots]\n"
+    "                     [--jobs N] [--progress auto|bar|lines|none] [--no-plots]\n"
+    "       pelab compare CONFIG (--plan | --only I[,J...] | --report-only) [--set ...]\n"
+    "                     [--out DIR]\n"
     "\n"
     "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
     "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
-    "writes a report directory: results.csv, report.md (schemes x lengths, mean and 95% t-interval\n"
+    "writes a report directory: results.csv, report.md (schemes x lengths, mean and 95% "
+    "t-interval\n"
     "over seeds, runs that missed their stop criterion marked), PNG plots (gnuplot) and the data\n"
     "behind them. Finished runs are reused and interrupted ones resumed: after Ctrl-C, run the\n"
     "same command again. With compare.unconverged: fail, a run that missed its stop criterion\n"
-    "makes the command exit 1 after the report is written. See docs/experiments.md.\n"
+    "makes the command exit 1 after the report is written. An optional compare.search grid\n"
+    "(e.g. {train.lr: [1e-3, 2e-3]}) trains every candidate and keeps, per scheme, the one best\n"
+    "on the validation split (never the test lengths). See docs/experiments.md.\n"
     "\n"
     "options:\n"
     "  --set section.key=value  override a base config key (repeatable); compare.seeds=[1,2],\n"
     "                           compare.out=DIR, compare.title=T, compare.metric=M,\n"
-    "                           compare.unconverged=report|exclude|fail also work\n"
+    "                           compare.unconverged=report|exclude|fail, compare.jobs=N also\n"
+    "                           work\n"
     "  --out DIR                report directory (default compare.out, else reports/<stem>)\n"
     "  --retrain                train every run afresh (replace existing runs)\n"
+    "  --jobs N                 train N runs at once, each in its own process (default\n"
+    "                           compare.jobs, else the number of cores); the results equal\n"
+    "                           --jobs 1\n"
+    "  --plan                   list the runs (index, name, seed, config digest, state); train\n"
+    "                           nothing\n"
+    "  --only I[,J...]          train and evaluate only these runs (indexes as --plan prints\n"
+    "                           them) into the same run directories; no report\n"
+    "  --report-only            write the report from the finished runs; list the missing ones\n"
+    "                           and exit 1 if any are missing\n"
     "  --progress MODE          per-run progress: auto (bar on a terminal), bar, lines or none\n"
+    "                           (with --jobs: auto/bar redraw a line per running run, lines and\n"
+    "                           none print a line when a run starts and ends)\n"
     "  --no-plots               do not call gnuplot\n"
     "  -h, --help               show this help\n";
 
@@ -1242,6 +1879,14 @@ std::string shell_word(const std::string& s) {
   return out + "'";
 }
 
+// A decimal integer >= 1 (digits only).
+bool parse_positive(const std::string& v, int64_t& out) {
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  out = std::stoll(v);
+  return out >= 1;
+}
+
 int usage_error(std::ostream& err, const std::string& msg) {
   err << "pelab: error: " << msg << "\n";
   return 2;
@@ -1253,6 +1898,7 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
   if (!a.empty() && a[0] == "plot-pe") return plot_pe_cli(a, out, err);
   std::vector<std::string> positional, sets;
   CompareOptions opt;
+  bool plan_only = false;
   std::string command = "pelab";
   for (const auto& x : a) command += " " + shell_word(x);
   opt.command = command;
@@ -1283,6 +1929,41 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
         opt.retrain = true;
       } else if (s == "--no-plots" && !inline_value) {
         opt.plots = false;
+      } else if (s == "--plan" && !inline_value) {
+        plan_only = true;
+      } else if (s == "--report-only" && !inline_value) {
+        opt.report_only = true;
+      } else if (s == "--jobs") {
+        const std::string v = need(s);
+        int64_t j = 0;
+        if (!parse_positive(v, j))
+          return usage_error(err,
+                             "compare: --jobs must be an integer >= 1 (runs trained at "
+                             "once), got '" +
+                                 v + "'");
+        opt.jobs = j;
+      } else if (s == "--only") {
+        const std::string v = need(s);
+        std::string item;
+        std::istringstream parts(v);
+        std::set<size_t> seen;
+        bool any = false;
+        while (std::getline(parts, item, ',')) {
+          int64_t k = 0;
+          if (!parse_positive(trim(item), k))
+            return usage_error(err,
+                               "compare: --only expects run indexes I[,J...] (1-based, as "
+                               "--plan prints them), got '" +
+                                   v + "'");
+          any = true;
+          if (seen.insert(static_cast<size_t>(k - 1)).second)
+            opt.only.push_back(static_cast<size_t>(k - 1));
+        }
+        if (!any || v.back() == ',')
+          return usage_error(err,
+                             "compare: --only expects run indexes I[,J...] (1-based, as "
+                             "--plan prints them), got '" +
+                                 v + "'");
       } else if (s == "--progress") {
         const std::string m = need(s);
         static const std::map<std::string, int> modes = {
@@ -1307,11 +1988,28 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
   if (positional.size() > 1)
     return usage_error(
         err, "compare: unexpected argument '" + positional[1] + "' (see pelab compare --help)");
+  if (plan_only + opt.report_only + !opt.only.empty() > 1)
+    return usage_error(err, "compare: --plan, --only and --report-only exclude each other");
   const CompareSpec spec = load_compare(positional[0], sets);
+  if (plan_only) {
+    out << compare_plan_text(spec, opt.out.empty() ? spec.out : opt.out);
+    return 0;
+  }
   opt.log = &err;
   const CompareResult r = run_compare(spec, opt);
   if (r.interrupted) return 130;
+  if (!opt.only.empty()) return 0;
   out << "report: " << r.report.report_md << "\n";
+  if (!r.missing.empty()) {
+    std::string names;
+    for (const auto& m : r.missing) names += (names.empty() ? "" : ", ") + m;
+    err << "pelab: error: compare --report-only: " << r.missing.size() << " of "
+        << r.missing.size() + static_cast<size_t>(r.trained + r.resumed + r.reused)
+        << " runs are not finished (" << names
+        << "); the report covers the others; train them with pelab compare CONFIG "
+           "(or --only)\n";
+    return 1;
+  }
   if (spec.unconverged == "fail" && !r.unconverged.empty()) {
     err << "pelab: error: compare: " << r.unconverged.size()
         << (r.unconverged.size() == 1 ? " run" : " runs")

@@ -32,20 +32,46 @@
 //       - randpos                      # = {name: randpos, positions: random}: schemes trained with
 //                                      # randomized positions, evaluated with random positions too
 //
+//     jobs: 2                          # runs trained at once, each in its own process
+//                                      # (default: the number of cores; --jobs N overrides)
+//     search:                          # optional hyper-parameter grid (product of the lists),
+//       train.lr: [5e-4, 1e-3, 2e-3]   # every candidate trained with every seed, chosen per
+//                                      # scheme on the in-distribution validation split only
+//
+// `compare.jobs` / `--jobs N`: independent runs are trained concurrently by child processes
+// (`pelab compare CONFIG --only I` of the running binary, output in runs/<run>/compare.log); the
+// report is the one `--jobs 1` writes (each run is deterministic for its train.threads). Ctrl-C
+// or SIGTERM is forwarded to the children (they checkpoint) and the comparison exits 130.
+// `--plan` lists the runs (index, name, seed, config digest) and trains nothing; `--only I,J`
+// trains and evaluates just those runs (1-based, as --plan numbers them) and writes no report;
+// `--report-only` writes the report from the finished runs and fails naming the missing ones.
+//
+// `compare.search` keys may only change training (model.*, pe.* except the eval-time RoPE
+// scaling keys, train.* except seed/run_dir/run_name/resume/stop_when and the logging,
+// checkpoint, thread and device keys); task.*, eval.* and compare.* are rejected. Each candidate's
+// runs are runs/<scheme>@<key>=<value>[,...]_seed<N>. A candidate's score is the mean over seeds
+// of the task's primary metric on the run's final `valid` split (eval.json: exact_match, loss for
+// lm); equal scores go to the candidate with more runs that met train.stop_when, then fewer steps
+// to it, then the one listed first. Only the chosen candidate's runs are evaluated on
+// the test lengths; they are the scheme's rows of the report, which also gets a table of every
+// candidate's validation score.
+//
 // `pe.rope_scaling_factor: auto` = (positions of the longest test sequence) / (positions of the
 // longest training sequence). A variant without `schemes:` applies to every scheme whose pe.scheme
 // is rope. Command-line `--set section.key=value` overrides change the base config (before the
-// per-scheme settings); `--set compare.seeds=[1]`, `compare.out=DIR`, `compare.title=T` change the
-// compare section.
+// per-scheme settings); `--set compare.seeds=[1]`, `compare.out=DIR`, `compare.title=T`,
+// `compare.jobs=N` change the compare section.
 //
 // Layout of the report directory:
 //   results.csv, report.md, table_<metric>.csv, <metric>_vs_length.{png,dat,csv},
 //   train_loss.{png,dat,csv}, compare.yaml (the config as given), runs/<scheme>_seed<N>/ (a normal
-//   run directory plus compare_eval/<variant>.csv, the cached evaluation).
+//   run directory plus compare_eval/<variant>.csv, the cached evaluation, and compare.log, the
+//   output of the child process that trained it with --jobs > 1).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -75,6 +101,13 @@ struct CompareVariant {
   std::string positions;
 };
 
+// One key of compare.search and the values it takes.
+struct CompareSearchKey {
+  std::string key;                  // "train.lr"
+  std::vector<std::string> values;  // YAML text of each value, as written
+  std::string where;                // "FILE:LINE"
+};
+
 struct CompareSpec {
   Config base;              // base config with the command-line overrides applied
   std::string source;       // the config file
@@ -85,6 +118,9 @@ struct CompareSpec {
   std::vector<int64_t> seeds;
   std::vector<CompareScheme> schemes;
   std::vector<CompareVariant> variants;
+  std::vector<CompareSearchKey> search;  // compare.search (empty = none)
+  int64_t jobs = 0;                      // compare.jobs (0 = not set: the number of cores)
+  std::vector<std::string> overrides;    // every --set as given (compare.* included)
 };
 
 // Loads a compare config (a run config plus a `compare:` section). `overrides` are
@@ -103,10 +139,16 @@ struct ComparePlanVariant {
 struct ComparePlanRun {
   std::string scheme;
   int64_t seed = 0;
+  // compare.search: the candidate's label ("lr=0.001"), its index in the grid and its settings;
+  // "" / 0 / {} without a search.
+  std::string candidate;
+  size_t candidate_index = 0;
+  std::vector<std::string> candidate_sets;
   Config cfg;
   std::vector<ComparePlanVariant> variants;
 };
-// Resolves every scheme × seed (and its variants) without training anything; validates them all.
+// Resolves every scheme × search candidate × seed (and its variants) without training anything;
+// validates them all.
 std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::string& out_dir);
 
 struct CompareOptions {
@@ -119,6 +161,15 @@ struct CompareOptions {
   // comparison stops there as if interrupted (-1 = off).
   int64_t stop_after = -1;
   std::ostream* log = nullptr;  // progress lines ("[3/14] training shaw seed 2 ..."); null = stderr
+  // Runs trained at once by child processes (0 = compare.jobs, else the number of cores); 1 =
+  // every run in this process, one after another.
+  int64_t jobs = 0;
+  // The pelab binary the children run ("" = the one set_compare_child_binary() registered; with
+  // neither, every run is trained in this process whatever `jobs` says).
+  std::string exe;
+  // Indexes (0-based) of the only runs to train and evaluate; no report is written. Empty = all.
+  std::vector<size_t> only;
+  bool report_only = false;  // train nothing: report the finished runs, list the missing ones
 };
 
 struct CompareResult {
@@ -128,10 +179,21 @@ struct CompareResult {
   int64_t evaluated = 0, eval_cached = 0;        // run × variant evaluations done / from the cache
   std::vector<ResultRow> rows;
   ReportFiles report;
+  std::vector<std::string> missing;  // report_only: the runs that are not finished
+  // compare.search: the chosen candidate's label per scheme.
+  std::map<std::string, std::string> chosen;
   // Runs ("scheme seed N") that missed their stop criterion, schemes expected not to learn left
   // out; with compare.unconverged: fail, compare_cli fails naming them (after the report).
   std::vector<std::string> unconverged;
 };
+
+// `--plan`: one line per run (index, run name, scheme, seed, config digest, state).
+std::string compare_plan_text(const CompareSpec& spec, const std::string& out_dir);
+
+// The binary whose `compare CONFIG --only I` trains one run as a child process (--jobs > 1). The
+// pelab executable's main() registers itself ("/proc/self/exe"); other programs calling
+// run_compare / compare_cli (the test binary) do not, so they never start copies of themselves.
+void set_compare_child_binary(const std::string& path);
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt = {});
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "train/cli.h"
+#include "train/compare.h"
 
 int main(int argc, char** argv) {
   // Waiting OpenMP threads spin for GOMP_SPINCOUNT iterations before they sleep. libgomp's default
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
     ::setenv("GOMP_SPINCOUNT", "1000", 1);
     ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   }
+  // `pelab compare --jobs N` starts this binary for each run (train/compare.h).
+  pelab::set_compare_child_binary("/proc/self/exe");
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     return pelab::run_cli(args, std::cin, std::cout, std::cerr);

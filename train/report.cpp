@@ -1078,6 +1078,8 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   md << "Line: the mean over seeds at each logged step; band: the min–max over seeds. Data: "
         "`train_loss.csv` (every logged step of every run).\n\n";
 
+  if (!in.search_markdown.empty())
+    md << "## Hyper-parameter search\n\n" << in.search_markdown << "\n";
   // Rows, settings and wall time.
   md << "## Schemes and wall time\n\n";
   md << "| row | settings | train wall time per run (mean) | eval wall time per run (mean) |\n";

@@ -72,6 +72,9 @@ struct ReportInput {
   double total_wall_s = std::numeric_limits<double>::quiet_NaN();
   std::string timing_note;  // threads, machine load, ...
   bool log_x = false;       // plots over lengths on a log2 axis (lm)
+  // Markdown of the hyper-parameter search (compare.search: what each candidate scored on
+  // validation, what was chosen), printed as its own section; "" = no search.
+  std::string search_markdown;
   // compare.unconverged: "report" (keep runs that missed the stop criterion, marked †) or
   // "exclude" (leave them out of means and intervals; the tables say how many). "fail" reports
   // like "report"; the command fails after writing it (compare.h).
