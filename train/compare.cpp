@@ -933,7 +933,7 @@ std::string task_summary(const Config& c) {
     os << c.model.encoder_layers << "+" << c.model.decoder_layers << " layers";
   else
     os << c.model.decoder_layers << " layers";
-  os << "; " << c.train.steps << " steps of batch " << c.train.batch_size << " ("
+  os << "; " << count_text(c.train.steps, "step") << " of batch " << c.train.batch_size << " ("
      << c.train.optimizer << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
   if (is_lm(c)) {
     os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : t.corpus)
@@ -963,9 +963,10 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
 
   const std::vector<ComparePlanRun> plan = compare_plan(spec, res.out_dir);
   const size_t N = plan.size();
-  log << "pelab compare: " << spec.schemes.size() << " schemes x " << spec.seeds.size()
-      << (spec.seeds.size() == 1 ? " seed = " : " seeds = ") << N << " runs of "
-      << spec.base.train.steps << " steps; report in " << res.out_dir << "\n"
+  log << "pelab compare: " << count_text(static_cast<int64_t>(spec.schemes.size()), "scheme")
+      << " x " << count_text(static_cast<int64_t>(spec.seeds.size()), "seed") << " = "
+      << count_text(static_cast<int64_t>(N), "run") << " of "
+      << count_text(spec.base.train.steps, "step") << "; report in " << res.out_dir << "\n"
       << std::flush;
 
   CompareSignalScope signals;
@@ -1001,7 +1002,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
         if (ins.state == RunState::Stale)
           log << tag << who << ": " << ins.reason << " -> training afresh\n";
         to.overwrite = true;  // also clears a half-created run directory without a checkpoint
-        log << tag << "training " << who << " (" << tcfg.train.steps << " steps) ...\n";
+        log << tag << "training " << who << " (" << count_text(tcfg.train.steps, "step") << ") ...\n";
         ++res.trained;
       }
       log << std::flush;
