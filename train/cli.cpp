@@ -337,14 +337,7 @@ int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
     fs::create_directories(dir, ec);
     if (ec) throw Error("eval: cannot create " + dir + ": " + ec.message());
     write_eval_files(dir, results, lm.step, ckpt);
-    for (const auto& r : results) {
-      if (r.predictions.empty()) continue;
-      std::ofstream p(dir + "/predictions_" + r.split + ".tsv");
-      p << "source\ttarget\toutput\tcorrect\n";
-      for (const auto& x : r.predictions)
-        p << x.source << "\t" << x.target << "\t" << x.output << "\t" << (x.correct ? 1 : 0)
-          << "\n";
-    }
+    write_prediction_files(dir, results);
   }
   return 0;
 }

@@ -215,6 +215,16 @@ void write_eval_files(const std::string& dir, const std::vector<EvalResult>& res
   write_text_file(dir + "/eval.csv", csv.str());
 }
 
+void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results) {
+  for (const auto& r : results) {
+    if (r.predictions.empty()) continue;
+    std::string text = "source\ttarget\toutput\tcorrect\n";
+    for (const auto& p : r.predictions)
+      text += p.source + "\t" + p.target + "\t" + p.output + "\t" + (p.correct ? "1" : "0") + "\n";
+    write_text_file(dir + "/predictions_" + r.split + ".tsv", text);
+  }
+}
+
 std::string eval_table(const std::vector<EvalResult>& results) {
   std::ostringstream os;
   char buf[256];

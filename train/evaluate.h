@@ -75,6 +75,9 @@ int64_t decode_budget(const Config& cfg, int64_t length);
 // Writes results as eval.json ({"step": N, "checkpoint": ..., "results": [...]}) and eval.csv.
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
                       const std::string& checkpoint);
+// Writes predictions_<split>.tsv (source, target, output, correct) for every result that kept its
+// predictions (checked, atomic writes).
+void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results);
 // A plain-text table of results (one line per split).
 std::string eval_table(const std::vector<EvalResult>& results);
 

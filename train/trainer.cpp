@@ -189,7 +189,6 @@ class Trainer {
   void save(const std::string& path);
   void save_step_checkpoint();
   void update_last_link();
-  void write_predictions(const std::vector<EvalResult>& results);
   bool healthy() const;
   void after_skipped_step(double loss);
   [[noreturn]] void diverged(const std::string& why);
@@ -589,16 +588,6 @@ void Trainer::update_last_link() {
   if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
 }
 
-void Trainer::write_predictions(const std::vector<EvalResult>& results) {
-  for (const auto& r : results) {
-    if (r.predictions.empty()) continue;
-    std::string text = "source\ttarget\toutput\tcorrect\n";
-    for (const auto& p : r.predictions)
-      text += p.source + "\t" + p.target + "\t" + p.output + "\t" + (p.correct ? "1" : "0") + "\n";
-    write_text_file(dir_ + "/predictions_" + r.split + ".tsv", text);
-  }
-}
-
 TrainResult Trainer::run() {
   set_num_threads(cfg_.train.threads);
   open_run();
@@ -687,7 +676,7 @@ TrainResult Trainer::run() {
     results.push_back(evaluate_set(*model_, *data_, data_->valid(), cfg_, eo));
   for (const auto& s : data_->tests()) results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
   write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_));
-  if (keep) write_predictions(results);
+  if (keep) write_prediction_files(dir_, results);
   // The table goes to train.log; `pelab train` prints it on stdout (on a terminal, stdout and
   // stderr are the same screen: printed on both it would show twice).
   std::istringstream table(eval_table(results));
