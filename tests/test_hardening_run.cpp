@@ -464,7 +464,6 @@ TEST_F(HardeningRun, OnA50ColumnTerminalTheBarFitsAndTheTableShowsOnce) {
   const pid_t pid = ::forkpty(&master, nullptr, nullptr, &ws);
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    ::unsetenv("COLUMNS");
     ::execl(PELAB_BINARY, PELAB_BINARY, "train", cfg.c_str(), "--set", "train.steps=40",
             "--set", "train.log_every=10", "--set", "train.eval_every=20", "--set",
             "train.checkpoint_every=20", static_cast<char*>(nullptr));

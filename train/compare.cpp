@@ -50,13 +50,15 @@ struct CompareSignalScope {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);  // like the trainer: a closed terminal stops cleanly
   }
   ~CompareSignalScope() {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
   }
   struct sigaction old_int {
-  }, old_term{};
+  }, old_term{}, old_hup{};
 };
 
 double now_s() {
