@@ -599,6 +599,22 @@ TEST_F(HardeningRun, MessagesUsePluralFormsForCounts) {
   ASSERT_EQ(i.rc, 0) << i.err;
   EXPECT_NE(i.out.find("train: 1 step, batch 4"), std::string::npos) << i.out;
   EXPECT_NE(i.out.find(", 1 thread, device cpu"), std::string::npos) << i.out;
+  // pelab compare with one scheme, one seed, one step, one head, one decoder layer.
+  const std::string cmp = write(
+      "one.yaml",
+      "task: {name: reverse, formulation: decoder, num_symbols: 4, train_max_len: 4,\n"
+      "       test_lengths: [3], num_eval_examples: 4}\n"
+      "model: {arch: decoder, d_model: 16, heads: 1, d_ff: 32, decoder_layers: 1}\n"
+      "train: {steps: 1, batch_size: 4, warmup: 1, threads: 1}\n"
+      "compare:\n  seeds: [1]\n  schemes: [rope]\n");
+  Result c = pelab("compare " + quote(cmp) + " --out " + quote((dir_ / "cmp").string()) +
+                   " --progress none");
+  ASSERT_EQ(c.rc, 0) << c.err;
+  const std::string all = c.out + c.err;
+  EXPECT_NE(all.find("1 scheme x 1 seed = 1 run of 1 step;"), std::string::npos) << all;
+  EXPECT_NE(all.find("(1 step) ..."), std::string::npos) << all;
+  EXPECT_NE(slurp(dir_ / "cmp" / "report.md").find("1 head, 1 layer; 1 step of batch 4"),
+            std::string::npos);
 }
 
 TEST_F(HardeningRun, InspectCheckpointToolFailsWithOneLine) {

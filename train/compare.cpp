@@ -929,12 +929,12 @@ std::string task_summary(const Config& c) {
   const TaskConfig& t = c.task;
   std::ostringstream os;
   os << "Task **" << t.name << "** (" << (is_lm(c) ? "decoder-only language model" : t.formulation)
-     << "), model " << c.model.arch << " d_model " << c.model.d_model << ", " << c.model.heads
-     << " heads, ";
+     << "), model " << c.model.arch << " d_model " << c.model.d_model << ", "
+     << count_text(c.model.heads, "head") << ", ";
   if (c.model.arch == "seq2seq")
     os << c.model.encoder_layers << "+" << c.model.decoder_layers << " layers";
   else
-    os << c.model.decoder_layers << " layers";
+    os << count_text(c.model.decoder_layers, "layer");
   os << "; " << count_text(c.train.steps, "step") << " of batch " << c.train.batch_size << " ("
      << c.train.optimizer << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
   if (is_lm(c)) {
