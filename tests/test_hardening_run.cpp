@@ -295,7 +295,7 @@ TEST_F(HardeningRun, TotalSkippedStepsLimitNamesTheStep) {
     EXPECT_NE(m.find("step 6: 3 steps skipped in total"), std::string::npos) << m;
     EXPECT_NE(m.find("train.max_skipped_steps = 3"), std::string::npos) << m;
   }
-  // train.log_every 1: each skip of a new streak has its line.
+  // train.log_every 1: every skipped step has its line.
   const std::string log = slurp(dir_ / "runs" / "total" / "train.log");
   EXPECT_EQ(count_of(log, " skipped: non-finite gradient norm"), 3u) << log;
 }

@@ -463,12 +463,11 @@ void Trainer::diverged(const std::string& why) {
   fail(msg);
 }
 
-// After a step that was skipped: a log line (the first of a streak, then at most one every
+// After a step that was skipped: a log line (the first skipped step, then at most one every
 // train.log_every steps) and the divergence limits.
 void Trainer::after_skipped_step(double loss) {
   const TrainConfig& t = cfg_.train;
-  if (last_skip_report_ < 0 || step_ - last_skip_report_ >= t.log_every ||
-      consecutive_skipped_ == 1) {
+  if (last_skip_report_ < 0 || step_ - last_skip_report_ >= t.log_every) {
     progress_->line("step " + std::to_string(step_) + " skipped: non-finite " +
                     (std::isfinite(loss) ? "gradient norm" : "loss") + " (" +
                     count_text(consecutive_skipped_, "step") + " in a row, " +
