@@ -247,8 +247,8 @@ void Trainer::open_run() {
     dir_ = dir.string();
     Config stored = cfg_;
     stored.train.resume = "";
-    write_text_file(dir_ + "/config.yaml", "# pelab run config (resolved): " + cfg_.source + "\n" +
-                                          config_to_yaml(stored, true));
+    write_text_file(dir_ + "/config.yaml", "# pelab run config (resolved): " + cfg_.source +
+                                               "\n" + config_to_yaml(stored, true));
     write_text_file(dir_ + "/metrics.jsonl", "");
     write_text_file(dir_ + "/metrics.csv", metrics_csv_header() + "\n");
     return;
@@ -281,10 +281,11 @@ void Trainer::open_run() {
   dir_ = run_dir.string();
   fs::create_directories(run_dir / "checkpoints", ec);
   PELAB_CHECK(!ec, "cannot create ", (run_dir / "checkpoints").string(), ": ", ec.message());
-  write_text_file(dir_ + "/config.yaml",
-             "# pelab run config (resolved): " + cfg_.source + "\n" + config_to_yaml(cfg_, true));
   setup_model(ck.vocab);
   restore(ck, ckpt_path);
+  // Only a resume that can go on rewrites config.yaml (with the new train.steps etc.).
+  write_text_file(dir_ + "/config.yaml",
+                  "# pelab run config (resolved): " + cfg_.source + "\n" + config_to_yaml(cfg_, true));
   // Checkpoints newer than the one resumed from belong to a future this run no longer has.
   for (const auto& [s, p] : step_checkpoints(dir_))
     if (s > step_) fs::remove(p, ec);
