@@ -96,7 +96,7 @@ class CompareTest : public ::testing::Test {
 
 // ---------------- report formatting (no training) ----------------
 
-TEST(CompareReport, AggregateMeanStdAndCells) {
+TEST(CompareReport, AggregateMeanIntervalAndCells) {
   std::vector<ResultRow> rows;
   for (int seed = 1; seed <= 3; ++seed) {
     ResultRow r;
@@ -117,9 +117,12 @@ TEST(CompareReport, AggregateMeanStdAndCells) {
   EXPECT_EQ(s.n, 3);
   EXPECT_NEAR(s.mean, 0.5, 1e-12);
   EXPECT_NEAR(s.std, 0.1, 1e-12);  // sample std
-  EXPECT_EQ(format_cell(s, "exact_match"), "50.0 ± 10.0");
+  // 95 % t-interval: 0.5 ± t(0.975, 2) · 0.1 / √3 = 0.5 ± 4.3027 · 0.057735 = 0.5 ± 0.24841.
+  EXPECT_EQ(format_cell(s, "exact_match"), "50.0 [25.2, 74.8]");
   const Stat p = aggregate(rows, "rope", "len_8", "perplexity");
-  EXPECT_EQ(format_cell(p, "perplexity"), "4.00 ± 2.00");
+  // 4 ± 4.3027 · 2 / √3 = 4 ± 4.9683: [-0.97, 8.97] clipped to perplexity's range (>= 1).
+  EXPECT_EQ(format_cell(p, "perplexity"), "4.00 [1.00, 8.97]");
+  EXPECT_TRUE(p.clipped);
   const Stat na = aggregate(rows, "learned", "len_8", "exact_match");
   EXPECT_EQ(na.n, 0);
   EXPECT_EQ(format_cell(na, "exact_match"), "n/a (> max_positions)");
@@ -149,7 +152,7 @@ TEST(CompareReport, ResultsCsvRoundTrip) {
   const std::string csv = results_csv({a, b});
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "scheme,variant,seed,split,length,in_distribution,status,loss,perplexity,"
-            "token_accuracy,exact_match,train_wall_s,eval_wall_s");
+            "token_accuracy,exact_match,train_wall_s,eval_wall_s,converged,criterion_step");
   const auto back = parse_results_csv(csv, "test");
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[0].label(), "rope+rand+yarn");
@@ -280,10 +283,11 @@ TEST_F(CompareTest, WritesReportWithTablesPlotsAndNaCells) {
         differs = differs || a.loss != b.loss;
   EXPECT_TRUE(differs);
 
-  // report.md: the table with training-range marks, mean ± std, n/a cells and the reproduce block.
+  // report.md: the table with training-range marks, mean and interval, n/a cells and the reproduce
+  // block.
   const std::string md = slurp(out / "report.md");
   EXPECT_NE(md.find("| scheme | 2 (train) | 4 (train) | 6 | 8 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("±"), std::string::npos);
+  EXPECT_NE(md.find("95 % t-interval over n = 2 seeds"), std::string::npos) << md;
   EXPECT_NE(md.find("| learned |"), std::string::npos);
   EXPECT_NE(md.find("| rope+pi |"), std::string::npos);
   EXPECT_NE(md.find("n/a (> max_positions)"), std::string::npos);
@@ -291,13 +295,14 @@ TEST_F(CompareTest, WritesReportWithTablesPlotsAndNaCells) {
   EXPECT_NE(md.find("compare:"), std::string::npos);  // the config as given
   EXPECT_NE(md.find("## Reproduce"), std::string::npos);
   // The learned row: two numeric in-distribution cells, then two n/a cells.
-  const size_t lp = md.find("| learned |");
+  // (the first "| learned |" is the Convergence table's row)
+  const size_t lp = md.find("| learned |", md.find("## exact match"));
   const std::string learned_line = md.substr(lp, md.find('\n', lp) - lp);
   EXPECT_NE(learned_line.find("n/a (> max_positions) | n/a (> max_positions) |"), std::string::npos)
       << learned_line;
   EXPECT_EQ(learned_line.find("n/a"), learned_line.find("n/a (> max_positions) | n/a"))
       << learned_line;
-  EXPECT_NE(learned_line.find(" ± "), std::string::npos) << learned_line;
+  EXPECT_NE(learned_line.find(" ["), std::string::npos) << learned_line;
 
   // Plots and the data behind them.
   for (const char* f : {"exact_match_vs_length.dat", "exact_match_vs_length.csv", "train_loss.csv",

@@ -307,6 +307,11 @@ int cmd_train(const std::vector<std::string>& a, std::ostream& out) {
   TrainResult r = train(cfg, opt);
   if (r.interrupted) return 130;
   if (r.finished) out << "run: " << r.run_dir << "\n" << eval_table(r.final_eval);
+  if (r.finished && r.criterion_set)
+    out << "criterion (" << cfg.train.stop_when.describe() << "): "
+        << (r.criterion_met ? "met at step " + std::to_string(r.criterion_step)
+                            : "not met by the cap of " + std::to_string(cfg.train.steps) + " steps")
+        << "\n";
   return 0;
 }
 
@@ -336,7 +341,12 @@ int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error("eval: cannot create " + dir + ": " + ec.message());
-    write_eval_files(dir, results, lm.step, ckpt);
+    // Re-evaluating a run in place keeps its train.stop_when record (a fact about the training).
+    std::string convergence;
+    if (!run_dir.empty() && fs::equivalent(dir, run_dir, ec) &&
+        fs::exists(fs::path(run_dir) / "eval.json", ec))
+      convergence = convergence_json(read_convergence(run_dir));
+    write_eval_files(dir, results, lm.step, ckpt, convergence);
     write_prediction_files(dir, results);
   }
   return 0;
@@ -444,6 +454,9 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
       << ", " << tr.optimizer << " lr " << tr.lr << " (" << tr.schedule << ", warmup " << tr.warmup
       << "), seed " << tr.seed << ", " << count_text(tr.threads, "thread") << ", device "
       << tr.device << "\n";
+  if (tr.stop_when.enabled())
+    out << "stop when: " << tr.stop_when.describe() << " (validation every "
+        << count_text(tr.eval_every, "step") << "; train.steps is the cap)\n";
   out << "run directory: " << run_directory(cfg) << "\n\n";
   out << models::model_info(*lm.model);
   if (args.options.count("--yaml")) out << "\n" << config_to_yaml(cfg, true);

@@ -206,6 +206,12 @@ std::vector<int64_t> parse_seeds(const YAML::Node& n, const std::string& where) 
   return seeds;
 }
 
+std::string parse_unconverged(const std::string& v, const std::string& where) {
+  if (v != "report" && v != "exclude" && v != "fail")
+    config_fail(where, "compare.unconverged: expected report, exclude or fail, got '" + v + "'");
+  return v;
+}
+
 const std::set<std::string>& known_variants() {
   static const std::set<std::string> v = {"pi", "ntk", "dynamic_ntk", "yarn"};
   return v;
@@ -227,6 +233,8 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
       spec.metric = value_text(v);
     } else if (k == "seeds") {
       spec.seeds = parse_seeds(v, where);
+    } else if (k == "unconverged") {
+      spec.unconverged = parse_unconverged(value_text(v), where);
     } else if (k == "schemes") {
       if (!v.IsSequence() || v.size() == 0)
         config_fail(where, "compare.schemes must be a non-empty list");
@@ -240,14 +248,35 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
         } else if (e.IsMap()) {
           for (auto f = e.begin(); f != e.end(); ++f) {
             const std::string fk = f->first.Scalar();
-            if (fk != "name" && fk != "set")
+            if (fk != "name" && fk != "set" && fk != "expect" && fk != "why")
               config_fail(at_line(source, f->first),
-                          what + ": unknown key '" + fk + "' (valid: name, set)");
+                          what + ": unknown key '" + fk + "' (valid: name, set, expect, why)");
           }
           if (!e["name"] || !e["name"].IsScalar())
             config_fail(at_line(source, e), what + " needs a name");
           s.name = e["name"].Scalar();
           s.sets = parse_set_map(e["set"], source, what);
+          if (e["expect"]) {
+            const std::string x = value_text(e["expect"]);
+            if (x != "cannot_learn" && x != "learn")
+              config_fail(at_line(source, e["expect"]),
+                          what + " (" + s.name + ").expect: expected cannot_learn or learn, got '" +
+                              x + "'");
+            s.cannot_learn = x == "cannot_learn";
+          }
+          if (e["why"]) {
+            if (!e["why"].IsScalar() || trim(e["why"].Scalar()).empty())
+              config_fail(at_line(source, e["why"]),
+                          what + " (" + s.name + ").why must be a non-empty text");
+            if (!s.cannot_learn)
+              config_fail(at_line(source, e["why"]),
+                          what + " (" + s.name + ").why explains expect: cannot_learn; add "
+                                                 "expect: cannot_learn or remove why");
+            s.why = trim(e["why"].Scalar());
+          }
+          if (s.cannot_learn && s.why.empty())
+            config_fail(at_line(source, e["expect"]),
+                        what + " (" + s.name + "): expect: cannot_learn needs why: \"<reason>\"");
         } else {
           config_fail(at_line(source, e), what + " must be a scheme name or {name, set}");
         }
@@ -338,7 +367,8 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
       }
     } else {
       config_fail(where, "unknown key 'compare." + k +
-                             "' (valid: title, out, seeds, metric, schemes, variants)");
+                             "' (valid: title, out, seeds, metric, unconverged, schemes, "
+                             "variants)");
     }
   }
   if (spec.schemes.empty()) config_fail(source, "compare.schemes is missing");
@@ -469,10 +499,13 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       spec.title = v;
     } else if (k == "compare.metric") {
       spec.metric = v;
+    } else if (k == "compare.unconverged") {
+      spec.unconverged = parse_unconverged(v, where);
     } else {
       config_fail(where,
                   "compare.schemes / compare.variants cannot be set from the command line; "
-                  "valid: compare.seeds, compare.out, compare.title, compare.metric");
+                  "valid: compare.seeds, compare.out, compare.title, compare.metric, "
+                  "compare.unconverged");
     }
   }
   spec.cli_sets = base_sets;
@@ -659,9 +692,23 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
     r.reason = "trained past train.steps";
     return r;
   }
-  r.state = r.step == want.train.steps && fs::exists(fs::path(dir) / "eval.json", ec)
-                ? RunState::Finished
-                : RunState::Partial;
+  // Finished: trained to train.steps, or stopped there by its train.stop_when criterion, and
+  // evaluated (eval.json written after the final checkpoint). A criterion met at this step also
+  // makes a resume train no further, so such a run is reused, not resumed.
+  bool finished = false;
+  if (fs::exists(fs::path(dir) / "eval.json", ec)) {
+    if (r.step == want.train.steps) {
+      finished = true;
+    } else {
+      try {
+        const Convergence c = read_convergence(dir);
+        finished = c.met && c.step == r.step;
+      } catch (const std::exception&) {
+        finished = false;  // an unreadable eval.json: resuming rewrites it
+      }
+    }
+  }
+  r.state = finished ? RunState::Finished : RunState::Partial;
   return r;
 }
 
@@ -919,6 +966,14 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
   return rows;
 }
 
+// Marks a run's result rows with the outcome of its stop criterion.
+void set_convergence(std::vector<ResultRow>& rows, const Convergence& c) {
+  for (auto& r : rows) {
+    r.converged = c.has_criterion ? (c.met ? 1 : 0) : -1;
+    r.criterion_step = c.has_criterion && c.met ? c.step : -1;
+  }
+}
+
 std::string sets_text(const std::vector<std::string>& sets) {
   std::string s;
   for (const auto& x : sets) s += (s.empty() ? "" : ", ") + std::string("`") + x + "`";
@@ -974,6 +1029,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   CompareSignalScope signals;
   bool stop_hook_used = false;
   std::map<std::string, LossCurve> curves;
+  std::map<std::string, std::string> criteria;  // scheme -> stop criterion
   for (size_t i = 0; i < N; ++i) {
     const ComparePlanRun& run = plan[i];
     const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
@@ -1032,6 +1088,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     curve.seed = run.seed;
     read_run_metrics(dir, wall, curve.points);
     curves[run.cfg.train.run_name] = curve;
+    const Convergence conv = read_convergence(dir);
+    if (conv.has_criterion) criteria[run.scheme] = conv.criterion;
 
     std::vector<ComparePlanVariant> evals = {{"", run.cfg, false}};
     for (const auto& v : run.variants) evals.push_back(v);
@@ -1045,6 +1103,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     for (const auto& v : evals) {
       bool cached = false;
       std::vector<ResultRow> rows = evaluate_run(run, v, dir, cached, wall);
+      set_convergence(rows, conv);
       if (g_compare_signal.load()) {
         res.interrupted = true;
         log << " interrupted\n";
@@ -1110,6 +1169,11 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     }
   }
   in.rows = res.rows;
+  in.unconverged = spec.unconverged;
+  in.criteria = criteria;
+  for (const auto& s : spec.schemes)
+    if (s.cannot_learn) in.cannot_learn[s.name] = s.why;
+  res.unconverged = unconverged_runs(in);
   for (const auto& run : plan) in.curves.push_back(curves[run.cfg.train.run_name]);
   in.command = opt.command.empty() ? "pelab compare " + spec.source : opt.command;
   in.config_text = spec.config_text;
@@ -1131,7 +1195,17 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   log << "pelab compare: report " << res.report.report_md << " (" << res.report.pngs.size()
       << " plots";
   if (!res.report.plot_note.empty()) log << "; " << res.report.plot_note;
-  log << ")\n" << std::flush;
+  log << ")\n";
+  if (!res.unconverged.empty() && spec.unconverged != "fail") {
+    log << "pelab compare: " << res.unconverged.size()
+        << (res.unconverged.size() == 1 ? " run" : " runs") << " missed the stop criterion ("
+        << (spec.unconverged == "exclude" ? "left out of the statistics" : "marked † in the report")
+        << "):";
+    for (size_t i = 0; i < res.unconverged.size(); ++i)
+      log << (i ? ", " : " ") << res.unconverged[i];
+    log << "\n";
+  }
+  log << std::flush;
   return res;
 }
 
@@ -1145,13 +1219,16 @@ const char* kCompareHelp =
     "\n"
     "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
     "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
-    "writes a report directory: results.csv, report.md (schemes x lengths, mean +- std over\n"
-    "seeds), PNG plots (gnuplot) and the data behind them. Finished runs are reused and\n"
-    "interrupted ones resumed: after Ctrl-C, run the same command again. See docs/experiments.md.\n"
+    "writes a report directory: results.csv, report.md (schemes x lengths, mean and 95% t-interval\n"
+    "over seeds, runs that missed their stop criterion marked), PNG plots (gnuplot) and the data\n"
+    "behind them. Finished runs are reused and interrupted ones resumed: after Ctrl-C, run the\n"
+    "same command again. With compare.unconverged: fail, a run that missed its stop criterion\n"
+    "makes the command exit 1 after the report is written. See docs/experiments.md.\n"
     "\n"
     "options:\n"
     "  --set section.key=value  override a base config key (repeatable); compare.seeds=[1,2],\n"
-    "                           compare.out=DIR, compare.title=T, compare.metric=M also work\n"
+    "                           compare.out=DIR, compare.title=T, compare.metric=M,\n"
+    "                           compare.unconverged=report|exclude|fail also work\n"
     "  --out DIR                report directory (default compare.out, else reports/<stem>)\n"
     "  --retrain                train every run afresh (replace existing runs)\n"
     "  --progress MODE          per-run progress: auto (bar on a terminal), bar, lines or none\n"
@@ -1238,6 +1315,14 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
   const CompareResult r = run_compare(spec, opt);
   if (r.interrupted) return 130;
   out << "report: " << r.report.report_md << "\n";
+  if (spec.unconverged == "fail" && !r.unconverged.empty()) {
+    err << "pelab: error: compare: " << r.unconverged.size()
+        << (r.unconverged.size() == 1 ? " run" : " runs")
+        << " missed the stop criterion (compare.unconverged: fail):";
+    for (size_t i = 0; i < r.unconverged.size(); ++i) err << (i ? ", " : " ") << r.unconverged[i];
+    err << " — the report is written (" << r.report.report_md << ")\n";
+    return 1;
+  }
   return 0;
 }
 

@@ -13,10 +13,18 @@
 //     seeds: [1, 2]                    # train.seed of each run (default [train.seed])
 //     metric: auto                     # auto (exact_match; perplexity for lm) | exact_match |
 //                                      # token_accuracy | perplexity | loss
+//     unconverged: report              # runs that missed their stop criterion (train.stop_when):
+//                                      #   report = keep them, marked † in every table and as
+//                                      #   open points in the plots; exclude = leave them out of
+//                                      #   means and intervals (the tables say how many); fail =
+//                                      #   write the report, then fail naming them (exit 1)
 //     schemes:                         # rows; a plain name means {name: X, set: {pe.scheme: X}}
 //       - rope
 //       - {name: learned, set: {pe.scheme: learned, pe.max_positions: 24}}
 //       - {name: rope+rand, set: {pe.scheme: rope, pe.randomized_positions: true}}
+//       - {name: none, set: {pe.scheme: none}, expect: cannot_learn,
+//          why: "no positions in an encoder-decoder"}   # still run and shown, marked ‡ with the
+//                                      #   reason; never excluded and never a cause of `fail`
 //     variants:                        # eval-time variants (no retraining)
 //       - pi                           # pi | ntk | dynamic_ntk | yarn: {pe.rope_scaling: X,
 //                                      #   pe.rope_scaling_factor: auto} for every rope scheme
@@ -50,6 +58,9 @@ struct CompareScheme {
   std::string name;
   std::vector<std::string> sets;  // "section.key=value" applied to the base config
   std::string where;              // "FILE:LINE" of the entry (messages)
+  // `expect: cannot_learn` with `why:` — the scheme cannot learn the task by construction.
+  bool cannot_learn = false;
+  std::string why;
 };
 
 struct CompareVariant {
@@ -70,6 +81,7 @@ struct CompareSpec {
   std::string config_text;  // the file as given
   std::vector<std::string> cli_sets;
   std::string title, out, metric = "auto";
+  std::string unconverged = "report";  // compare.unconverged: report | exclude | fail
   std::vector<int64_t> seeds;
   std::vector<CompareScheme> schemes;
   std::vector<CompareVariant> variants;
@@ -116,6 +128,9 @@ struct CompareResult {
   int64_t evaluated = 0, eval_cached = 0;        // run × variant evaluations done / from the cache
   std::vector<ResultRow> rows;
   ReportFiles report;
+  // Runs ("scheme seed N") that missed their stop criterion, schemes expected not to learn left
+  // out; with compare.unconverged: fail, compare_cli fails naming them (after the report).
+  std::vector<std::string> unconverged;
 };
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt = {});

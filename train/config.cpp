@@ -227,6 +227,99 @@ int64_t get_int(const YAML::Node& n, const std::string& what, const ConfigRange&
   return v;
 }
 
+// The sub-keys of train.stop_when, in the order they are written and documented.
+const std::vector<std::string>& stop_when_fields() {
+  static const std::vector<std::string> f = {"metric", "split", "at_least", "at_most", "patience"};
+  return f;
+}
+
+// train.stop_when: {} / empty = off, else a mapping of the sub-keys above. Errors name the line
+// of the offending sub-key.
+StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx& c) {
+  StopWhen sw;
+  const std::string where = c.at(n);
+  if (n.IsNull() || !n.IsDefined()) return sw;
+  if (!n.IsMap())
+    fail(where, what + ": expected a mapping like {metric: exact_match, split: valid, "
+                       "at_least: 0.99, patience: 2}, got " + describe(n));
+  if (n.size() == 0) return sw;
+  std::map<std::string, YAML::Node> sub;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const YAML::Node k = it->first;
+    if (!k.IsScalar()) fail(c.at(k), what + ": sub-keys must be plain words, got " + describe(k));
+    const std::string name = k.Scalar();
+    const auto& f = stop_when_fields();
+    if (std::find(f.begin(), f.end(), name) == f.end()) {
+      std::string msg = what + ": unknown sub-key '" + name + "'";
+      const std::string near = nearest(name, f);
+      if (!near.empty()) msg += "; did you mean '" + near + "'?";
+      fail(c.at(k), msg + " (sub-keys: " + join(f, ", ") + ")");
+    }
+    if (sub.count(name)) fail(c.at(k), what + "." + name + " appears twice");
+    sub[name] = it->second;
+    if (it->second.IsNull() || !it->second.IsScalar())
+      fail(c.at(it->second.IsNull() ? k : it->second),
+           what + "." + name + ": expected a plain value, got " + describe(it->second));
+  }
+  auto at = [&](const std::string& name) { return c.at(sub.at(name)); };
+  // metric
+  static const std::vector<std::string> metrics = {"exact_match", "token_accuracy", "loss",
+                                                   "perplexity"};
+  if (!sub.count("metric"))
+    fail(where, what + ": metric is missing (one of " + join(metrics, ", ") + ")");
+  sw.metric = sub.at("metric").Scalar();
+  if (std::find(metrics.begin(), metrics.end(), sw.metric) == metrics.end()) {
+    std::string msg = what + ".metric: '" + sw.metric + "' is not one of " + join(metrics, ", ");
+    const std::string near = nearest(sw.metric, metrics);
+    if (!near.empty()) msg += "; did you mean '" + near + "'?";
+    fail(at("metric"), msg);
+  }
+  // split: only the validation split may decide when to stop.
+  if (sub.count("split")) {
+    const std::string split = sub.at("split").Scalar();
+    if (lower(split).rfind("test", 0) == 0)
+      fail(at("split"), what + ".split: '" + split +
+                            "' is a test split; selecting on test data is forbidden (use valid)");
+    if (split != "valid")
+      fail(at("split"), what + ".split: unknown split '" + split +
+                            "'; the only split a criterion can use is valid");
+    sw.split = split;
+  }
+  // threshold: exactly one of at_least / at_most, in the metric's direction.
+  const bool higher = sw.metric == "exact_match" || sw.metric == "token_accuracy";
+  const bool least = sub.count("at_least") > 0, most = sub.count("at_most") > 0;
+  if (least && most)
+    fail(at("at_most"), what + ": give one of at_least / at_most, not both");
+  if (!least && !most)
+    fail(where, what + ": a threshold is missing: " +
+                    (higher ? "at_least: X (" + sw.metric + " is higher-is-better)"
+                            : "at_most: X (" + sw.metric + " is lower-is-better)"));
+  const std::string tk = least ? "at_least" : "at_most";
+  if (least != higher)
+    fail(at(tk), what + "." + tk + ": " + sw.metric + " is " +
+                     (higher ? "higher" : "lower") + "-is-better; write " +
+                     (higher ? "at_least" : "at_most") + " instead");
+  double thr = 0;
+  if (!parse_float(sub.at(tk).Scalar(), thr))
+    fail(at(tk), what + "." + tk + ": expected a finite number, got " + describe(sub.at(tk)));
+  ConfigRange r;
+  r.has_min = true;
+  r.min = sw.metric == "perplexity" ? 1 : 0;
+  if (higher) r.has_max = true, r.max = 1;
+  if (!in_range(thr, r))
+    fail(at(tk), what + "." + tk + ": " + fmt_num(thr) + " is out of range " + r.str() +
+                     " for " + sw.metric);
+  (least ? sw.at_least : sw.at_most) = thr;
+  // patience
+  if (sub.count("patience")) {
+    ConfigRange pr;
+    pr.has_min = true, pr.min = 1;
+    sw.patience = static_cast<int>(
+        get_int<int>(sub.at("patience"), what + ".patience", pr, at("patience")));
+  }
+  return sw;
+}
+
 template <class T>
 void parse_into(T& out, const YAML::Node& n, const ConfigKey& k, const Ctx& c) {
   const std::string what = k.full_name();
@@ -299,6 +392,8 @@ void parse_into(T& out, const YAML::Node& n, const ConfigKey& k, const Ctx& c) {
       fail(where, what + ": expected a mapping like {a: b}, got " + describe(n));
     }
     out = v;
+  } else if constexpr (std::is_same<T, StopWhen>::value) {
+    out = parse_stop_when(n, what, c);
   } else {
     static_assert(sizeof(T) == 0, "unsupported config field type");
   }
@@ -319,6 +414,16 @@ void emit_value(YAML::Emitter& e, const T& v) {
     e << YAML::Flow << YAML::BeginSeq;
     for (const auto& x : v) e << x;
     e << YAML::EndSeq;
+  } else if constexpr (std::is_same<T, StopWhen>::value) {
+    e << YAML::Flow << YAML::BeginMap;
+    if (v.enabled()) {
+      e << YAML::Key << "metric" << YAML::Value << v.metric;
+      e << YAML::Key << "split" << YAML::Value << v.split;
+      e << YAML::Key << (v.higher() ? "at_least" : "at_most") << YAML::Value
+        << fmt_float_yaml(v.threshold());
+      e << YAML::Key << "patience" << YAML::Value << v.patience;
+    }
+    e << YAML::EndMap;
   } else {
     e << YAML::Flow << YAML::BeginMap;
     for (const auto& kv : v) e << YAML::Key << kv.first << YAML::Value << kv.second;
@@ -559,6 +664,37 @@ std::vector<Entry> build_entries() {
   train("resume", &TrainConfig::resume, "",
         "\"\" = fresh run; a checkpoint path, or `latest` (newest in the run directory)");
   train("tags", &TrainConfig::tags, "", "free-form name: value metadata recorded with the run");
+  train("stop_when", &TrainConfig::stop_when, "",
+        "train to a criterion: stop at the first validation (every train.eval_every steps) that "
+        "makes `patience` consecutive validations meet the threshold; train.steps stays the cap; "
+        "{} = off (sub-keys below)");
+  {
+    auto sub = [](const char* name, ConfigType type, std::vector<std::string> choices,
+                  const char* range, const char* def, const char* doc) {
+      ConfigKey k;
+      k.section = "train";
+      k.name = std::string("stop_when.") + name;
+      k.type = type;
+      k.choices = std::move(choices);
+      if (*range) k.range = parse_interval(range);
+      k.default_text = def;
+      k.doc = doc;
+      return k;
+    };
+    v.back().key.fields = {
+        sub("metric", ConfigType::Enum, {"exact_match", "token_accuracy", "loss", "perplexity"},
+            "", "", "validation metric (required); exact_match does not exist for task lm"),
+        sub("split", ConfigType::Enum, {"valid"}, "", "valid",
+            "split that decides; test splits are refused (selecting on test data is forbidden)"),
+        sub("at_least", ConfigType::Float, {}, "[0, 1]", "",
+            "threshold for exact_match / token_accuracy: met when value >= at_least"),
+        sub("at_most", ConfigType::Float, {}, "[0, inf)", "",
+            "threshold for loss / perplexity (perplexity: >= 1): met when value <= at_most; "
+            "give exactly one of at_least / at_most"),
+        sub("patience", ConfigType::Int, {}, "[1, inf)", "1",
+            "consecutive validations that must meet the threshold"),
+    };
+  }
 
   Section<EvalConfig> eval{v, "eval", &Config::eval};
   eval("batch_size", &EvalConfig::batch_size, "[1, inf)", "examples per evaluation batch");
@@ -830,6 +966,26 @@ const std::vector<Rule>& rules() {
                  {"pe.randomized_max_position",
                   lm ? "task.lm_eval_lengths" : "task.test_lengths"}};
        }},
+      {"train.stop_when needs train.eval_every > 0, a metric the task has (no exact_match for "
+       "task lm) and a validation split (task textfile: task.valid_file or "
+       "task.valid_fraction > 0)",
+       [](const Config& c) -> Violation {
+         const StopWhen& w = c.train.stop_when;
+         if (!w.enabled()) return {};
+         if (c.train.eval_every <= 0)
+           return {"train.stop_when needs validations: train.eval_every must be > 0 (got " +
+                       std::to_string(c.train.eval_every) + ")",
+                   {"train.stop_when", "train.eval_every"}};
+         if (c.task.name == "lm" && w.metric == "exact_match")
+           return {"train.stop_when: task lm has no exact_match (its evaluation gives loss, "
+                   "perplexity and token_accuracy)",
+                   {"train.stop_when", "task.name"}};
+         if (c.task.name == "textfile" && c.task.valid_file.empty() && c.task.valid_fraction <= 0)
+           return {"train.stop_when: task textfile has no valid split (set task.valid_file or "
+                   "task.valid_fraction > 0)",
+                   {"train.stop_when", "task.valid_file", "task.valid_fraction"}};
+         return {};
+       }},
       {"train.device is cpu, cuda or cuda:N",
        [](const Config& c) -> Violation {
          const std::string& d = c.train.device;
@@ -1004,6 +1160,12 @@ std::string emit_text(const Entry& e, const Config& c) {
 
 // ---------------- public API ----------------
 
+std::string StopWhen::describe() const {
+  if (!enabled()) return "";
+  return metric + " on " + split + (higher() ? " >= " : " <= ") + fmt_num(threshold()) + " for " +
+         std::to_string(patience) + " consecutive validation" + (patience == 1 ? "" : "s");
+}
+
 std::string ConfigRange::str() const {
   if (empty()) return "";
   return std::string(has_min && !min_exclusive ? "[" : "(") + (has_min ? fmt_num(min) : "-inf") +
@@ -1151,26 +1313,35 @@ std::string config_reference_markdown() {
         "and line.\n\n"
      << "Override any key on the command line with `--set section.key=value` (repeatable, "
         "applied after the file, validated the same way; the value is YAML: "
-        "`--set task.test_lengths=[8,64]`, `--set train.tags={group: a}`).\n\n"
+        "`--set task.test_lengths=[8,64]`, `--set train.tags={group: a}`, "
+        "`--set 'train.stop_when={metric: exact_match, at_least: 0.99, patience: 2}'`). A key "
+        "with sub-keys (`train.stop_when`) is one YAML mapping; its sub-keys are listed as "
+        "`key.sub` rows below it and are checked like keys (unknown sub-keys and bad values name "
+        "their line).\n\n"
      << "Ranges: `[a, b)` includes a and excludes b; for lists the range bounds every element.\n";
+  auto row = [&cell](const ConfigKey& k) {
+    std::string allowed;
+    if (k.type == ConfigType::Enum) {
+      std::vector<std::string> c;
+      for (const auto& x : k.choices) c.push_back("`" + x + "`");
+      allowed = join(c, ", ");
+    } else if (!k.range.empty()) {
+      allowed = (k.type == ConfigType::IntList ? "each in " : "") + k.range.str();
+    } else if (k.type == ConfigType::Bool) {
+      allowed = "true, false";
+    }
+    const std::string def = k.default_text.empty() ? "(none)" : "`" + cell(k.default_text) + "`";
+    return "| `" + k.full_name() + "` | " + config_type_name(k.type) + " | " + def + " | " +
+           cell(allowed) + " | " + cell(k.doc) + " |\n";
+  };
   for (const auto& sec : config_sections()) {
     md << "\n## `" << sec.first << "`\n\n" << sec.second << ".\n\n"
        << "| Key | Type | Default | Allowed | Description |\n"
        << "|---|---|---|---|---|\n";
     for (const auto& k : config_schema()) {
       if (k.section != sec.first) continue;
-      std::string allowed;
-      if (k.type == ConfigType::Enum) {
-        std::vector<std::string> c;
-        for (const auto& x : k.choices) c.push_back("`" + x + "`");
-        allowed = join(c, ", ");
-      } else if (!k.range.empty()) {
-        allowed = (k.type == ConfigType::IntList ? "each in " : "") + k.range.str();
-      } else if (k.type == ConfigType::Bool) {
-        allowed = "true, false";
-      }
-      md << "| `" << k.full_name() << "` | " << config_type_name(k.type) << " | `"
-         << cell(k.default_text) << "` | " << cell(allowed) << " | " << cell(k.doc) << " |\n";
+      md << row(k);
+      for (const auto& f : k.fields) md << row(f);
     }
   }
   md << "\n## Cross-field rules\n\nChecked after the file and all `--set` overrides:\n\n";

@@ -6,8 +6,10 @@
 // fills and its range / allowed values and doc string; type and default come from the member
 // itself (the defaults below), so adding a key is one struct field plus one table row.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <iosfwd>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -83,6 +85,24 @@ struct PEConfig {
   int randomized_max_position = 1024;
 };
 
+// train.stop_when: train until a validation metric meets a threshold for `patience` consecutive
+// validations (docs/training.md). An empty metric = off. Exactly one of at_least / at_most is set
+// (the other is NaN): at_least for exact_match / token_accuracy, at_most for loss / perplexity.
+struct StopWhen {
+  std::string metric;            // "" = off; exact_match|token_accuracy|loss|perplexity
+  std::string split = "valid";   // the split whose validation decides (only valid exists today)
+  double at_least = std::numeric_limits<double>::quiet_NaN();
+  double at_most = std::numeric_limits<double>::quiet_NaN();
+  int patience = 1;              // consecutive validations that must meet the threshold
+  bool enabled() const { return !metric.empty(); }
+  bool higher() const { return !std::isnan(at_least); }  // at_least given: larger is better
+  double threshold() const { return higher() ? at_least : at_most; }
+  // Does a validation value meet the threshold? (NaN never does.)
+  bool meets(double v) const { return higher() ? v >= at_least : v <= at_most; }
+  // "exact_match on valid >= 0.99 for 2 consecutive validations"
+  std::string describe() const;
+};
+
 struct TrainConfig {
   int64_t steps = 2000;
   int batch_size = 64;
@@ -116,6 +136,7 @@ struct TrainConfig {
   std::string run_name;  // "" = derived from the config file name
   std::string resume;    // "" = fresh run; a checkpoint path, or "latest"
   std::map<std::string, std::string> tags;
+  StopWhen stop_when;
 };
 
 struct EvalConfig {
@@ -160,6 +181,9 @@ struct ConfigKey {
   ConfigRange range;
   std::string default_text;  // the default as YAML text ("64", "[8, 16]", "\"\"")
   std::string doc;
+  // A map with fixed sub-keys (train.stop_when): each sub-key's name, type, allowed values,
+  // default and doc, for the reference. Empty for every other key.
+  std::vector<ConfigKey> fields;
   std::string full_name() const { return section + "." + name; }
 };
 

@@ -191,11 +191,13 @@ bool higher_is_better(const std::string& metric) {
 }
 
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
-                      const std::string& checkpoint) {
-  // Built in memory, then written atomically and checked (write_text_file).
+                      const std::string& checkpoint, const std::string& convergence) {
+  // Built in memory, then written atomically and checked (write_text_file): a reader never sees
+  // half a file.
   std::ostringstream js;
-  js << "{\"step\": " << step << ", \"checkpoint\": " << json_quote(checkpoint)
-     << ", \"results\": [";
+  js << "{\"step\": " << step << ", \"checkpoint\": " << json_quote(checkpoint);
+  if (!convergence.empty()) js << ",\n \"convergence\": " << convergence;
+  js << ",\n \"results\": [";
   for (size_t i = 0; i < results.size(); ++i)
     js << (i ? ",\n  " : "\n  ") << results[i].row().json();
   js << "\n]}\n";

@@ -72,9 +72,11 @@ constexpr int64_t kIgnoreIndex = -100;
 // eval.max_decode_len, or 2 * length + 8.
 int64_t decode_budget(const Config& cfg, int64_t length);
 
-// Writes results as eval.json ({"step": N, "checkpoint": ..., "results": [...]}) and eval.csv.
+// Writes results as eval.json ({"step": N, "checkpoint": ..., "convergence": ..., "results":
+// [...]}; eval.json atomically) and eval.csv. `convergence` is the JSON text of the run's
+// train.stop_when record (trainer.h convergence_json); "" leaves the key out.
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
-                      const std::string& checkpoint);
+                      const std::string& checkpoint, const std::string& convergence = "");
 // Writes predictions_<split>.tsv (source, target, output, correct) for every result that kept its
 // predictions (checked, atomic writes).
 void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results);

@@ -139,6 +139,38 @@ std::string metric_title(const std::string& m) {
   return m;
 }
 
+// printf format for a metric's values in a table (by the magnitude of the mean).
+const char* number_format(const std::string& metric, double scaled_mean) {
+  if (is_percent_metric(metric)) return "%.1f";
+  const double a = std::fabs(scaled_mean);
+  return a >= 1000 ? "%.0f" : a >= 100 ? "%.1f" : "%.2f";
+}
+
+std::string range_text(const std::string& metric) {
+  if (is_percent_metric(metric)) return "[0, 100] %";
+  if (metric == "perplexity") return ">= 1";
+  return ">= 0";
+}
+
+// The unconverged policy that applies to a label: a scheme that cannot learn the task is never
+// excluded (it is shown, marked).
+bool excludes(const ReportInput& in, const std::string& label) {
+  if (in.unconverged != "exclude") return false;
+  for (const auto& r : in.rows)
+    if (r.label() == label) return !in.cannot_learn.count(r.scheme);
+  return true;
+}
+
+std::string scheme_of(const ReportInput& in, const std::string& label) {
+  for (const auto& r : in.rows)
+    if (r.label() == label) return r.scheme;
+  return label;
+}
+
+std::string row_name(const ReportInput& in, const std::string& label) {
+  return in.cannot_learn.count(scheme_of(in, label)) ? label + " ‡" : label;
+}
+
 // Splits in column order: by length when every split has one, else by first appearance.
 struct Column {
   std::string split;
@@ -178,13 +210,31 @@ const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", 
                          "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#a05195",
                          "#393b79", "#637939", "#e7969c", "#8c6d31"};
 constexpr size_t kNumColors = sizeof(kColors) / sizeof(kColors[0]);
+// Filled point types (circle, square, triangle up/down, diamond, pentagon); the open form of each
+// is one less.
+const int kFilledPoints[] = {7, 5, 9, 11, 13, 15};
+constexpr size_t kNumPoints = sizeof(kFilledPoints) / sizeof(kFilledPoints[0]);
 
-std::string style_lines(size_t n) {
-  std::string s;
-  for (size_t i = 0; i < n; ++i)
-    s += "set linetype " + std::to_string(i + 1) + " lc rgb '" + kColors[i % kNumColors] +
-         "' lw 2 pt " + std::to_string(static_cast<int>(i % 13) + 1) + " ps 1.1\n";
-  return s;
+// Point style of series i: colour, point type (open for runs that missed their criterion), size.
+std::string point_style(size_t i, bool open) {
+  const int pt = kFilledPoints[i % kNumPoints] - (open ? 1 : 0);
+  const double ps = 1.6 - 0.2 * static_cast<double>((i / kNumPoints) % 3);
+  return "lc rgb '" + std::string(kColors[i % kNumColors]) + "' lw 1.5 pt " + std::to_string(pt) +
+         " ps " + format_double(ps, 3);
+}
+
+// A gnuplot double-quoted string ("\n" becomes a line break).
+std::string gnuplot_dquote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += std::string("\\") + c;
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out + "\"";
 }
 
 struct PlotResult {
@@ -192,48 +242,131 @@ struct PlotResult {
   std::string error;
 };
 
-// metric vs length: one series per label with error bars, training range shaded.
+// "n = 3 seeds" or "n = 2–3 seeds (per point in the .csv)".
+std::string n_text(int64_t lo, int64_t hi) {
+  if (lo == hi) return "n = " + std::to_string(lo) + (lo == 1 ? " seed" : " seeds");
+  return "n = " + std::to_string(lo) + "–" + std::to_string(hi) + " seeds (n per point in the .csv)";
+}
+
+// metric vs length: one series per label, points with their clipped 95 % t-intervals at the
+// measured lengths only (no connecting lines), series offset horizontally so that none hides
+// another, cells with runs that missed their stop criterion as open points of their own key
+// entry, the training range shaded (its key entry names it).
 void plot_metric(const std::string& dir, const ReportInput& in, const std::string& metric,
                  const std::vector<Column>& cols, PlotResult& pr, bool make_png) {
   const std::string stem = metric + "_vs_length";
   const double scale = is_percent_metric(metric) ? 100.0 : 1.0;
-  std::string dat = "# " + metric_title(metric) + " vs " + in.length_name +
-                    " (mean and sample std over seeds); one block per series\n";
-  std::string csv = "series,split,length,mean,std,n\n";
+  std::vector<int64_t> lengths;
+  for (const auto& c : cols)
+    if (c.length > 0) lengths.push_back(c.length);
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  // Jitter: the series spread over 30 % of the smallest gap between measured lengths (in log2
+  // units on a log axis).
+  double gap = 1.0;
+  for (size_t i = 1; i < lengths.size(); ++i) {
+    const double g = in.log_x ? std::log2(static_cast<double>(lengths[i]) / lengths[i - 1])
+                              : static_cast<double>(lengths[i] - lengths[i - 1]);
+    gap = i == 1 ? g : std::min(gap, g);
+  }
   std::vector<std::string> series;
+  for (const auto& label : in.labels)
+    for (const auto& c : cols)
+      if (c.length > 0 && aggregate(in.rows, label, c.split, metric, excludes(in, label)).n > 0) {
+        series.push_back(label);
+        break;
+      }
+  const double spread = series.size() > 1 ? 0.3 * gap : 0.0;
+  auto offset = [&](size_t i) {
+    return series.size() > 1 ? (static_cast<double>(i) / (series.size() - 1) - 0.5) * spread
+                             : 0.0;
+  };
+
+  std::string dat = "# " + metric_title(metric) + " vs " + in.length_name +
+                    ": plotted x (length with jitter), mean, 95 % t-interval low, high (clipped), "
+                    "n, length; two blocks per series: converged cells, cells with runs that "
+                    "missed their stop criterion\n";
+  std::string csv = "series,split,length,mean,ci_low,ci_high,n,n_converged,n_unconverged,x_plotted\n";
+  struct Block {
+    size_t series, index;
+    bool open;
+  };
+  std::vector<Block> blocks;
+  size_t index = 0;
+  int64_t nmin = std::numeric_limits<int64_t>::max(), nmax = 0;
   double xmin = 1e300, xmax = -1e300;
-  for (const auto& label : in.labels) {
-    std::string block;
+  for (size_t i = 0; i < series.size(); ++i) {
+    std::string part[2];
     for (const auto& c : cols) {
       if (c.length <= 0) continue;
-      const Stat s = aggregate(in.rows, label, c.split, metric);
+      const Stat s = aggregate(in.rows, series[i], c.split, metric, excludes(in, series[i]));
       if (s.n == 0) continue;
-      const double sd = std::isfinite(s.std) ? s.std : 0.0;
-      block += std::to_string(c.length) + " " + format_double(s.mean * scale, 8) + " " +
-               format_double(sd * scale, 8) + " " + std::to_string(s.n) + "\n";
-      csv += csv_cell(label) + "," + c.split + "," + std::to_string(c.length) + "," +
-             format_double(s.mean, 10) + "," + format_double(sd, 10) + "," + std::to_string(s.n) +
-             "\n";
-      xmin = std::min(xmin, static_cast<double>(c.length));
-      xmax = std::max(xmax, static_cast<double>(c.length));
+      const double len = static_cast<double>(c.length);
+      const double x = in.log_x ? len * std::exp2(offset(i)) : len + offset(i);
+      const double lo = s.n > 1 ? s.ci_low : s.mean, hi = s.n > 1 ? s.ci_high : s.mean;
+      part[s.n_unconverged > 0 ? 1 : 0] += format_double(x, 8) + " " +
+                                           format_double(s.mean * scale, 8) + " " +
+                                           format_double(lo * scale, 8) + " " +
+                                           format_double(hi * scale, 8) + " " +
+                                           std::to_string(s.n) + " " + std::to_string(c.length) +
+                                           "\n";
+      csv += csv_cell(series[i]) + "," + c.split + "," + std::to_string(c.length) + "," +
+             format_double(s.mean, 10) + "," + format_double(lo, 10) + "," +
+             format_double(hi, 10) + "," + std::to_string(s.n) + "," +
+             (s.any_criterion ? std::to_string(s.n_converged) : "") + "," +
+             std::to_string(s.n_unconverged) + "," + format_double(x, 8) + "\n";
+      nmin = std::min(nmin, s.n);
+      nmax = std::max(nmax, s.n);
+      xmin = std::min(xmin, x);
+      xmax = std::max(xmax, x);
     }
-    if (block.empty()) continue;
-    dat += "# " + label + "\n" + block + "\n\n";
-    series.push_back(label);
+    for (int k = 0; k < 2; ++k) {
+      if (part[k].empty()) continue;
+      dat += "# " + series[i] + (k ? " (not converged)" : "") + "\n" + part[k] + "\n\n";
+      blocks.push_back({i, index++, k == 1});
+    }
   }
   write_text_file(dir + "/" + stem + ".dat", dat);
   write_text_file(dir + "/" + stem + ".csv", csv);
   pr.data.push_back(dir + "/" + stem + ".dat");
   pr.data.push_back(dir + "/" + stem + ".csv");
-  if (!make_png || series.empty()) return;
+  if (!make_png || blocks.empty()) return;
 
-  std::string gp = gnuplot_terminal_line(1100, 650);
+  const auto range = metric_range(metric);
+  const std::string clip = is_percent_metric(metric)
+                               ? "clipped to [0, 100]"
+                               : "clipped to >= " + format_double(range.first);
+  std::string sub = "mean and 95 % t-interval, " + n_text(nmin, nmax) + ", " + clip;
+  std::string third;
+  if (spread > 0)
+    third = in.log_x ? "points offset by up to ×" + format_double(std::exp2(spread / 2), 3) +
+                           " in x (jitter) so that none hides another"
+                     : "points offset by up to ±" + format_double(spread / 2, 2) +
+                           " in x (jitter) so that none hides another";
+  // Rows with no point at all because every run was left out (compare.unconverged: exclude).
+  std::string absent;
+  for (const auto& label : in.labels) {
+    if (std::find(series.begin(), series.end(), label) != series.end()) continue;
+    for (const auto& c : cols)
+      if (c.length > 0 && aggregate(in.rows, label, c.split, metric, excludes(in, label))
+                                  .n_excluded > 0) {
+        absent += (absent.empty() ? "" : ", ") + label;
+        break;
+      }
+  }
+  if (!absent.empty())
+    third += (third.empty() ? "" : "; ") + std::string("not plotted (every run not converged): ") +
+             absent;
+  if (!third.empty()) sub += "\n" + third;
+  std::string gp = gnuplot_terminal_line(1200, 700);
   gp += "set output '" + stem + ".png'\n";
   gp += "set title " +
-        gnuplot_quote(in.title + ": " + metric_title(metric) + " vs " + in.length_name) + "\n";
-  gp += "set xlabel " + gnuplot_quote(in.length_name) + "\nset ylabel " +
-        gnuplot_quote(metric_title(metric)) + "\n";
-  gp += "set key outside right top\nset grid\n" + style_lines(series.size());
+        gnuplot_dquote(in.title + ": " + metric_title(metric) + " vs " + in.length_name + "\n" +
+                       sub) +
+        "\n";
+  gp += "set xlabel " + gnuplot_quote(in.length_name + " (points at the measured lengths)") +
+        "\nset ylabel " + gnuplot_quote(metric_title(metric)) + "\n";
+  gp += "set key outside right top\nset grid\n";
   double lo = xmin, hi = xmax;
   if (in.log_x) {
     gp += "set logscale x 2\n";
@@ -245,27 +378,41 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
     hi = xmax + pad;
   }
   gp += "set xrange [" + format_double(lo) + ":" + format_double(hi) + "]\n";
+  if (lengths.size() <= 24) {
+    gp += "set xtics (";
+    for (size_t i = 0; i < lengths.size(); ++i)
+      gp += (i ? ", " : "") + std::to_string(lengths[i]);
+    gp += ")\n";
+  }
   if (is_percent_metric(metric)) gp += "set yrange [-2:102]\n";
   if (metric == "perplexity" || metric == "loss") gp += "set logscale y\n";
-  // Training range shaded (clamped to the plotted range).
-  const double r0 = std::max(lo, static_cast<double>(in.train_min) - (in.log_x ? 0.0 : 0.5));
-  const double r1 = std::min(hi, static_cast<double>(in.train_max) + (in.log_x ? 0.0 : 0.5));
-  if (r1 > r0) {
+  // Training range shaded (clamped to the plotted range) wide enough to hold the jittered points
+  // of its lengths; named in the key, so no label covers data.
+  const double margin = spread / 2 + 0.05 * gap;
+  const double r0 = std::max(lo, in.log_x ? in.train_min * std::exp2(-margin)
+                                          : in.train_min - std::max(0.5, margin));
+  const double r1 = std::min(hi, in.log_x ? in.train_max * std::exp2(margin)
+                                          : in.train_max + std::max(0.5, margin));
+  const bool shade = r1 > r0;
+  if (shade)
     gp += "set object 1 rect from first " + format_double(r0) + ", graph 0 to first " +
           format_double(r1) + ", graph 1 behind fc rgb '#e6e6e6' fs solid 1.0 noborder\n";
-    gp += "set label 1 'training range' at first " +
-          format_double(in.log_x ? std::sqrt(r0 * r1) : (r0 + r1) / 2) +
-          ", graph 0.03 center tc rgb '#555555'\n";
-  }
   gp += "plot \\\n";
-  for (size_t i = 0; i < series.size(); ++i) {
-    const bool variant = series[i].find('+') != std::string::npos &&
-                         in.label_notes.count(series[i]) &&
-                         in.label_notes.at(series[i]).rfind("eval-time", 0) == 0;
-    gp += "  '" + stem + ".dat' index " + std::to_string(i) + " using 1:2:3 with yerrorlines ls " +
-          std::to_string(i + 1) + (variant ? " dt 2" : "") + " title " + gnuplot_quote(series[i]) +
-          (i + 1 < series.size() ? ", \\\n" : "\n");
-  }
+  std::vector<std::string> parts;
+  if (shade)
+    parts.push_back("  keyentry with boxes fc rgb '#e6e6e6' fs solid 1.0 title " +
+                    gnuplot_quote("training range (" + in.train_range_text + ")"));
+  for (const auto& b : blocks)
+    parts.push_back("  '" + stem + ".dat' index " + std::to_string(b.index) +
+                    " using 1:2:3:4 with yerrorbars " + point_style(b.series, b.open) +
+                    " title " +
+                    gnuplot_quote(series[b.series] +
+                                  (in.cannot_learn.count(scheme_of(in, series[b.series]))
+                                       ? " (cannot learn by construction)"
+                                       : "") +
+                                  (b.open ? " (not converged)" : "")));
+  for (size_t i = 0; i < parts.size(); ++i)
+    gp += parts[i] + (i + 1 < parts.size() ? ", \\\n" : "\n");
   std::string err;
   if (run_gnuplot(dir + "/" + stem + ".gp", gp, &err))
     pr.pngs.push_back(dir + "/" + stem + ".png");
@@ -273,15 +420,17 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
     pr.error += stem + ": " + err + "; ";
 }
 
-// Training loss per scheme (mean over seeds at each logged step).
+// Training loss per scheme: the mean over seeds at each logged step (line) and the min–max over
+// seeds (band). A run stopped early by its criterion ends early: later steps average fewer runs.
 void plot_loss(const std::string& dir, const ReportInput& in, PlotResult& pr, bool make_png) {
   std::vector<std::string> schemes;
   for (const auto& c : in.curves)
     if (std::find(schemes.begin(), schemes.end(), c.scheme) == schemes.end())
       schemes.push_back(c.scheme);
-  std::string dat = "# training loss per scheme: step, mean over seeds, sample std, n\n";
+  std::string dat = "# training loss per scheme: step, mean over seeds, min, max, n\n";
   std::string csv = "scheme,seed,step,loss\n";
-  std::vector<std::string> series;
+  std::vector<std::string> series, titles;
+  int64_t nmin = std::numeric_limits<int64_t>::max(), nmax = 0;
   for (const auto& s : schemes) {
     std::map<int64_t, std::vector<double>> at;
     for (const auto& c : in.curves) {
@@ -298,30 +447,46 @@ void plot_loss(const std::string& dir, const ReportInput& in, PlotResult& pr, bo
       double m = 0;
       for (double x : v) m += x;
       m /= static_cast<double>(v.size());
-      double sd = 0;
-      for (double x : v) sd += (x - m) * (x - m);
-      sd = v.size() > 1 ? std::sqrt(sd / static_cast<double>(v.size() - 1)) : 0.0;
-      dat += std::to_string(step) + " " + format_double(m, 8) + " " + format_double(sd, 8) + " " +
-             std::to_string(v.size()) + "\n";
+      const auto [mn, mx] = std::minmax_element(v.begin(), v.end());
+      dat += std::to_string(step) + " " + format_double(m, 8) + " " + format_double(*mn, 8) + " " +
+             format_double(*mx, 8) + " " + std::to_string(v.size()) + "\n";
+      nmin = std::min(nmin, static_cast<int64_t>(v.size()));
+      nmax = std::max(nmax, static_cast<int64_t>(v.size()));
     }
     dat += "\n\n";
     series.push_back(s);
+    // Runs of the scheme that missed their stop criterion.
+    std::set<int64_t> missed, all;
+    for (const auto& r : in.rows)
+      if (r.scheme == s && r.variant.empty()) {
+        all.insert(r.seed);
+        if (r.converged == 0) missed.insert(r.seed);
+      }
+    titles.push_back(missed.empty() ? s
+                                    : s + " (" + std::to_string(missed.size()) + "/" +
+                                          std::to_string(all.size()) + " not converged)");
   }
   write_text_file(dir + "/train_loss.dat", dat);
   write_text_file(dir + "/train_loss.csv", csv);
   pr.data.push_back(dir + "/train_loss.dat");
   pr.data.push_back(dir + "/train_loss.csv");
   if (!make_png || series.empty()) return;
-  std::string gp = gnuplot_terminal_line(1000, 600);
+  std::string gp = gnuplot_terminal_line(1100, 620);
   gp += "set output 'train_loss.png'\n";
-  gp += "set title " + gnuplot_quote(in.title + ": training loss (mean over seeds)") + "\n";
+  std::string sub = "line: mean over " + n_text(nmin, nmax) + "; band: min–max over seeds";
+  if (nmin != nmax) sub += "; runs stopped by their criterion end early";
+  gp += "set title " + gnuplot_dquote(in.title + ": training loss\n" + sub) + "\n";
   gp += "set xlabel 'step'\nset ylabel 'training loss (nats/token)'\nset logscale y\n";
-  gp += "set key outside right top\nset grid\n" + style_lines(series.size());
+  gp += "set key outside right top\nset grid\n";
   gp += "plot \\\n";
-  for (size_t i = 0; i < series.size(); ++i)
-    gp += "  'train_loss.dat' index " + std::to_string(i) + " using 1:2 with lines ls " +
-          std::to_string(i + 1) + " title " + gnuplot_quote(series[i]) +
-          (i + 1 < series.size() ? ", \\\n" : "\n");
+  for (size_t i = 0; i < series.size(); ++i) {
+    const std::string col = kColors[i % kNumColors];
+    const std::string src = "  'train_loss.dat' index " + std::to_string(i);
+    gp += src + " using 1:3:4 with filledcurves fc rgb '" + col +
+          "' fs transparent solid 0.2 noborder notitle, \\\n";
+    gp += src + " using 1:2 with lines lc rgb '" + col + "' lw 2 title " +
+          gnuplot_quote(titles[i]) + (i + 1 < series.size() ? ", \\\n" : "\n");
+  }
   std::string err;
   if (run_gnuplot(dir + "/train_loss.gp", gp, &err))
     pr.pngs.push_back(dir + "/train_loss.png");
@@ -337,20 +502,38 @@ std::string duration_text(double s) {
   return fmtf("%.0f", std::floor(s / 3600)) + " h " + fmtf("%02.0f min", std::fmod(s, 3600) / 60);
 }
 
-// Summary CSV of a metric table: label, split, length, in_distribution, mean, std, n, status.
+// One line of table_<metric>.csv.
+std::string summary_line(const std::string& label, const std::string& split, int64_t length,
+                         int in_distribution, const Stat& s) {
+  std::string status = s.n > 0 ? (s.n_unconverged > 0 ? "includes_unconverged" : "ok")
+                       : s.n_excluded > 0 ? "not converged"
+                                          : s.status;
+  return csv_cell(label) + "," + split + "," + (length > 0 ? std::to_string(length) : "") + "," +
+         (in_distribution == 1   ? "true"
+          : in_distribution == 0 ? "false"
+                                 : "") +
+         "," + format_double(s.mean, 10) + "," + format_double(s.ci_low, 10) + "," +
+         format_double(s.ci_high, 10) + "," + std::to_string(s.n) + "," +
+         (s.any_criterion ? std::to_string(s.n_converged) : "") + "," + csv_cell(status) + "\n";
+}
+
+// Summary CSV of a metric table: series, split, length, in_distribution, mean, ci_low, ci_high
+// (the clipped 95 % t-interval; empty with n < 2), n, n_converged (empty without a criterion),
+// status; then one row per series for the extrapolation mean (split "mean_extrapolation").
 std::string summary_csv(const ReportInput& in, const std::string& metric,
                         const std::vector<Column>& cols) {
-  std::string csv = "series,split,length,in_distribution,mean,std,n,status\n";
-  for (const auto& label : in.labels)
-    for (const auto& c : cols) {
-      const Stat s = aggregate(in.rows, label, c.split, metric);
-      csv += csv_cell(label) + "," + c.split + "," + std::to_string(c.length) + "," +
-             (c.in_distribution == 1   ? "true"
-              : c.in_distribution == 0 ? "false"
-                                       : "") +
-             "," + format_double(s.mean, 10) + "," + format_double(s.std, 10) + "," +
-             std::to_string(s.n) + "," + csv_cell(s.n > 0 ? "ok" : s.status) + "\n";
-    }
+  std::string csv = "series,split,length,in_distribution,mean,ci_low,ci_high,n,n_converged,status\n";
+  bool any_extrap = false;
+  for (const auto& c : cols) any_extrap = any_extrap || c.in_distribution == 0;
+  for (const auto& label : in.labels) {
+    const bool ex = excludes(in, label);
+    for (const auto& c : cols)
+      csv += summary_line(label, c.split, c.length, c.in_distribution,
+                          aggregate(in.rows, label, c.split, metric, ex));
+    if (any_extrap)
+      csv += summary_line(label, "mean_extrapolation", 0, 0,
+                          aggregate_runs(in.rows, label, 0, metric, ex));
+  }
   return csv;
 }
 
@@ -362,7 +545,7 @@ const std::vector<std::string>& results_csv_columns() {
   static const std::vector<std::string> c = {
       "scheme",          "variant",      "seed",       "split",      "length",
       "in_distribution", "status",       "loss",       "perplexity", "token_accuracy",
-      "exact_match",     "train_wall_s", "eval_wall_s"};
+      "exact_match",     "train_wall_s", "eval_wall_s", "converged",  "criterion_step"};
   return c;
 }
 
@@ -379,7 +562,11 @@ std::string results_csv(const std::vector<ResultRow>& rows) {
                                      : "") +
            "," + csv_cell(r.status) + "," + num_cell(r.loss) + "," + num_cell(r.perplexity) + "," +
            num_cell(r.token_accuracy) + "," + num_cell(r.exact_match) + "," +
-           num_cell(r.train_wall_s) + "," + num_cell(r.eval_wall_s) + "\n";
+           num_cell(r.train_wall_s) + "," + num_cell(r.eval_wall_s) + "," +
+           (r.converged == 1   ? "true"
+            : r.converged == 0 ? "false"
+                               : "") +
+           "," + (r.criterion_step >= 0 ? std::to_string(r.criterion_step) : "") + "\n";
   }
   return out;
 }
@@ -389,8 +576,10 @@ std::vector<ResultRow> parse_results_csv(const std::string& text, const std::str
   PELAB_CHECK(!recs.empty(), where, ": empty (no header)");
   std::map<std::string, size_t> col;
   for (size_t i = 0; i < recs[0].size(); ++i) col[recs[0][i]] = i;
+  // eval_wall_s, converged and criterion_step came later: files without them still read.
   for (const auto& c : results_csv_columns())
-    if (c != "eval_wall_s") PELAB_CHECK(col.count(c), where, ": missing column '", c, "'");
+    if (c != "eval_wall_s" && c != "converged" && c != "criterion_step")
+      PELAB_CHECK(col.count(c), where, ": missing column '", c, "'");
   std::vector<ResultRow> rows;
   for (size_t k = 1; k < recs.size(); ++k) {
     const auto& f = recs[k];
@@ -416,6 +605,12 @@ std::vector<ResultRow> parse_results_csv(const std::string& text, const std::str
     r.exact_match = parse_num(get("exact_match"), at);
     r.train_wall_s = parse_num(get("train_wall_s"), at);
     r.eval_wall_s = parse_num(get("eval_wall_s"), at);
+    const std::string conv = get("converged");
+    PELAB_CHECK(conv.empty() || conv == "true" || conv == "false", at,
+                ": converged must be true, false or empty, got '", conv, "'");
+    r.converged = conv == "true" ? 1 : conv == "false" ? 0 : -1;
+    const double cs = parse_num(get("criterion_step"), at);
+    r.criterion_step = std::isfinite(cs) ? static_cast<int64_t>(cs) : -1;
     rows.push_back(r);
   }
   return rows;
@@ -430,21 +625,84 @@ double row_metric(const ResultRow& r, const std::string& metric) {
        "' (expected exact_match, token_accuracy, perplexity or loss)");
 }
 
-// ---------------- aggregation and tables ----------------
+// ---------------- statistics ----------------
 
-Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
-               const std::string& split, const std::string& metric) {
-  Stat s;
-  std::vector<double> v;
-  for (const auto& r : rows) {
-    if (r.split != split || r.label() != label) continue;
-    if (!r.available()) {
-      if (s.status.empty()) s.status = r.status;
-      continue;
-    }
-    const double x = row_metric(r, metric);
-    if (std::isfinite(x)) v.push_back(x);
+double incomplete_beta(double a, double b, double x) {
+  PELAB_CHECK(a > 0 && b > 0 && x >= 0 && x <= 1, "incomplete_beta: needs a, b > 0 and 0 <= x <= 1",
+              " (a ", a, ", b ", b, ", x ", x, ")");
+  if (x == 0 || x == 1) return x;
+  // The continued fraction converges fast for x < (a + 1) / (a + b + 2); use the symmetry
+  // I_x(a, b) = 1 - I_{1-x}(b, a) otherwise.
+  if (x > (a + 1) / (a + b + 2)) return 1.0 - incomplete_beta(b, a, 1.0 - x);
+  const double front =
+      std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
+               b * std::log1p(-x)) /
+      a;
+  // I_x(a, b) = front / (1 + d1 / (1 + d2 / (1 + ...))) with
+  //   d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)),
+  //   d_{2m}   = m (b - m) x / ((a + 2m - 1)(a + 2m)),
+  // evaluated by the modified Lentz method on 1 + 1 / (1 + d1 / (1 + ...)) (the leading "1 +"
+  // keeps the recurrence uniform; it is subtracted at the end).
+  const double tiny = 1e-300;
+  double f = 1.0, c = 1.0, d = 0.0;
+  for (int i = 0; i <= 400; ++i) {
+    const int m = i / 2;
+    double num;
+    if (i == 0)
+      num = 1.0;
+    else if (i % 2 == 0)
+      num = m * (b - m) * x / ((a + 2.0 * m - 1) * (a + 2.0 * m));
+    else
+      num = -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1));
+    d = 1.0 + num * d;
+    if (std::fabs(d) < tiny) d = tiny;
+    c = 1.0 + num / c;
+    if (std::fabs(c) < tiny) c = tiny;
+    d = 1.0 / d;
+    const double delta = c * d;
+    f *= delta;
+    if (std::fabs(1.0 - delta) < 1e-15) break;
   }
+  return front * (f - 1.0);
+}
+
+namespace {
+// P(T <= t) for T ~ t(df), t >= 0.
+double student_t_cdf_upper_half(double t, double df) {
+  return 1.0 - 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t));
+}
+}  // namespace
+
+double student_t_quantile(double p, double df) {
+  PELAB_CHECK(p > 0 && p < 1 && df >= 1, "student_t_quantile: needs 0 < p < 1 and df >= 1 (p ", p,
+              ", df ", df, ")");
+  if (p == 0.5) return 0.0;
+  if (p < 0.5) return -student_t_quantile(1.0 - p, df);
+  double lo = 0.0, hi = 1.0;
+  while (student_t_cdf_upper_half(hi, df) < p) {
+    lo = hi;
+    hi *= 2.0;
+    PELAB_CHECK(hi < 1e300, "student_t_quantile: no quantile for p ", p, ", df ", df);
+  }
+  // Bisection: the CDF is monotone; 200 halvings reach double precision.
+  for (int i = 0; i < 200 && hi - lo > 1e-13 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (student_t_cdf_upper_half(mid, df) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+std::pair<double, double> metric_range(const std::string& metric) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (is_percent_metric(metric)) return {0.0, 1.0};
+  if (metric == "perplexity") return {1.0, inf};
+  if (metric == "loss") return {0.0, inf};
+  fail("report: unknown metric '", metric,
+       "' (expected exact_match, token_accuracy, perplexity or loss)");
+}
+
+Stat stat_of(const std::vector<double>& v, const std::string& metric) {
+  Stat s;
   s.n = static_cast<int64_t>(v.size());
   if (v.empty()) return s;
   double m = 0;
@@ -454,27 +712,130 @@ Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
   if (v.size() > 1) {
     double ss = 0;
     for (double x : v) ss += (x - m) * (x - m);
-    s.std = std::sqrt(ss / static_cast<double>(v.size() - 1));
+    const double n = static_cast<double>(v.size());
+    s.std = std::sqrt(ss / (n - 1));
+    s.half = student_t_quantile(0.975, n - 1) * s.std / std::sqrt(n);
+    const auto [lo, hi] = metric_range(metric);
+    s.ci_low = std::max(lo, m - s.half);
+    s.ci_high = std::min(hi, m + s.half);
+    s.clipped = m - s.half < lo || m + s.half > hi;
   }
   return s;
 }
 
-std::string format_cell(const Stat& s, const std::string& metric) {
-  if (s.n == 0) return s.status.empty() ? "–" : s.status;
-  const bool pct = is_percent_metric(metric);
-  const double k = pct ? 100.0 : 1.0;
-  const double m = s.mean * k;
-  const char* f = pct ? "%.1f"
-                      : (std::fabs(m) >= 1000  ? "%.0f"
-                         : std::fabs(m) >= 100 ? "%.1f"
-                                               : "%.2f");
-  std::string out = fmtf(f, m);
-  if (s.n > 1 && std::isfinite(s.std)) out += " ± " + fmtf(f, s.std * k);
+namespace {
+
+// One value of one run with its convergence, into a statistic.
+struct RunValue {
+  double value;
+  int converged;
+};
+
+Stat stat_of_runs(const std::vector<RunValue>& runs, const std::string& metric,
+                  bool exclude_unconverged, int64_t missing_excluded, const std::string& status) {
+  std::vector<double> v;
+  int64_t conv = 0, unconv = 0, excluded = missing_excluded;
+  bool any_criterion = false;
+  for (const auto& r : runs) {
+    any_criterion = any_criterion || r.converged >= 0;
+    if (r.converged == 0 && exclude_unconverged) {
+      ++excluded;
+      continue;
+    }
+    v.push_back(r.value);
+    conv += r.converged == 1;
+    unconv += r.converged == 0;
+  }
+  Stat s = stat_of(v, metric);
+  s.n_converged = conv;
+  s.n_unconverged = unconv;
+  s.n_excluded = excluded;
+  s.any_criterion = any_criterion;
+  s.status = status;
+  return s;
+}
+
+}  // namespace
+
+Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
+               const std::string& split, const std::string& metric, bool exclude_unconverged) {
+  std::vector<RunValue> runs;
+  std::string status;
+  for (const auto& r : rows) {
+    if (r.split != split || r.label() != label) continue;
+    if (!r.available()) {
+      if (status.empty()) status = r.status;
+      continue;
+    }
+    const double x = row_metric(r, metric);
+    if (std::isfinite(x)) runs.push_back({x, r.converged});
+  }
+  return stat_of_runs(runs, metric, exclude_unconverged, 0, status);
+}
+
+Stat aggregate_runs(const std::vector<ResultRow>& rows, const std::string& label,
+                    int in_distribution, const std::string& metric, bool exclude_unconverged) {
+  std::set<std::string> splits;
+  for (const auto& r : rows)
+    if (r.label() == label && r.in_distribution == in_distribution) splits.insert(r.split);
+  struct Acc {
+    double sum = 0;
+    size_t n = 0;
+    bool missing = false;
+    int converged = -1;
+  };
+  std::map<int64_t, Acc> by_seed;
+  std::string status;
+  for (const auto& r : rows) {
+    if (r.label() != label || !splits.count(r.split)) continue;
+    Acc& a = by_seed[r.seed];
+    a.converged = r.converged;
+    const double x = r.available() ? row_metric(r, metric) : std::nan("");
+    if (!std::isfinite(x)) {
+      a.missing = true;
+      if (!r.available() && status.empty()) status = "n/a";
+      continue;
+    }
+    a.sum += x;
+    ++a.n;
+  }
+  std::vector<RunValue> runs;
+  for (const auto& [seed, a] : by_seed)
+    if (!a.missing && a.n == splits.size() && a.n > 0)
+      runs.push_back({a.sum / static_cast<double>(a.n), a.converged});
+  return stat_of_runs(runs, metric, exclude_unconverged, 0, status);
+}
+
+
+std::string format_cell(const Stat& s, const std::string& metric, int64_t expected_n) {
+  if (s.n == 0) {
+    if (s.n_excluded > 0) return "not converged";
+    return s.status.empty() ? "–" : s.status;
+  }
+  const double k = is_percent_metric(metric) ? 100.0 : 1.0;
+  const char* f = number_format(metric, s.mean * k);
+  std::string out = fmtf(f, s.mean * k);
+  if (s.n > 1 && std::isfinite(s.ci_low) && std::isfinite(s.ci_high))
+    out += " [" + fmtf(f, s.ci_low * k) + ", " + fmtf(f, s.ci_high * k) + "]";
+  if (expected_n > 0 && s.n != expected_n) out += " (n = " + std::to_string(s.n) + ")";
+  if (s.n_unconverged > 0) out += " †";
+  return out;
+}
+
+std::vector<std::string> unconverged_runs(const ReportInput& in) {
+  std::vector<std::string> out;
+  std::set<std::pair<std::string, int64_t>> seen;
+  for (const auto& r : in.rows) {
+    if (r.converged != 0 || in.cannot_learn.count(r.scheme)) continue;
+    if (seen.insert({r.scheme, r.seed}).second)
+      out.push_back(r.scheme + " seed " + std::to_string(r.seed));
+  }
   return out;
 }
 
 std::string metric_table_markdown(const ReportInput& in, const std::string& metric) {
   const std::vector<Column> cols = columns_of(in.rows);
+  const int64_t expected_n = static_cast<int64_t>(in.seeds.size());
   bool any_extrap = false;
   for (const auto& c : cols) any_extrap = any_extrap || c.in_distribution == 0;
   std::string md = "| " + std::string("scheme");
@@ -495,7 +856,7 @@ std::string metric_table_markdown(const ReportInput& in, const std::string& metr
     double lo = 0, hi = 0;
     bool any = false;
     for (const auto& label : in.labels) {
-      const Stat s = aggregate(in.rows, label, c.split, metric);
+      const Stat s = aggregate(in.rows, label, c.split, metric, excludes(in, label));
       if (s.n == 0) continue;
       lo = any ? std::min(lo, s.mean) : s.mean;
       hi = any ? std::max(hi, s.mean) : s.mean;
@@ -503,39 +864,119 @@ std::string metric_table_markdown(const ReportInput& in, const std::string& metr
     }
     if (any && hi > lo) best[c.split] = higher_better(metric) ? hi : lo;
   }
+  bool any_dagger = false, any_clipped = false, any_cannot = false, n_varies = false;
   for (const auto& label : in.labels) {
+    const bool ex = excludes(in, label);
     bool any = false;
-    std::string line = "| " + label;
-    double extrap_sum = 0;
-    int extrap_n = 0;
-    bool extrap_na = false;
+    std::string line = "| " + row_name(in, label);
+    any_cannot = any_cannot || in.cannot_learn.count(scheme_of(in, label));
+    auto note = [&](const Stat& s) {
+      any_dagger = any_dagger || s.n_unconverged > 0;
+      any_clipped = any_clipped || (s.clipped && s.n > 1);
+      n_varies = n_varies || (s.n > 0 && s.n != expected_n);
+    };
     for (const auto& c : cols) {
-      const Stat s = aggregate(in.rows, label, c.split, metric);
-      any = any || s.n > 0 || !s.status.empty();
-      std::string cell = format_cell(s, metric);
+      const Stat s = aggregate(in.rows, label, c.split, metric, ex);
+      note(s);
+      any = any || s.n > 0 || !s.status.empty() || s.n_excluded > 0;
+      std::string cell = format_cell(s, metric, expected_n);
       if (s.n > 0 && best.count(c.split) && s.mean == best[c.split]) cell = "**" + cell + "**";
       line += " | " + cell;
-      if (c.in_distribution == 0) {
-        if (s.n > 0) {
-          extrap_sum += s.mean;
-          ++extrap_n;
-        } else {
-          extrap_na = true;
-        }
-      }
     }
     if (any_extrap) {
-      Stat e;
-      if (!extrap_na && extrap_n > 0) {
-        e.n = 1;
-        e.mean = extrap_sum / extrap_n;
-      } else {
-        e.status = "n/a";
-      }
-      line += " | " + format_cell(e, metric);
+      const Stat e = aggregate_runs(in.rows, label, 0, metric, ex);
+      note(e);
+      line += " | " + format_cell(e, metric, expected_n);
     }
     if (any) md += line + " |\n";
   }
+  // The caption: what the numbers are.
+  std::string cap = "\n_";
+  if (expected_n > 1) {
+    cap += "Cells: mean [low, high], the 95 % t-interval over n = " + std::to_string(expected_n) +
+           " seeds (mean ± t(0.975, n−1)·s/√n, s the sample standard deviation), intervals "
+           "clipped to the metric's range (" +
+           range_text(metric) + ")";
+    if (any_clipped) cap += "; some reached past it and are clipped";
+    cap += ".";
+    if (n_varies)
+      cap += " A cell with fewer values says so: (n = k); with n = 1 it has no interval.";
+  } else {
+    cap += "Cells: the value of n = 1 seed — no interval (at least 2 seeds are needed for one).";
+  }
+  if (any_extrap)
+    cap += " Mean (extrapolation): each run's mean over the extrapolation columns, then the mean "
+           "and interval over runs.";
+  if (!best.empty()) cap += " Bold: best mean per column.";
+  if (any_dagger)
+    cap += " † a run in the cell missed its stop criterion (not converged; see Convergence).";
+  if (in.unconverged == "exclude") {
+    const std::vector<std::string> left = unconverged_runs(in);
+    cap += " compare.unconverged: exclude — " + std::to_string(left.size()) +
+           (left.size() == 1 ? " run" : " runs") + " that missed the stop criterion left out";
+    for (size_t i = 0; i < left.size(); ++i) cap += (i ? ", " : ": ") + left[i];
+    cap += "; \"not converged\" = every run of the cell left out.";
+  }
+  if (any_cannot) cap += " ‡ cannot learn the task by construction (see Convergence).";
+  md += cap + "_\n";
+  return md;
+}
+
+std::string convergence_table_markdown(const ReportInput& in) {
+  std::string md = "| scheme | criterion | runs converged | steps to criterion (mean [min–max]) | "
+                   "in-distribution " + metric_title(in.primary_metric) + " | note |\n";
+  md += "|---|---|---:|---:|---:|---|\n";
+  const int64_t expected_n = static_cast<int64_t>(in.seeds.size());
+  for (const auto& label : in.labels) {
+    bool trained = false;
+    for (const auto& r : in.rows) trained = trained || (r.label() == label && r.variant.empty());
+    if (!trained) continue;  // eval-time variants share their scheme's runs
+    std::map<int64_t, std::pair<int, int64_t>> runs;  // seed -> (converged, step)
+    for (const auto& r : in.rows)
+      if (r.label() == label) runs[r.seed] = {r.converged, r.criterion_step};
+    int64_t with = 0, met = 0, nsteps = 0, smin = 0, smax = 0;
+    double ssum = 0;
+    for (const auto& [seed, cs] : runs) {
+      if (cs.first < 0) continue;
+      ++with;
+      if (cs.first != 1) continue;
+      ++met;
+      if (cs.second < 0) continue;  // met, step unknown
+      smin = nsteps ? std::min(smin, cs.second) : cs.second;
+      smax = nsteps ? std::max(smax, cs.second) : cs.second;
+      ssum += static_cast<double>(cs.second);
+      ++nsteps;
+    }
+    auto crit = in.criteria.find(label);
+    const std::string criterion =
+        crit != in.criteria.end() && !crit->second.empty() ? "`" + crit->second + "`" : "—";
+    std::string conv = with ? std::to_string(met) + "/" + std::to_string(with) : "—";
+    std::string steps = "—";
+    if (nsteps)
+      steps = fmtf("%.0f", ssum / static_cast<double>(nsteps)) + " [" + std::to_string(smin) +
+              "–" + std::to_string(smax) + "]" +
+              (nsteps < met ? " (n = " + std::to_string(nsteps) + ")" : "");
+    else if (met)
+      steps = "unknown";
+    else if (with)
+      steps = "not reached";
+    const Stat ind = aggregate_runs(in.rows, label, 1, in.primary_metric, excludes(in, label));
+    auto cl = in.cannot_learn.find(label);
+    const std::string note =
+        cl != in.cannot_learn.end() ? "cannot learn by construction: " + cl->second : "";
+    md += "| " + row_name(in, label) + " | " + criterion + " | " + conv + " | " + steps + " | " +
+          format_cell(ind, in.primary_metric, expected_n) + " | " + note + " |\n";
+  }
+  md += "\n_Criterion: `train.stop_when` of the run (— = none: the run trained for train.steps). "
+        "Steps to criterion: over the runs that met it. In-distribution: each run's mean over the "
+        "training-range columns, then the mean and 95 % t-interval over the n = " +
+        std::to_string(expected_n) +
+        " seeds' runs (clipped to the metric's range; (n = k) where fewer), † when a run missed "
+        "its criterion.";
+  if (!in.cannot_learn.empty())
+    md += " ‡ declared `expect: cannot_learn` in the config: trained and shown, never a failure "
+          "of compare.unconverged: fail.";
+  md += "_\n";
   return md;
 }
 
@@ -584,8 +1025,11 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
      << "; columns marked **(train)** are inside it, the others test length extrapolation.\n";
   md << "- Seeds:";
   for (size_t i = 0; i < in.seeds.size(); ++i) md << (i ? ", " : " ") << in.seeds[i];
-  md << (in.seeds.size() > 1 ? " — cells are mean ± sample std over seeds.\n"
-                             : " — one seed, so no spread is shown.\n");
+  md << (in.seeds.size() > 1
+             ? " — cells are the mean and its 95 % Student-t interval over the n = " +
+                   std::to_string(in.seeds.size()) +
+                   " seeds, clipped to the metric's range (each table's caption says how).\n"
+             : " — one seed (n = 1), so no interval is shown.\n");
   md << "- Primary metric: " << metric_title(in.primary_metric)
      << (in.primary_metric == "exact_match" ? " (greedy decoding, whole output must match)" : "")
      << ". Best value per column in bold. \"n/a (> max_positions)\": a learned absolute table "
@@ -607,7 +1051,20 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
       md << "; this invocation of pelab compare: " << duration_text(in.total_wall_s);
     md << (in.timing_note.empty() ? "" : " (" + in.timing_note + ")") << ".\n";
   }
-  md << "\n";
+  {
+    const std::vector<std::string> missed = unconverged_runs(in);
+    md << "- Convergence (`train.stop_when`): ";
+    if (missed.empty()) {
+      md << "no run missed its stop criterion";
+    } else {
+      md << "runs that missed the stop criterion (" << missed.size() << ":";
+      for (size_t i = 0; i < missed.size(); ++i) md << (i ? ", " : " ") << missed[i];
+      md << ") are marked † in the tables and drawn as open points \"(not converged)\" in the "
+            "plots";
+    }
+    md << "; compare.unconverged: " << in.unconverged << ".\n";
+  }
+  md << "\n## Convergence\n\n" << convergence_table_markdown(in) << "\n";
   for (size_t i = 0; i < metrics.size(); ++i) {
     const std::string& m = metrics[i];
     md << "## " << metric_title(m) << " by " << in.length_name << "\n\n";
@@ -618,7 +1075,8 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   }
   md << "## Training loss\n\n";
   if (has_png("train_loss")) md << "![training loss](train_loss.png)\n\n";
-  md << "Data: `train_loss.csv` (every logged step of every run).\n\n";
+  md << "Line: the mean over seeds at each logged step; band: the min–max over seeds. Data: "
+        "`train_loss.csv` (every logged step of every run).\n\n";
 
   // Rows, settings and wall time.
   md << "## Schemes and wall time\n\n";
@@ -651,8 +1109,8 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   md << "\n";
   if (!files.plot_note.empty()) md << "_Plots: " << files.plot_note << "._\n\n";
   md << "## Files\n\n";
-  md << "`results.csv` (one row per scheme × variant × seed × split), `table_<metric>.csv` (the "
-        "tables above), `<metric>_vs_length.{dat,csv,png}`, `train_loss.{dat,csv,png}`, "
+  md << "`results.csv` (one row per scheme × variant × seed × split, with the run's convergence), "
+        "`table_<metric>.csv` (the tables above: mean, ci_low, ci_high, n, n_converged), `<metric>_vs_length.{dat,csv,png}`, `train_loss.{dat,csv,png}`, "
         "`runs/<scheme>_seed<N>/` (each run's config, metrics, checkpoints and evaluation "
         "cache).\n\n";
   md << "## Reproduce\n\n```sh\n" << in.command << "\n```\n\n";

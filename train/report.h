@@ -1,7 +1,8 @@
 // pelab — the report of a length-extrapolation comparison (docs/experiments.md): results.csv,
-// report.md (schemes × lengths, mean ± std over seeds, training range marked, wall times, the
-// command and the config) and gnuplot PNG plots, each next to the .dat/.csv behind it. Also the
-// small gnuplot helpers shared with `pelab plot-pe`.
+// report.md (schemes × lengths, mean and 95 % Student-t interval over seeds, clipped to the
+// metric's range; training range marked; convergence of every run (train.stop_when) with the runs
+// that missed it marked †; wall times, the command and the config) and gnuplot PNG plots, each next
+// to the .dat/.csv behind it. Also the small gnuplot helpers shared with `pelab plot-pe`.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -28,6 +29,9 @@ struct ResultRow {
   double exact_match = std::numeric_limits<double>::quiet_NaN();
   double train_wall_s = std::numeric_limits<double>::quiet_NaN();
   double eval_wall_s = std::numeric_limits<double>::quiet_NaN();  // this run+variant, all splits
+  // The run's training stop criterion (train.stop_when): 1 met, 0 missed, -1 no criterion.
+  int converged = -1;
+  int64_t criterion_step = -1;  // the step at which it was met; -1 when not met / no criterion
   bool available() const { return status == "ok"; }
   // "rope" or "rope+pi"
   std::string label() const { return variant.empty() ? scheme : scheme + "+" + variant; }
@@ -68,24 +72,65 @@ struct ReportInput {
   double total_wall_s = std::numeric_limits<double>::quiet_NaN();
   std::string timing_note;  // threads, machine load, ...
   bool log_x = false;       // plots over lengths on a log2 axis (lm)
+  // compare.unconverged: "report" (keep runs that missed the stop criterion, marked †) or
+  // "exclude" (leave them out of means and intervals; the tables say how many). "fail" reports
+  // like "report"; the command fails after writing it (compare.h).
+  std::string unconverged = "report";
+  std::map<std::string, std::string> criteria;      // scheme -> stop criterion text ("" = none)
+  std::map<std::string, std::string> cannot_learn;  // scheme -> why it cannot learn the task
 };
 
-// Mean ± sample std over the available values (n = count).
+// Student-t quantile function: the t with P(T <= t) = p for T ~ t(df), df >= 1, 0 < p < 1
+// (inverts the t CDF through the regularized incomplete beta function; |error| < 1e-9).
+double student_t_quantile(double p, double df);
+// Regularized incomplete beta I_x(a, b), a, b > 0, 0 <= x <= 1.
+double incomplete_beta(double a, double b, double x);
+// The range a metric's values lie in (stored units: accuracies as fractions): [0, 1] for exact
+// match / token accuracy, [0, inf) for loss, [1, inf) for perplexity.
+std::pair<double, double> metric_range(const std::string& metric);
+
+// Mean and 95 % Student-t interval over the available values (n = count):
+// mean ± t_{0.975, n-1} · s / √n, s the sample std; the interval is clipped to metric_range().
 struct Stat {
   double mean = std::numeric_limits<double>::quiet_NaN();
-  double std = std::numeric_limits<double>::quiet_NaN();
-  int64_t n = 0;
+  double std = std::numeric_limits<double>::quiet_NaN();   // sample std (n >= 2)
+  double half = std::numeric_limits<double>::quiet_NaN();  // t·s/√n before clipping (n >= 2)
+  double ci_low = std::numeric_limits<double>::quiet_NaN();   // clipped interval (n >= 2)
+  double ci_high = std::numeric_limits<double>::quiet_NaN();
+  bool clipped = false;     // the interval reached past the metric's range
+  int64_t n = 0;            // values used
+  int64_t n_converged = 0;  // of them, runs that met the stop criterion
+  int64_t n_unconverged = 0;  // of them, runs that missed it (marked †)
+  int64_t n_excluded = 0;     // runs left out (compare.unconverged: exclude)
+  bool any_criterion = false;  // some run of the cell had a stop criterion
   std::string status;  // non-ok status of the rows when none is available ("n/a (> max_positions)")
 };
-// Statistic of `metric` over the rows of `label` on `split`.
+// Mean and interval of `values` (no convergence information) for `metric`'s range.
+Stat stat_of(const std::vector<double>& values, const std::string& metric);
+// Statistic of `metric` over the rows of `label` on `split`; exclude_unconverged leaves out rows
+// of runs that missed their stop criterion (counted in n_excluded).
 Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
-               const std::string& split, const std::string& metric);
+               const std::string& split, const std::string& metric,
+               bool exclude_unconverged = false);
+// Statistic over seeds of each run's mean of `metric` over the columns with in_distribution ==
+// `in_distribution` (a run counts only when every such column has a value).
+Stat aggregate_runs(const std::vector<ResultRow>& rows, const std::string& label,
+                    int in_distribution, const std::string& metric,
+                    bool exclude_unconverged = false);
 
-// A table cell: "93.0 ± 2.1" (exact match / token accuracy in percent), "3.21 ± 0.05"
-// (perplexity / loss), "93.0" with one seed, or the status ("n/a (> max_positions)").
-std::string format_cell(const Stat& s, const std::string& metric);
-// The markdown table of labels × splits for a metric (in-distribution columns marked "(train)").
+// A table cell: "93.0 [88.1, 97.9]" (exact match / token accuracy in percent), "3.21 [3.02,
+// 3.40]" (perplexity / loss), "93.0" with one value; " (n = 2)" when n differs from `expected_n`
+// (> 0); "†" when a run in the cell missed its stop criterion; "not converged" when every run was
+// excluded for that; else the status ("n/a (> max_positions)").
+std::string format_cell(const Stat& s, const std::string& metric, int64_t expected_n = 0);
+// The markdown table of labels × splits for a metric (in-distribution columns marked "(train)"),
+// followed by its caption (interval, n, clipping, convergence marks).
 std::string metric_table_markdown(const ReportInput& in, const std::string& metric);
+// The convergence table: scheme, criterion, runs converged k/n, steps to criterion (mean
+// [min–max]), the in-distribution primary metric, and the schemes that cannot learn the task.
+std::string convergence_table_markdown(const ReportInput& in);
+// Runs ("scheme seed N") that missed their stop criterion, excluding schemes in in.cannot_learn.
+std::vector<std::string> unconverged_runs(const ReportInput& in);
 
 // What write_report made.
 struct ReportFiles {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "pelab/autograd.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
+#include "train/metrics.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
 #include "train/report.h"
@@ -186,6 +188,8 @@ class Trainer {
   void add_row(const MetricRow& row);
   void rewrite_metrics_files();
   EvalResult validate();
+  void update_criterion(const EvalResult& r);
+  Convergence convergence() const;
   void save(const std::string& path);
   void save_step_checkpoint();
   void update_last_link();
@@ -222,6 +226,11 @@ class Trainer {
   std::vector<std::vector<int64_t>> step_positions_;
   EvalResult last_valid_;
   int64_t last_valid_step_ = -1;
+  // train.stop_when: consecutive validations meeting the threshold, the step it was met at (-1 =
+  // not yet) and the metric at the newest validation. All three are in the checkpoint.
+  int64_t crit_hits_ = 0;
+  int64_t crit_met_step_ = -1;
+  double crit_value_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 void Trainer::open_run() {
@@ -356,6 +365,16 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   last_lr_ = value("last_lr");
   last_grad_norm_ = value("last_grad_norm");
   elapsed_before_ = value("elapsed_s");
+  // train.stop_when state; checkpoints written before the criterion existed have none (and a
+  // config without a criterion: a resume cannot add one, see resumable_change).
+  auto counter_or = [&](const char* name, int64_t def) {
+    auto it = ck.counters.find(name);
+    return it == ck.counters.end() ? def : it->second;
+  };
+  crit_hits_ = counter_or("criterion_hits", 0);
+  crit_met_step_ = counter_or("criterion_met_step", -1);
+  auto cv = ck.values.find("criterion_value");
+  crit_value_ = cv == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : cv->second;
   rows_ = parse_metrics_jsonl(ck.metrics_jsonl, path + ": metrics");
   saved_step_ = step_;
 }
@@ -499,6 +518,7 @@ EvalResult Trainer::validate() {
   EvalResult r = evaluate_set(*model_, *data_, data_->valid(), cfg_);
   last_valid_ = r;
   last_valid_step_ = step_;
+  update_criterion(r);
   if (!r.available()) return r;
   MetricRow row;
   row.set("type", "eval").set("step", step_).set("split", r.split).set("loss", r.loss);
@@ -520,9 +540,41 @@ EvalResult Trainer::validate() {
                     " token_acc " + format_metric(r.token_accuracy, 4);
   if (std::isfinite(r.exact_match)) msg += " exact_match " + format_metric(r.exact_match, 4);
   if (best) msg += " (best " + metric + ")";
+  const StopWhen& w = cfg_.train.stop_when;
+  if (w.enabled())
+    msg += " [stop_when " + std::to_string(crit_hits_) + "/" + std::to_string(w.patience) + "]";
   progress_->line(msg);
+  if (w.enabled() && crit_met_step_ == step_)
+    progress_->line("criterion met at step " + std::to_string(step_) + ": " + w.metric + " on " +
+                    w.split + " " + fmt("%.6g", crit_value_) + (w.higher() ? " >= " : " <= ") +
+                    fmt("%.6g", w.threshold()) + " (" + std::to_string(crit_hits_) +
+                    " consecutive)");
   if (best) save(dir_ + "/checkpoints/best.h5");
   return r;
+}
+
+// After each validation: count consecutive validations that meet train.stop_when; the criterion
+// is met at the validation that makes the count reach its patience (once: the run stops there).
+void Trainer::update_criterion(const EvalResult& r) {
+  const StopWhen& w = cfg_.train.stop_when;
+  if (!w.enabled() || crit_met_step_ >= 0) return;
+  crit_value_ = r.available() ? metric_of(r, w.metric) : std::numeric_limits<double>::quiet_NaN();
+  crit_hits_ = w.meets(crit_value_) ? crit_hits_ + 1 : 0;
+  if (crit_hits_ >= w.patience) crit_met_step_ = step_;
+}
+
+Convergence Trainer::convergence() const {
+  Convergence c;
+  const StopWhen& w = cfg_.train.stop_when;
+  if (!w.enabled()) return c;
+  c.has_criterion = true;
+  c.met = crit_met_step_ >= 0;
+  c.step = crit_met_step_;
+  c.steps_run = step_;
+  c.criterion = w.describe();
+  c.metric = w.metric;
+  c.value = crit_value_;
+  return c;
 }
 
 void Trainer::save(const std::string& path) {
@@ -547,6 +599,9 @@ void Trainer::save(const std::string& path) {
   d.counters["last_finite_step"] = last_finite_step_;
   d.counters["log_loss_count"] = log_loss_count_;
   d.counters["best_step"] = best_step_;
+  d.counters["criterion_hits"] = crit_hits_;
+  d.counters["criterion_met_step"] = crit_met_step_;
+  d.values["criterion_value"] = crit_value_;
   d.values["log_loss_sum"] = log_loss_sum_;
   d.values["best_metric"] = best_step_ >= 0 ? best_ : 0.0;
   d.values["last_lr"] = last_lr_;
@@ -604,12 +659,19 @@ TrainResult Trainer::run() {
     progress_->line("pelab train: resumed " + dir_ + " at step " + std::to_string(step_) + " of " +
                     std::to_string(total));
   for (const auto& note : opt_.notes) progress_->line(note);
+  const StopWhen& crit = cfg_.train.stop_when;
+  if (crit.enabled() && step_ == 0 && rows_.empty())
+    progress_->line("pelab train: stop when " + crit.describe() + " (at most " +
+                    std::to_string(total) + " steps)");
+  if (crit_met_step_ >= 0)
+    progress_->line("pelab train: criterion already met at step " +
+                    std::to_string(crit_met_step_) + "; not training further");
   t_start_ = now_s();
   double t_log = t_start_;
   int64_t tok_log = 0, steps_here = 0;
   const int64_t stop_at = opt_.stop_after >= 0 ? std::min(opt_.stop_after, total) : total;
   const TrainConfig& t = cfg_.train;
-  while (step_ < stop_at) {
+  while (step_ < stop_at && crit_met_step_ < 0) {
     if (g_signal.load()) {
       res.interrupted = true;
       break;
@@ -624,7 +686,7 @@ TrainResult Trainer::run() {
                        static_cast<double>(total - step_);
     const double tps = static_cast<double>(tok_log) / std::max(1e-9, now - t_log);
     progress_->update(step_, loss, last_lr_, tps, eta, step_ == total);
-    if (step_ % t.log_every == 0 || step_ == total) {
+    auto train_row = [&] {
       const double mean = log_loss_sum_ / static_cast<double>(log_loss_count_);
       MetricRow row;
       row.set("type", "train").set("step", step_).set("loss", mean).set("lr", last_lr_);
@@ -641,9 +703,14 @@ TrainResult Trainer::run() {
       log_loss_count_ = 0;
       t_log = now;
       tok_log = 0;
-    }
+    };
+    if (step_ % t.log_every == 0 || step_ == total) train_row();
     if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total) validate();
-    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total)
+    // A run stopped by its criterion logs the steps since the last training row, as the last
+    // step of train.steps does (after the validation that decided it).
+    if (crit_met_step_ == step_ && log_loss_count_ > 0) train_row();
+    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
+        crit_met_step_ == step_)
       save_step_checkpoint();
   }
   progress_->finish();
@@ -652,7 +719,10 @@ TrainResult Trainer::run() {
     progress_->line("pelab train: " + std::to_string(skipped_steps_) + " of " +
                     count_text(step_, "step") +
                     " skipped for a non-finite loss or gradient norm (no update)");
-  if (step_ < total) {
+  res.criterion_set = crit.enabled();
+  res.criterion_met = crit_met_step_ >= 0;
+  res.criterion_step = crit_met_step_;
+  if (step_ < total && crit_met_step_ < 0) {
     if (saved_step_ != step_) save_step_checkpoint();
     res.step = step_;
     res.last_checkpoint = latest_checkpoint(dir_);
@@ -661,10 +731,29 @@ TrainResult Trainer::run() {
                       " at step " + std::to_string(step_) + "; continue with --resume " + dir_);
     return res;
   }
-  // Finished (possibly already on resume): valid + every test split with the final parameters.
+  // Finished (possibly already on resume), by reaching train.steps or by meeting train.stop_when:
+  // valid + every test split with the final parameters.
   if (total == 0 && saved_step_ != 0) {
     validate();
     save_step_checkpoint();
+    res.criterion_met = crit_met_step_ >= 0;
+    res.criterion_step = crit_met_step_;
+  }
+  const Convergence conv = convergence();
+  if (conv.has_criterion) {
+    // The run's record of its criterion; a resumed finished run restored its rows from the
+    // final checkpoint, which was written before this row, so the row appears once.
+    MetricRow row;
+    row.set("type", "convergence").set("step", step_).set("split", crit.split);
+    row.set(crit.metric, conv.value).set("criterion", conv.criterion);
+    row.set("met", int64_t{conv.met ? 1 : 0});
+    row.set("criterion_step", conv.met ? MetricValue::of(conv.step) : MetricValue::null());
+    add_row(row);
+    if (!conv.met)
+      progress_->line("criterion not met by the cap of " + std::to_string(total) +
+                      " steps: " + crit.metric + " on " + crit.split + " " +
+                      fmt("%.6g", conv.value) + " at the last validation (wanted " +
+                      conv.criterion + ")");
   }
   const bool keep = cfg_.eval.save_predictions;
   EvalOptions eo;
@@ -675,13 +764,15 @@ TrainResult Trainer::run() {
   else
     results.push_back(evaluate_set(*model_, *data_, data_->valid(), cfg_, eo));
   for (const auto& s : data_->tests()) results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
-  write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_));
+  write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_),
+                   convergence_json(conv));
   if (keep) write_prediction_files(dir_, results);
   // The table goes to train.log; `pelab train` prints it on stdout (on a terminal, stdout and
   // stderr are the same screen: printed on both it would show twice).
   std::istringstream table(eval_table(results));
   std::string line;
-  progress_->log_only("final evaluation at step " + std::to_string(step_) + ":");
+  progress_->log_only("final evaluation at step " + std::to_string(step_) +
+                      (conv.met ? " (criterion met)" : "") + ":");
   while (std::getline(table, line)) progress_->log_only("  " + line);
   res.step = step_;
   res.finished = true;
@@ -778,6 +869,137 @@ Config resume_config(const std::string& run_dir, const std::vector<std::string>&
                 resume_changeable_keys(), " may change (start a new run to change anything else)");
   }
   c.train.resume = "";
+  return c;
+}
+
+std::string convergence_json(const Convergence& c) {
+  if (!c.has_criterion) return "null";
+  return "{\"criterion\": " + json_quote(c.criterion) + ", \"met\": " + (c.met ? "true" : "false") +
+         ", \"step\": " + (c.met ? std::to_string(c.step) : std::string("null")) +
+         ", \"steps_run\": " + std::to_string(c.steps_run) + ", \"metric\": " +
+         json_quote(c.metric) + ", \"value\": " + json_number(c.value) + "}";
+}
+
+namespace {
+
+// The text of the value of top-level key `key` in the JSON object `text` ("" when absent). Only
+// as much JSON as eval.json uses: objects, arrays, strings with escapes, plain scalars.
+std::string top_level_value(const std::string& text, const std::string& key,
+                            const std::string& where) {
+  size_t p = 0;
+  auto bad = [&](const std::string& what) {
+    fail(where, ": malformed JSON (", what, " at offset ", p, ")");
+  };
+  auto ws = [&] {
+    while (p < text.size() && std::isspace(static_cast<unsigned char>(text[p]))) ++p;
+  };
+  auto skip_string = [&] {  // at the opening quote; returns the raw text between the quotes
+    const size_t b = ++p;
+    while (p < text.size() && text[p] != '"') p += text[p] == '\\' ? 2 : 1;
+    if (p >= text.size()) bad("unterminated string");
+    return text.substr(b, p++ - b);
+  };
+  auto skip_value = [&] {
+    ws();
+    if (p >= text.size()) bad("missing value");
+    if (text[p] == '"') {
+      skip_string();
+      return;
+    }
+    if (text[p] == '{' || text[p] == '[') {
+      std::vector<char> stack;
+      do {
+        const char ch = text[p];
+        if (ch == '"') {
+          skip_string();
+          continue;
+        }
+        if (ch == '{' || ch == '[') stack.push_back(ch == '{' ? '}' : ']');
+        if (ch == '}' || ch == ']') {
+          if (stack.empty() || stack.back() != ch) bad("mismatched bracket");
+          stack.pop_back();
+        }
+        ++p;
+      } while (!stack.empty() && p < text.size());
+      if (!stack.empty()) bad("unterminated object or array");
+      return;
+    }
+    const size_t b = p;
+    while (p < text.size() && text[p] != ',' && text[p] != '}' && text[p] != ']' &&
+           !std::isspace(static_cast<unsigned char>(text[p])))
+      ++p;
+    if (p == b) bad("missing value");
+  };
+  std::string found;
+  ws();
+  if (p >= text.size() || text[p] != '{') bad("expected an object");
+  ++p;
+  ws();
+  if (p < text.size() && text[p] == '}') {
+    ++p;
+  } else {
+    while (true) {
+      ws();
+      if (p >= text.size() || text[p] != '"') bad("expected a key");
+      const std::string k = skip_string();
+      ws();
+      if (p >= text.size() || text[p] != ':') bad("expected ':'");
+      ++p;
+      ws();
+      const size_t b = p;
+      skip_value();
+      if (k == key) found = text.substr(b, p - b);
+      ws();
+      if (p < text.size() && text[p] == ',') {
+        ++p;
+        continue;
+      }
+      if (p >= text.size() || text[p] != '}') bad("expected ',' or '}'");
+      ++p;
+      break;
+    }
+  }
+  ws();
+  if (p != text.size()) bad("trailing text");
+  return found;
+}
+
+}  // namespace
+
+Convergence read_convergence(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / "eval.json").string();
+  std::error_code ec;
+  PELAB_CHECK(fs::exists(path, ec), path, ": no such file (the run has not finished; resume it)");
+  const std::string value = top_level_value(read_text_file(path), "convergence", path);
+  Convergence c;
+  if (value.empty() || value == "null") return c;
+  const std::string where = path + ": convergence";
+  const MetricRow row = parse_metric_row(value, where);
+  auto get = [&](const char* name, MetricValue::Kind kind, bool nullable) -> const MetricValue* {
+    const MetricValue* v = row.get(name);
+    PELAB_CHECK(v, where, ".", name, " is missing");
+    if (nullable && v->kind == MetricValue::Kind::Null) return nullptr;
+    PELAB_CHECK(v->kind == kind || (kind == MetricValue::Kind::Num && v->kind ==
+                                                                           MetricValue::Kind::Int),
+                where, ".", name, " has the wrong type: ", v->json());
+    return v;
+  };
+  c.has_criterion = true;
+  c.criterion = get("criterion", MetricValue::Kind::Str, false)->s;
+  c.metric = get("metric", MetricValue::Kind::Str, false)->s;
+  const MetricValue* met = row.get("met");
+  // true/false read back as the integers 1/0.
+  PELAB_CHECK(met && met->kind == MetricValue::Kind::Int && (met->i == 0 || met->i == 1), where,
+              ".met is missing or not true/false");
+  c.met = met->i == 1;
+  const MetricValue* step = get("step", MetricValue::Kind::Int, true);
+  PELAB_CHECK(c.met == (step != nullptr), where, ".step must be an integer exactly when met is true");
+  c.step = step ? step->i : -1;
+  c.steps_run = get("steps_run", MetricValue::Kind::Int, false)->i;
+  PELAB_CHECK(c.steps_run >= 0 && c.step <= c.steps_run, where, ": step ", c.step,
+              " / steps_run ", c.steps_run, " are inconsistent");
+  const MetricValue* v = get("value", MetricValue::Kind::Num, true);
+  if (v) c.value = v->kind == MetricValue::Kind::Int ? static_cast<double>(v->i) : v->d;
   return c;
 }
 

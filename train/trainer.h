@@ -4,7 +4,8 @@
 //     config.yaml     the resolved config (reloadable; `pelab eval RUN_DIR` reads it)
 //     metrics.jsonl   one JSON object per line: train rows every train.log_every steps, eval rows
 //     metrics.csv     the same rows as CSV
-//     eval.json/.csv  final evaluation: every test split (synthetic: every test length)
+//     eval.json/.csv  final evaluation: every test split (synthetic: every test length), and in
+//                     eval.json the "convergence" record of train.stop_when (read_convergence)
 //     train.log       the log lines
 //     checkpoints/    step_<N>.h5 (newest train.keep_checkpoints kept), best.h5, last.h5 -> newest
 //
@@ -15,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,14 +59,34 @@ struct TrainOptions {
 struct TrainResult {
   std::string run_dir;
   int64_t step = 0;            // optimizer steps done
-  bool finished = false;       // reached train.steps (false: stopped by stop_after or a signal)
+  // Reached train.steps or met train.stop_when (false: stopped by stop_after or a signal).
+  bool finished = false;
   bool interrupted = false;    // stopped by SIGINT / SIGTERM / SIGHUP
   int64_t skipped_steps = 0;   // steps skipped for a non-finite loss or gradient norm (whole run)
+  bool criterion_set = false;  // train.stop_when is on
+  bool criterion_met = false;  // ... and was met (at criterion_step; the run stopped there)
+  int64_t criterion_step = -1;
   std::vector<EvalResult> final_eval;  // valid + test splits, when finished
   std::string last_checkpoint;
 };
 
 TrainResult train(const Config& cfg, const TrainOptions& opt = {});
+
+// Whether and when a run met its train.stop_when criterion: the "convergence" object of eval.json.
+struct Convergence {
+  bool has_criterion = false;  // false: the run had no criterion ("convergence": null / absent)
+  bool met = false;
+  int64_t step = -1;           // step at which the criterion was met, -1 when not met
+  int64_t steps_run = 0;       // optimizer steps the run took
+  std::string criterion, metric;  // "exact_match on valid >= 0.99 for 2 consecutive ...", metric
+  double value = std::numeric_limits<double>::quiet_NaN();  // metric at the last validation
+};
+// Reads the convergence record of a finished run from <run_dir>/eval.json. Throws pelab::Error
+// naming the file when it is missing or malformed; has_criterion = false when the run had none.
+Convergence read_convergence(const std::string& run_dir);
+// The convergence record as eval.json writes it: a one-line JSON object, or "null" when
+// !c.has_criterion.
+std::string convergence_json(const Convergence& c);
 
 // <train.run_dir>/<train.run_name>
 std::string run_directory(const Config& cfg);
