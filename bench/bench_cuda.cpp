@@ -6,8 +6,10 @@
 // Options: --config ref|large|all  --scheme NAME  --steps N (20)  --warmup N (3)
 //          --device cuda|cpu (cpu: the same loop on the CPU backend, for comparison)  --dropout P
 //          --dtype float32|float64
-// Without a GPU (or in a build without CUDA) it prints why and exits 0. A PyTorch CUDA counterpart
-// (tools/bench_torch_cuda.py) can print the same table for comparison (see docs/cuda.md).
+//          --check: print the device and exit 0, or print "no CUDA device: <why>" and exit 1
+//          (tools/gpu_check.sh's probe)
+// Without a GPU (or in a build without CUDA) it prints why and exits 0. The PyTorch counterpart on
+// the same GPU is bench/bench_torch.py --device cuda (see docs/cuda.md).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,13 +42,14 @@ struct Options {
   std::string config = "all", scheme = "all", device = "cuda", dtype = "float32";
   int steps = 20, warmup = 3;
   double dropout = 0.0;
+  bool check = false;
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "bench_cuda: %s\nusage: bench_cuda [--config ref|large|all] [--scheme NAME] "
                "[--steps N] [--warmup N] [--device cuda|cpu] [--dropout P] "
-               "[--dtype float32|float64]\n",
+               "[--dtype float32|float64] [--check]\n",
                msg);
   std::exit(2);
 }
@@ -66,6 +69,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--device") o.device = next();
     else if (a == "--dropout") o.dropout = std::atof(next().c_str());
     else if (a == "--dtype") o.dtype = next();
+    else if (a == "--check") o.check = true;
     else usage(("unknown option " + a).c_str());
   }
   if (o.steps < 1) usage("--steps must be >= 1");
@@ -143,8 +147,29 @@ Timing run(const BenchConfig& bc, const std::string& scheme, const Options& o, D
 
 }  // namespace
 
+// --check: whether this binary can use a CUDA device (exit 0 and its name) or not (exit 1 and why).
+int check_device() {
+#ifndef PELAB_WITH_CUDA
+  std::printf("no CUDA device: this binary was built without CUDA (-DPELAB_CUDA=ON)\n");
+  return 1;
+#else
+  try {
+    backend_for(Device::cuda());
+  } catch (const Error& e) {
+    const std::string why = e.what();
+    // The backend's message already names the missing device ("... no CUDA device: ...").
+    std::printf("%s%s\n", why.find("no CUDA device") == std::string::npos ? "no CUDA device: " : "",
+                why.c_str());
+    return 1;
+  }
+  std::printf("device: cuda:0 %s\n", CudaBackend::device_name().c_str());
+  return 0;
+#endif
+}
+
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  if (o.check) return check_device();
   Device dev = Device::cpu();
   if (o.device == "cuda") {
 #ifndef PELAB_WITH_CUDA

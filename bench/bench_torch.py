@@ -5,6 +5,9 @@ idiomatic float32 nn.Module, trained with torch.optim.AdamW. Times full training
 JSON line (ms/step, peak RSS). Driven by bench/run.sh, one process per measurement.
 
     bench_torch.py --scheme rope --d_model 128 --heads 4 --d_ff 512 --layers 2 --batch 32 --len 32
+
+--device cuda runs the same steps on the GPU (TF32 off, like pelab's float32 GEMMs) and adds the peak
+of torch.cuda.max_memory_allocated (tools/gpu_check.sh's bench_torch step).
 """
 import argparse
 import json
@@ -69,7 +72,7 @@ class PE(nn.Module):
     def embed(self, x, pos):
         if self.scheme == "sinusoidal":
             D = x.shape[-1]
-            i = torch.arange(D)
+            i = torch.arange(D, device=x.device)
             omega = torch.exp(-2.0 * (i // 2).float() * math.log(10000.0) / D)
             ang = pos.float()[:, None] * omega[None]
             return x + torch.where((i % 2 == 0)[None], torch.sin(ang), torch.cos(ang))[None]
@@ -84,7 +87,7 @@ class PE(nn.Module):
 
     def rope(self, x, pos):  # half pairing, full rotary
         half = self.dh // 2
-        theta = 10000.0 ** (-2.0 * torch.arange(half).float() / self.dh)
+        theta = 10000.0 ** (-2.0 * torch.arange(half, device=x.device).float() / self.dh)
         ang = pos.float()[:, None] * theta[None]
         cos, sin = torch.cos(ang), torch.sin(ang)
         xa, xb = x[..., :half], x[..., half:]
@@ -195,12 +198,12 @@ class Seq2Seq(nn.Module):
 
     def forward(self, src, tgt):
         S, T = src.shape[1], tgt.shape[1]
-        spos, tpos = torch.arange(S), torch.arange(T)
+        spos, tpos = torch.arange(S, device=src.device), torch.arange(T, device=src.device)
         x = self.pe_enc.embed(self.E_enc[src] * self.scale, spos)
         for l, layer in enumerate(self.enc):
             x = layer(x, self.pe_enc, l, spos)
         mem = self.n_enc(x)
-        causal = torch.ones(T, T, dtype=torch.bool).triu(1)[None, None]
+        causal = torch.ones(T, T, dtype=torch.bool, device=src.device).triu(1)[None, None]
         y = self.pe_dec.embed(self.E_dec[tgt] * self.scale, tpos)
         for l, layer in enumerate(self.dec):
             y = layer(y, mem, self.pe_dec, l, tpos, spos, causal)
@@ -213,15 +216,20 @@ def main():
     for k, d in (("d_model", 128), ("heads", 4), ("d_ff", 512), ("layers", 2), ("batch", 32),
                  ("len", 32), ("vocab", 32), ("steps", 20), ("warmup", 3), ("threads", 2)):
         ap.add_argument("--" + k, type=int, default=d)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    model = Seq2Seq(a.scheme, a.vocab, a.d_model, a.heads, a.d_ff, a.layers, max(512, a.len))
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = Seq2Seq(a.scheme, a.vocab, a.d_model, a.heads, a.d_ff, a.layers, max(512, a.len)).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(7)
-    src = torch.randint(3, a.vocab, (a.batch, a.len), generator=g)
-    tin = torch.randint(3, a.vocab, (a.batch, a.len), generator=g)
-    tout = torch.randint(3, a.vocab, (a.batch, a.len), generator=g)
+    src = torch.randint(3, a.vocab, (a.batch, a.len), generator=g).to(dev)
+    tin = torch.randint(3, a.vocab, (a.batch, a.len), generator=g).to(dev)
+    tout = torch.randint(3, a.vocab, (a.batch, a.len), generator=g).to(dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -233,6 +241,8 @@ def main():
 
     for _ in range(a.warmup):
         step()
+    if a.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times, cpu = [], []
     loss = 0.0
     for _ in range(a.steps):
@@ -242,10 +252,13 @@ def main():
         cpu.append((time.process_time() - c0) * 1e3)
     cpu.sort()
     times.sort()
-    print(json.dumps({"impl": "torch", "scheme": a.scheme, "median_ms": times[len(times) // 2],
-                      "mean_ms": sum(times) / len(times), "min_ms": times[0], "cpu_ms": cpu[len(cpu) // 2],
-                      "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "loss": loss}))
+    row = {"impl": "torch", "scheme": a.scheme, "median_ms": times[len(times) // 2],
+           "mean_ms": sum(times) / len(times), "min_ms": times[0], "cpu_ms": cpu[len(cpu) // 2],
+           "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "loss": loss}
+    if a.device == "cuda":  # loss.item() in step() synchronises, so the times are the GPU's too
+        row["device"] = torch.cuda.get_device_name()
+        row["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    print(json.dumps(row))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 #include "data/lm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -16,10 +17,14 @@ namespace pelab::data {
 namespace fs = std::filesystem;
 
 std::string default_corpus_path() {
-  const std::string dir = "/usr/share/games/fortunes";
+  const char* env = std::getenv("PELAB_FORTUNES_DIR");
+  const bool from_env = env != nullptr && *env != '\0';
+  const std::string dir = from_env ? env : "/usr/share/games/fortunes";
   std::error_code ec;
-  PELAB_DATA_CHECK(fs::is_directory(dir, ec), "lm corpus: default corpus '", dir,
-                   "' not found (install the Debian package 'fortunes', or give a corpus path)");
+  PELAB_DATA_CHECK(fs::is_directory(dir, ec), "lm corpus: default corpus '", dir, "' not found (",
+                   from_env ? "PELAB_FORTUNES_DIR names no directory"
+                            : "install the Debian package 'fortunes', or give a corpus path",
+                   ")");
   return dir;
 }
 

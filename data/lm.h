@@ -11,7 +11,8 @@
 namespace pelab::data {
 
 // The default corpus: the directory /usr/share/games/fortunes (Debian package 'fortunes' or
-// 'fortunes-min'); DataError if it is not installed.
+// 'fortunes-min'), or $PELAB_FORTUNES_DIR when set (a copy elsewhere: tools/gpu_check.sh's bundle
+// carries one for hosts without the package); DataError if it does not exist.
 std::string default_corpus_path();
 
 // Reads a corpus. A regular file is returned as it is. A directory is read as a fortune collection:

@@ -13,6 +13,7 @@
 
 #include "pelab/pelab.h"
 #include "train/checkpoint.h"
+#include "tests/test_paths.h"
 
 using namespace pelab;
 namespace fs = std::filesystem;
@@ -234,7 +235,8 @@ TEST(Checkpoint, ShapeNameAndVersionMismatchesNameTheDataset) {
 }
 
 TEST(Checkpoint, OpensInH5py) {
-  if (std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") != 0)
+  const std::string probe = pelab::testing::python3() + " -c 'import h5py, numpy' >/dev/null 2>&1";
+  if (std::system(probe.c_str()) != 0)
     GTEST_SKIP() << "python3-h5py is not installed (tools/setup.sh installs it)";
   auto dir = temp_dir("h5py");
   const std::string path = (dir / "ckpt.h5").string();
@@ -244,7 +246,7 @@ TEST(Checkpoint, OpensInH5py) {
   train_steps(m, opt, 1);
   save_checkpoint(path, make_data(m, opt, 1));
   const std::string out = (dir / "out.txt").string();
-  const std::string cmd = std::string("/usr/bin/python3 ") + PELAB_SOURCE_DIR +
+  const std::string cmd = pelab::testing::python3() + " " + pelab::testing::source_dir() +
                           "/tools/inspect_checkpoint.py " + path + " > " + out + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream f(out);

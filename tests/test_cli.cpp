@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_paths.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -43,7 +45,8 @@ class CLITest : public ::testing::Test {
            ("pelab_cli_" + std::to_string(::getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    ASSERT_TRUE(fs::exists(PELAB_BINARY)) << "build the pelab target first: " << PELAB_BINARY;
+    ASSERT_TRUE(fs::exists(pelab::testing::pelab_binary()))
+        << "build the pelab target first: " << pelab::testing::pelab_binary();
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -51,8 +54,9 @@ class CLITest : public ::testing::Test {
   Result pelab(const std::string& args, const std::string& input = "") {
     const fs::path in = dir_ / "stdin.txt", out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
     std::ofstream(in) << input;
-    const std::string cmd = quote(PELAB_BINARY) + " " + args + " <" + quote(in.string()) + " >" +
-                            quote(out.string()) + " 2>" + quote(err.string());
+    const std::string cmd = quote(pelab::testing::pelab_binary()) + " " + args + " <" +
+                            quote(in.string()) + " >" + quote(out.string()) + " 2>" +
+                            quote(err.string());
     const int status = std::system(cmd.c_str());
     Result r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -115,7 +119,7 @@ TEST_F(CLITest, ConfigReferenceIsDocsConfigMd) {
   Result r = pelab("config-reference");
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("pe.scheme"), std::string::npos);
-  EXPECT_EQ(r.out, slurp(fs::path(PELAB_SOURCE_DIR) / "docs" / "config.md"))
+  EXPECT_EQ(r.out, slurp(fs::path(pelab::testing::source_dir()) / "docs" / "config.md"))
       << "docs/config.md is out of date: pelab config-reference > docs/config.md";
 }
 
@@ -254,12 +258,13 @@ TEST_F(CLITest, CorruptAndMismatchedCheckpoints) {
 TEST_F(CLITest, InterruptWritesACheckpointAndTheRunResumes) {
   const std::string cfg = tiny_config("long.yaml");
   const fs::path run = dir_ / "runs" / "long", out = dir_ / "long.out", err = dir_ / "long.err";
+  const std::string bin = pelab::testing::pelab_binary();
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     std::freopen(out.c_str(), "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
-    ::execl(PELAB_BINARY, PELAB_BINARY, "train", cfg.c_str(), "--set", "train.steps=100000",
+    ::execl(bin.c_str(), bin.c_str(), "train", cfg.c_str(), "--set", "train.steps=100000",
             "--set", "train.log_every=1", static_cast<char*>(nullptr));
     ::_exit(127);
   }

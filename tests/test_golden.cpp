@@ -29,6 +29,7 @@
 #include "pelab/pelab.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "tests/test_paths.h"
 
 using namespace pelab;
 
@@ -374,7 +375,7 @@ Array read_array(hid_t file, const std::string& path, const std::string& fname) 
   return a;
 }
 
-std::string golden_dir() { return std::string(PELAB_SOURCE_DIR) + "/tests/golden"; }
+std::string golden_dir() { return pelab::testing::source_dir() + "/tests/golden"; }
 
 // ---------------- the model ----------------
 // Seeded init, then every parameter gets N(0, 0.1) noise, so biases, LayerNorm affine parameters

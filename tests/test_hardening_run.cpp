@@ -30,6 +30,7 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
+#include "tests/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
@@ -85,14 +86,15 @@ class HardeningRun : public ::testing::Test {
            ("pelab_hrun_" + std::to_string(::getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    ASSERT_TRUE(fs::exists(PELAB_BINARY)) << "build the pelab target first: " << PELAB_BINARY;
+    bin_ = pelab::testing::pelab_binary();
+    ASSERT_TRUE(fs::exists(bin_)) << "build the pelab target first: " << bin_;
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `ENV pelab ARGS` (ARGS shell-quoted where needed).
   Result pelab(const std::string& args, const std::string& env = "") {
     const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = env + " " + quote(PELAB_BINARY) + " " + args + " </dev/null >" +
+    const std::string cmd = env + " " + quote(bin_) + " " + args + " </dev/null >" +
                             quote(out.string()) + " 2>" + quote(err.string());
     const int status = std::system(cmd.c_str());
     Result r;
@@ -147,6 +149,7 @@ class HardeningRun : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::string bin_;  // the pelab binary (tests/test_paths.h)
 };
 
 // Sets every gradient of `params` to NaN (a non-finite gradient norm).
@@ -180,7 +183,7 @@ TEST_F(HardeningRun, FailedMetricsWriteStopsTheRunWithOneError) {
     ::signal(SIGXFSZ, SIG_IGN);
     std::freopen("/dev/null", "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
-    ::execl(PELAB_BINARY, PELAB_BINARY, "train", "--resume", run.c_str(), "--progress", "none",
+    ::execl(bin_.c_str(), bin_.c_str(), "train", "--resume", run.c_str(), "--progress", "none",
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -423,7 +426,7 @@ TEST_F(HardeningRun, ASecondProcessCannotUseALockedRunDirectory) {
   if (pid == 0) {
     std::freopen("/dev/null", "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
-    ::execl(PELAB_BINARY, PELAB_BINARY, "train", "--resume", run.c_str(), "--progress", "lines",
+    ::execl(bin_.c_str(), bin_.c_str(), "train", "--resume", run.c_str(), "--progress", "lines",
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -464,7 +467,7 @@ TEST_F(HardeningRun, OnA50ColumnTerminalTheBarFitsAndTheTableShowsOnce) {
   const pid_t pid = ::forkpty(&master, nullptr, nullptr, &ws);
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    ::execl(PELAB_BINARY, PELAB_BINARY, "train", cfg.c_str(), "--set", "train.steps=40",
+    ::execl(bin_.c_str(), bin_.c_str(), "train", cfg.c_str(), "--set", "train.steps=40",
             "--set", "train.log_every=10", "--set", "train.eval_every=20", "--set",
             "train.checkpoint_every=20", static_cast<char*>(nullptr));
     ::_exit(127);
@@ -536,7 +539,7 @@ TEST_F(HardeningRun, SighupStopsWithACheckpointAndTheLineShowsWithProgressNone) 
   if (pid == 0) {
     std::freopen("/dev/null", "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
-    ::execl(PELAB_BINARY, PELAB_BINARY, "train", cfg.c_str(), "--set", "train.steps=100000",
+    ::execl(bin_.c_str(), bin_.c_str(), "train", cfg.c_str(), "--set", "train.steps=100000",
             "--set", "train.log_every=1", "--set", "train.eval_every=0", "--progress", "none",
             static_cast<char*>(nullptr));
     ::_exit(127);
@@ -619,7 +622,7 @@ TEST_F(HardeningRun, MessagesUsePluralFormsForCounts) {
 
 TEST_F(HardeningRun, InspectCheckpointToolFailsWithOneLine) {
   if (std::system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
-  const std::string tool = std::string(PELAB_SOURCE_DIR) + "/tools/inspect_checkpoint.py";
+  const std::string tool = pelab::testing::source_dir() + "/tools/inspect_checkpoint.py";
   auto run_tool = [&](const std::string& args, const std::string& env) {
     const fs::path out = dir_ / "py.out", err = dir_ / "py.err";
     const std::string cmd = env + " python3 " + quote(tool) + " " + args + " >" +

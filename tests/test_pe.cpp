@@ -15,6 +15,7 @@
 #include "models/pe/rope_math.h"
 #include "models/pe/t5_buckets.h"
 #include "pelab/pelab.h"
+#include "tests/test_paths.h"
 
 using namespace pelab;
 using namespace pelab::models;
@@ -177,8 +178,9 @@ std::vector<std::vector<int64_t>> read_csv(const std::string& path) {
 }
 
 TEST(PET5, BucketsMatchReferenceCsv) {
-  const std::string shared = PELAB_SOURCE_DIR "/../shared/reference/t5_buckets_32_128.csv";
-  const std::string local = PELAB_SOURCE_DIR "/tests/data/t5_buckets_32_128.csv";
+  const std::string src = pelab::testing::source_dir();
+  const std::string shared = src + "/../shared/reference/t5_buckets_32_128.csv";
+  const std::string local = src + "/tests/data/t5_buckets_32_128.csv";
   const bool have_shared = std::ifstream(shared).good(), have_local = std::ifstream(local).good();
   if (!have_shared && !have_local) GTEST_SKIP() << "reference CSV absent: " << shared;
   const auto rows = read_csv(have_shared ? shared : local);

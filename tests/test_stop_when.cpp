@@ -25,6 +25,7 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
+#include "tests/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
@@ -459,7 +460,8 @@ TEST_F(StopWhenTest, CompareReusesARunStoppedByItsCriterion) {
 // ---------------- bad criteria through the CLI: one line, FILE:LINE, nothing trained ----------
 
 TEST_F(StopWhenTest, BadCriteriaAreOneLineErrorsWithFileAndLineAndTrainNothing) {
-  ASSERT_TRUE(fs::exists(PELAB_BINARY)) << PELAB_BINARY;
+  const std::string bin = pelab::testing::pelab_binary();
+  ASSERT_TRUE(fs::exists(bin)) << bin;
   const fs::path runs = dir_ / "runs";
   // Config lines: 1 task:, 2 name (lm: 2-3, and model.arch decoder at line 9), 3 model: and 5 keys,
   // 9 train:, steps, warmup, eval_every, threads, run_dir, and the case's lines from line 15
@@ -476,7 +478,7 @@ TEST_F(StopWhenTest, BadCriteriaAreOneLineErrorsWithFileAndLineAndTrainNothing) 
                        << "\n  threads: 1\n  run_dir: " << runs.string() << "\n"
                        << train_extra;
     const fs::path err = dir_ / "err.txt";
-    const std::string cmd = quote(PELAB_BINARY) + " train " + quote(cfg.string()) +
+    const std::string cmd = quote(bin) + " train " + quote(cfg.string()) +
                             " --progress none >/dev/null 2>" + quote(err.string());
     const int status = std::system(cmd.c_str());
     return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(err));

@@ -21,6 +21,7 @@
 #include "train/model_from_config.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
+#include "tests/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
@@ -461,7 +462,7 @@ TEST_F(TrainerTest, ModelConfigMappingAndMetricRows) {
 TEST_F(TrainerTest, EveryExampleConfigLoadsAndBuildsItsModel) {
   // Relative data paths in configs/ are relative to the repository root.
   const fs::path old = fs::current_path();
-  fs::current_path(PELAB_SOURCE_DIR);
+  fs::current_path(pelab::testing::source_dir());
   std::vector<std::string> seen;
   try {
     // configs/*.yaml and configs/pe/*.yaml are training configs (other subdirectories may hold

@@ -25,7 +25,6 @@
 #include "pelab/autograd.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
-#include "train/metrics.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
 #include "train/report.h"
