@@ -13,6 +13,14 @@ namespace {
 size_t sz(int64_t v) { return static_cast<size_t>(v); }
 }  // namespace
 
+int64_t example_positions(int64_t src_len, int64_t tgt_len, bool decoder) {
+  return decoder ? src_len + tgt_len + 2 : std::max(src_len, tgt_len) + 1;
+}
+
+int64_t task_positions(const Task& task, int64_t max_len, bool decoder) {
+  return example_positions(task.max_source_len(max_len), task.max_target_len(max_len), decoder);
+}
+
 Seq2SeqBatch make_seq2seq_batch(const std::vector<Example>& examples) {
   PELAB_DATA_CHECK(!examples.empty(), "make_seq2seq_batch: empty batch");
   Seq2SeqBatch b;
@@ -61,7 +69,8 @@ DecoderBatch make_decoder_batch(const std::vector<Example>& examples) {
   DecoderBatch b;
   b.B = static_cast<int64_t>(examples.size());
   for (const auto& ex : examples)
-    b.L = std::max<int64_t>(b.L, static_cast<int64_t>(ex.src.size() + ex.tgt.size()) + 2);
+    b.L = std::max(b.L, example_positions(static_cast<int64_t>(ex.src.size()),
+                                          static_cast<int64_t>(ex.tgt.size()), true));
   b.input.assign(sz(b.B * b.L), Vocab::kPad);
   b.target.assign(sz(b.B * b.L), Vocab::kPad);
   b.mask.assign(sz(b.B * b.L), 0);

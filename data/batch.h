@@ -12,6 +12,16 @@
 
 namespace pelab::data {
 
+// Positions one example occupies in the model (the layouts below): decoder-only
+// |src| + |tgt| + 2 (bos, src, sep, tgt; the final eos is a target only), encoder-decoder
+// max(|src| + 1, |tgt| + 1) (src + eos in the encoder; bos + tgt in the decoder). The one count
+// behind the batch lengths, TaskData::train_positions(), the learned-table config rule and
+// task.max_example_len.
+int64_t example_positions(int64_t src_len, int64_t tgt_len, bool decoder);
+// The longest training sequence of a synthetic task in positions: example_positions of its
+// largest source and target at length max_len.
+int64_t task_positions(const Task& task, int64_t max_len, bool decoder);
+
 // Encoder-decoder batch. Row b:
 //   src     = src_b + [eos]          (encoder input; the eos marks the end of the source)
 //   tgt_in  = [bos] + tgt_b          (decoder input, teacher forcing)

@@ -61,11 +61,26 @@ Vocab build_vocab_from_files(const std::vector<std::string>& paths, Tokenization
 }
 
 std::vector<Example> load_examples(const std::string& path, const Vocab& vocab, Tokenization tok,
-                                   int64_t* num_unknown) {
+                                   LoadReport* report) {
   std::vector<Example> out;
-  for (const auto& p : read_pairs(path))
-    out.push_back(Example{vocab.encode(side_tokens(path, p, true, tok), num_unknown),
-                          vocab.encode(side_tokens(path, p, false, tok), num_unknown)});
+  LoadReport r;
+  for (const auto& p : read_pairs(path)) {
+    Example ex;
+    for (bool source : {true, false}) {
+      const std::vector<std::string> symbols = side_tokens(path, p, source, tok);
+      if (r.num_unknown == 0)
+        for (const auto& s : symbols)
+          if (!vocab.contains(s)) {
+            r.first_unknown_line = p.line;
+            r.first_unknown = s;
+            break;
+          }
+      (source ? ex.src : ex.tgt) = vocab.encode(symbols, &r.num_unknown);
+    }
+    out.push_back(std::move(ex));
+    r.lines.push_back(p.line);
+  }
+  if (report) *report = std::move(r);
   return out;
 }
 

@@ -28,10 +28,18 @@ std::vector<TextPair> read_pairs(const std::string& path);
 // Specials + every symbol of the source and target sides of the given files, sorted.
 Vocab build_vocab_from_files(const std::vector<std::string>& paths, Tokenization tok);
 
-// Loads a file with a fixed vocabulary; unknown symbols become <unk> and are counted in
-// *num_unknown when given.
+// What load_examples saw besides the examples.
+struct LoadReport {
+  int64_t num_unknown = 0;         // symbols not in the vocabulary (encoded as <unk>)
+  int64_t first_unknown_line = 0;  // line of the first of them; 0 = none
+  std::string first_unknown;       // that symbol
+  std::vector<int64_t> lines;      // the line of each example
+};
+
+// Loads a file with a fixed vocabulary; unknown symbols become <unk> (the caller decides whether
+// that is allowed) and are reported in *report when given.
 std::vector<Example> load_examples(const std::string& path, const Vocab& vocab, Tokenization tok,
-                                   int64_t* num_unknown = nullptr);
+                                   LoadReport* report = nullptr);
 
 // A text-file dataset: the vocabulary is built from the training file(s), which are loaded as the
 // training set; other splits (validation, one file per test length, ...) are loaded with load().
@@ -43,7 +51,10 @@ class TextData {
   Tokenization tokenization() const { return tok_; }
   const std::vector<Example>& train() const { return train_; }
   std::vector<Example> load(const std::string& path, int64_t* num_unknown = nullptr) const {
-    return load_examples(path, vocab_, tok_, num_unknown);
+    LoadReport r;
+    std::vector<Example> ex = load_examples(path, vocab_, tok_, &r);
+    if (num_unknown) *num_unknown += r.num_unknown;
+    return ex;
   }
   // Ids -> text ("" joiner for char tokenisation, " " for space).
   std::string render(const std::vector<int64_t>& ids) const {

@@ -2,6 +2,7 @@
 // and ModelConfig::validate().
 #include "models/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -127,6 +128,26 @@ Tensor FeedForward::forward(const Tensor& x, Generator& gen) const {
   return fc2->forward(h);
 }
 
+// AttnSite::row_len for a batch of B rows at positions pos under mask [B, n] (1 = real; undefined
+// = every token real): per row 1 + the largest position of a real token. Empty unless the scheme
+// asks for it (reading the mask on the host costs a device sync).
+static std::vector<int64_t> row_lengths(const PositionalEncoding& pe, const Tensor& mask,
+                                        const std::vector<int64_t>& pos, int64_t B) {
+  if (!pe.needs_row_lengths()) return {};
+  const int64_t n = static_cast<int64_t>(pos.size());
+  int64_t all = 0;
+  for (int64_t p : pos) all = std::max(all, p + 1);
+  if (!mask.defined()) return std::vector<int64_t>(static_cast<size_t>(B), all);
+  PELAB_CHECK(mask.numel() == B * n, "row lengths: mask ", shape_str(mask.shape()), " for ", B,
+              " rows of ", n, " positions");
+  const std::vector<double> m = mask.to_vector();
+  std::vector<int64_t> out(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < n; ++j)
+      if (m[static_cast<size_t>(b * n + j)] != 0) out[b] = std::max(out[b], pos[j] + 1);
+  return out;
+}
+
 // ---------------- layers ----------------
 EncoderLayer::EncoderLayer(const ModelConfig& cfg, Generator& gen)
     : pre_norm(cfg.norm == "pre"), dropout_p(cfg.dropout) {
@@ -140,8 +161,10 @@ EncoderLayer::EncoderLayer(const ModelConfig& cfg, Generator& gen)
 }
 
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& blocked, PositionalEncoding& pe,
-                             const std::vector<int64_t>& pos, int64_t layer, Generator& gen) {
+                             const std::vector<int64_t>& pos, int64_t layer, Generator& gen,
+                             const std::vector<int64_t>* row_len) {
   AttnSite site;
+  site.row_len = row_len;
   site.kind = AttnKind::EncoderSelf;
   site.layer = layer;
   site.q_pos = &pos;
@@ -178,9 +201,10 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& self_blocked, const 
                              const std::vector<int64_t>& tgt_pos,
                              const std::vector<int64_t>& all_pos,
                              const std::vector<int64_t>& src_pos, int64_t layer, Generator& gen,
-                             LayerKV* kv) {
+                             LayerKV* kv, const std::vector<int64_t>* row_len) {
   const bool tr = is_training();
   AttnSite site;
+  site.row_len = row_len;
   site.kind = AttnKind::DecoderSelf;
   site.layer = layer;
   site.q_pos = &tgt_pos;
@@ -239,8 +263,10 @@ Tensor Encoder::forward(const Tensor& src, const Tensor& src_mask, const std::ve
   Tensor x = pe->embed(tokens_to_hidden(embed->weight, src, embed_scale), pos);
   x = dropout(x, dropout_p, is_training(), gen);
   Tensor blocked = attention_mask(src_mask, S, S, false, x.dtype(), x.device());
+  const std::vector<int64_t> rows = row_lengths(*pe, src_mask, pos, src.size(0));
+  const std::vector<int64_t>* rl = rows.empty() ? nullptr : &rows;
   for (size_t i = 0; i < layers->size(); ++i)
-    x = layers->at<EncoderLayer>(i).forward(x, blocked, *pe, pos, static_cast<int64_t>(i), gen);
+    x = layers->at<EncoderLayer>(i).forward(x, blocked, *pe, pos, static_cast<int64_t>(i), gen, rl);
   return norm ? norm->forward(x) : x;
 }
 
@@ -281,9 +307,11 @@ Tensor Decoder::forward(const Tensor& tgt, const Tensor& tgt_mask, const std::ve
                 " encoder outputs");
     mem_blocked = attention_mask(memory_mask, T, memory.size(1), false, x.dtype(), x.device());
   }
+  const std::vector<int64_t> rows = row_lengths(*pe, tgt_mask, pos, tgt.size(0));
+  const std::vector<int64_t>* rl = rows.empty() ? nullptr : &rows;
   for (size_t i = 0; i < layers->size(); ++i)
     x = layers->at<DecoderLayer>(i).forward(x, self_blocked, memory, mem_blocked, *pe, pos, pos,
-                                            src_pos, static_cast<int64_t>(i), gen, nullptr);
+                                            src_pos, static_cast<int64_t>(i), gen, nullptr, rl);
   return norm ? norm->forward(x) : x;
 }
 
@@ -320,10 +348,13 @@ Tensor Decoder::step(DecoderCache& cache, const Tensor& ids, const Tensor& mask,
   cache.positions.insert(cache.positions.end(), pos.begin(), pos.end());
   Tensor self_blocked =
       attention_mask(cache.self_key_mask, n, before + n, true, x.dtype(), x.device());
+  // Row lengths over every token so far (cached + new).
+  const std::vector<int64_t> rows = row_lengths(*pe, cache.self_key_mask, cache.positions, B);
+  const std::vector<int64_t>* rl = rows.empty() ? nullptr : &rows;
   for (size_t i = 0; i < layers->size(); ++i)
     x = layers->at<DecoderLayer>(i).forward(x, self_blocked, Tensor(), cache.memory_blocked, *pe,
                                             pos, cache.positions, cache.src_positions,
-                                            static_cast<int64_t>(i), gen, &cache.layers[i]);
+                                            static_cast<int64_t>(i), gen, &cache.layers[i], rl);
   return norm ? norm->forward(x) : x;
 }
 

@@ -57,8 +57,10 @@ struct DecoderCache {
 class EncoderLayer : public Module {
  public:
   EncoderLayer(const ModelConfig& cfg, Generator& gen);
+  // row_len: AttnSite::row_len (null unless pe.needs_row_lengths()).
   Tensor forward(const Tensor& x, const Tensor& blocked, PositionalEncoding& pe,
-                 const std::vector<int64_t>& pos, int64_t layer, Generator& gen);
+                 const std::vector<int64_t>& pos, int64_t layer, Generator& gen,
+                 const std::vector<int64_t>* row_len = nullptr);
   std::shared_ptr<MultiHeadAttention> self_attn;
   std::shared_ptr<LayerNorm> norm1, norm2;
   std::shared_ptr<FeedForward> ff;
@@ -78,7 +80,8 @@ class DecoderLayer : public Module {
   Tensor forward(const Tensor& x, const Tensor& self_blocked, const Tensor& memory,
                  const Tensor& memory_blocked, PositionalEncoding& pe,
                  const std::vector<int64_t>& tgt_pos, const std::vector<int64_t>& all_pos,
-                 const std::vector<int64_t>& src_pos, int64_t layer, Generator& gen, LayerKV* kv);
+                 const std::vector<int64_t>& src_pos, int64_t layer, Generator& gen, LayerKV* kv,
+                 const std::vector<int64_t>* row_len = nullptr);
   std::shared_ptr<MultiHeadAttention> self_attn, cross_attn;  // cross_attn null for decoder-only
   std::shared_ptr<LayerNorm> norm_self, norm_cross, norm_ff;
   std::shared_ptr<FeedForward> ff;

@@ -89,7 +89,9 @@ const char* kEvalHelp =
     "  --set section.key=value  override a config key (repeatable)\n"
     "  --checkpoint C           best (default: best.h5 if present, else the newest), last, or a path\n"
     "  --out DIR                also write eval.json and eval.csv to DIR\n"
-    "  --no-cache               greedy decoding without the KV cache (slower; same results)\n"
+    "  --no-cache               greedy decoding without the KV cache (slower; same results\n"
+    "                           except rope dynamic_ntk beyond pe.rope_train_length, see\n"
+    "                           docs/model.md)\n"
     "  -h, --help               show this help\n";
 
 const char* kGenerateHelp =

@@ -15,10 +15,16 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+
+#include "data/batch.h"
+#include "data/tasks.h"
+#include "models/pe/t5_buckets.h"
+#include "pelab/error.h"
 
 namespace pelab {
 namespace {
@@ -546,6 +552,15 @@ std::vector<Entry> build_entries() {
        "is given");
   task("tokenization", &TaskConfig::tokenization, "char|space",
        "textfile/lm: characters or space-separated words as tokens");
+  task("unknown_symbols", &TaskConfig::unknown_symbols, "error|map_to_unk",
+       "textfile: a symbol of task.valid_file / task.test_files (or of task.train_file with a "
+       "checkpoint's vocabulary) that is not in the vocabulary: `error` names file:line and the "
+       "symbol; `map_to_unk` scores it as `<unk>` and reports the count per split (log, table, "
+       "eval.json `unknown_symbols`)");
+  task("max_example_len", &TaskConfig::max_example_len, "[1, inf)",
+       "textfile: most positions one example may take (decoder: source + target + 2; seq2seq: "
+       "the longer side + 1); a longer line is an error naming file:line (memory grows with the "
+       "square of the length)");
   task("corpus", &TaskConfig::corpus, "",
        "lm: path of the text corpus; \"\" = the Debian fortunes corpus");
   task("lm_train_len", &TaskConfig::lm_train_len, "[2, inf)",
@@ -571,7 +586,9 @@ std::vector<Entry> build_entries() {
   model("activation", &ModelConfig::activation, "gelu|relu", "feed-forward activation");
   model("bias", &ModelConfig::bias, "", "linear layers have bias terms");
   model("tie_embeddings", &ModelConfig::tie_embeddings, "",
-        "share the output projection with the (target) token embedding");
+        "one token table for everything: in seq2seq one tensor serves the encoder and decoder "
+        "embeddings and the output projection; decoder-only: the embedding and the output "
+        "projection");
   model("embed_scale", &ModelConfig::embed_scale, "auto|sqrt_d|none",
         "token embedding multiplier; auto = sqrt(d_model) for additive schemes (sinusoidal, "
         "learned), else 1");
@@ -591,8 +608,9 @@ std::vector<Entry> build_entries() {
   pe("shaw_values", &PEConfig::shaw_values, "", "shaw: add relative embeddings to the values");
   pe("shaw_per_head", &PEConfig::shaw_per_head, "",
      "shaw: one relative table per head (else shared by all heads)");
-  pe("t5_num_buckets", &PEConfig::t5_num_buckets, "[2, inf)",
-     "t5: relative-position buckets (split between directions when bidirectional); even");
+  pe("t5_num_buckets", &PEConfig::t5_num_buckets, "[4, inf)",
+     "t5: relative-position buckets (split between directions when bidirectional, so at least "
+     "2 per direction); even");
   pe("t5_max_distance", &PEConfig::t5_max_distance, "[1, inf)",
      "t5: distance where the log-spaced buckets end (farther shares the last bucket)");
   pe("t5_per_layer", &PEConfig::t5_per_layer, "",
@@ -790,12 +808,6 @@ int longest_length(const Config& c) {
   return max_of(c.task.test_lengths, c.task.train_max_len);
 }
 
-int training_length(const Config& c) {
-  if (c.task.name == "lm") return c.task.lm_train_len;
-  if (c.task.name == "textfile") return 0;
-  return c.task.train_max_len;
-}
-
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> r = {
       {"model.d_model must be divisible by model.heads",
@@ -909,19 +921,24 @@ const std::vector<Rule>& rules() {
                      ") must be > pe.yarn_beta_slow (" + fmt_num(c.pe.yarn_beta_slow) + ")",
                  {"pe.yarn_beta_fast", "pe.yarn_beta_slow"}};
        }},
-      {"pe.scheme t5 needs an even pe.t5_num_buckets and pe.t5_max_distance > "
-       "pe.t5_num_buckets / 2",
+      {"pe.scheme t5 needs an even pe.t5_num_buckets >= 4 (at least 2 per direction) and "
+       "pe.t5_max_distance > pe.t5_num_buckets / 2 (the checks the model build makes)",
        [](const Config& c) -> Violation {
          if (c.pe.scheme != "t5") return {};
          if (c.pe.t5_num_buckets % 2 != 0)
            return {"pe.t5_num_buckets (" + std::to_string(c.pe.t5_num_buckets) +
                        ") must be even with pe.scheme t5",
                    {"pe.t5_num_buckets", "pe.scheme"}};
-         if (c.pe.t5_max_distance <= c.pe.t5_num_buckets / 2)
-           return {"pe.t5_max_distance (" + std::to_string(c.pe.t5_max_distance) +
-                       ") must be > pe.t5_num_buckets / 2 (" +
-                       std::to_string(c.pe.t5_num_buckets / 2) + ")",
-                   {"pe.t5_max_distance", "pe.t5_num_buckets"}};
+         // The model's own check (both directions: encoder and decoder self-attention).
+         try {
+           models::t5_check_buckets(true, c.pe.t5_num_buckets, c.pe.t5_max_distance);
+           models::t5_check_buckets(false, c.pe.t5_num_buckets, c.pe.t5_max_distance);
+         } catch (const Error& e) {
+           return {"pe.scheme t5 with pe.t5_num_buckets " + std::to_string(c.pe.t5_num_buckets) +
+                       " and pe.t5_max_distance " + std::to_string(c.pe.t5_max_distance) + ": " +
+                       e.what(),
+                   {"pe.t5_num_buckets", "pe.t5_max_distance", "pe.scheme"}};
+         }
          return {};
        }},
       {"pe.scheme shaw needs pe.shaw_keys or pe.shaw_values",
@@ -930,9 +947,11 @@ const std::vector<Rule>& rules() {
          return {"pe.scheme shaw needs pe.shaw_keys or pe.shaw_values to be true",
                  {"pe.scheme", "pe.shaw_keys", "pe.shaw_values"}};
        }},
-      {"pe.scheme learned needs pe.max_positions >= the training length (task.train_max_len, "
-       "or task.lm_train_len for lm), and >= pe.randomized_max_position with randomised "
-       "positions",
+      {"pe.scheme learned needs pe.max_positions >= the positions of the longest training "
+       "sequence (synthetic tasks: decoder bos + source + sep + target, seq2seq the longer of "
+       "source + eos and bos + target, at task.train_max_len; lm: task.lm_train_len; textfile: "
+       "checked against the data when it is loaded), and >= pe.randomized_max_position with "
+       "randomised positions",
        [](const Config& c) -> Violation {
          if (c.pe.scheme != "learned") return {};
          if (c.pe.randomized_positions && c.pe.max_positions < c.pe.randomized_max_position)
@@ -941,12 +960,35 @@ const std::vector<Rule>& rules() {
                        std::to_string(c.pe.randomized_max_position) +
                        ") with pe.scheme learned",
                    {"pe.max_positions", "pe.randomized_max_position"}};
-         const int need = training_length(c);
+         if (c.task.name == "textfile") return {};
+         int64_t need = c.task.lm_train_len;
+         std::string why = "task.lm_train_len";
+         if (c.task.name != "lm") {
+           data::TaskSpec spec;
+           spec.name = c.task.name;
+           spec.num_symbols = c.task.num_symbols;
+           spec.train_min_len = c.task.train_min_len;
+           spec.train_max_len = c.task.train_max_len;
+           std::unique_ptr<data::Task> task;
+           try {
+             task = data::make_task(spec);
+           } catch (const data::DataError&) {
+             return {};  // the task's own error comes when the data is built
+           }
+           const bool decoder = c.task.formulation == "decoder";
+           need = data::task_positions(*task, c.task.train_max_len, decoder);
+           why = "task " + c.task.name + " at task.train_max_len " +
+                 std::to_string(c.task.train_max_len) + ": " +
+                 std::to_string(task->max_source_len(c.task.train_max_len)) + " source and " +
+                 std::to_string(task->max_target_len(c.task.train_max_len)) + " target tokens" +
+                 (decoder ? " plus bos and sep (decoder)" : ", the longer plus bos/eos (seq2seq)");
+         }
          if (c.pe.max_positions >= need) return {};
          const std::string k = c.task.name == "lm" ? "task.lm_train_len" : "task.train_max_len";
          return {"pe.max_positions (" + std::to_string(c.pe.max_positions) + ") must be >= " +
-                     k + " (" + std::to_string(need) + ") with pe.scheme learned",
-                 {"pe.max_positions", k}};
+                     std::to_string(need) + ", the positions of the longest training sequence (" +
+                     why + ") with pe.scheme learned",
+                 {"pe.max_positions", k, "pe.scheme", "task.formulation"}};
        }},
       {"pe.randomized_positions needs a pe.scheme other than none and "
        "pe.randomized_max_position >= every train and test length",

@@ -37,6 +37,8 @@ struct TaskConfig {
   std::vector<std::string> test_files;
   double valid_fraction = 0.05;
   std::string tokenization = "char";  // char|space
+  std::string unknown_symbols = "error";  // error|map_to_unk
+  int max_example_len = 512;  // positions of one textfile example
   std::string corpus;                 // "" = default Debian fortunes corpus
   int lm_train_len = 64;
   std::vector<int> lm_eval_lengths = {64, 128};

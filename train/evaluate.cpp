@@ -82,6 +82,7 @@ MetricRow EvalResult::row() const {
   r.set("perplexity", perplexity);
   r.set("token_accuracy", token_accuracy);
   r.set("exact_match", exact_match);
+  r.set("unknown_symbols", unknown_symbols);
   return r;
 }
 
@@ -90,6 +91,7 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
   EvalResult r;
   r.split = set.name;
   r.length = set.length;
+  r.unknown_symbols = set.unknown_symbols;
   r.examples = static_cast<int64_t>(data.is_lm() ? set.windows.size() : set.examples.size());
   if (set.empty()) {
     r.status = "n/a (empty)";
@@ -249,6 +251,10 @@ std::string eval_table(const std::vector<EvalResult>& results) {
     }
     os << buf;
   }
+  for (const auto& r : results)
+    if (r.unknown_symbols > 0)
+      os << r.split << ": " << r.unknown_symbols << " symbol" << (r.unknown_symbols == 1 ? "" : "s")
+         << " not in the vocabulary scored as <unk> (task.unknown_symbols: map_to_unk)\n";
   return os.str();
 }
 

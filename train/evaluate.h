@@ -36,9 +36,11 @@ struct EvalResult {
   double perplexity = std::numeric_limits<double>::quiet_NaN();
   double token_accuracy = std::numeric_limits<double>::quiet_NaN();
   double exact_match = std::numeric_limits<double>::quiet_NaN();
+  int64_t unknown_symbols = 0;  // symbols scored as <unk> (textfile, task.unknown_symbols)
   std::vector<Prediction> predictions;  // with EvalOptions::keep_predictions
   bool available() const { return status == "ok"; }
-  // split, length, examples, tokens, status, loss, perplexity, token_accuracy, exact_match
+  // split, length, examples, tokens, status, loss, perplexity, token_accuracy, exact_match,
+  // unknown_symbols
   MetricRow row() const;
 };
 
@@ -80,7 +82,8 @@ void write_eval_files(const std::string& dir, const std::vector<EvalResult>& res
 // Writes predictions_<split>.tsv (source, target, output, correct) for every result that kept its
 // predictions (checked, atomic writes).
 void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results);
-// A plain-text table of results (one line per split).
+// A plain-text table of results (one line per split), then one line per split with symbols
+// scored as <unk>.
 std::string eval_table(const std::vector<EvalResult>& results);
 
 }  // namespace pelab

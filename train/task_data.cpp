@@ -17,8 +17,8 @@ namespace {
 constexpr int64_t kBucketPoolBatches = 16;
 
 int64_t positions_of(const data::Example& ex, bool decoder) {
-  const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
-  return decoder ? s + t + 2 : std::max(s, t) + 1;
+  return data::example_positions(static_cast<int64_t>(ex.src.size()),
+                                 static_cast<int64_t>(ex.tgt.size()), decoder);
 }
 
 std::string join_symbols(const data::Vocab& v) {
@@ -89,16 +89,49 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
     return;
   }
 
+  std::vector<int64_t> train_lines;  // textfile: the line of each training example
   if (t.name == "textfile") {
     tok_ = data::parse_tokenization(t.tokenization);
     PELAB_CHECK(!t.train_file.empty(), "task.train_file: the textfile task needs a training file");
     vocab_ = std::make_unique<data::Vocab>(
         vocab_tokens.empty() ? data::build_vocab_from_files({t.train_file}, tok_)
                              : data::Vocab(vocab_tokens));
-    std::vector<data::Example> all = data::load_examples(t.train_file, *vocab_, tok_);
+    // Loads one file: length cap and unknown symbols per task.max_example_len / unknown_symbols.
+    auto load = [&](const std::string& path, int64_t* unknown,
+                    std::vector<int64_t>* lines = nullptr) {
+      data::LoadReport rep;
+      std::vector<data::Example> ex = data::load_examples(path, *vocab_, tok_, &rep);
+      if (lines) *lines = rep.lines;
+      for (size_t i = 0; i < ex.size(); ++i) {
+        const int64_t s = static_cast<int64_t>(ex[i].src.size());
+        const int64_t g = static_cast<int64_t>(ex[i].tgt.size());
+        const int64_t n = data::example_positions(s, g, decoder_);
+        PELAB_CHECK(n <= t.max_example_len, path, ":", rep.lines[i], ": this example needs ", n,
+                    " positions (", s, " source and ", g, " target tokens, ",
+                    decoder_ ? "plus bos and sep" : "the longer plus bos/eos",
+                    "), more than task.max_example_len = ", t.max_example_len,
+                    "; shorten the line or raise task.max_example_len (memory grows with the "
+                    "square of the length)");
+      }
+      if (rep.num_unknown > 0) {
+        PELAB_CHECK(t.unknown_symbols == "map_to_unk", path, ":", rep.first_unknown_line,
+                    ": symbol '", rep.first_unknown, "' is not in the vocabulary (",
+                    vocab_tokens.empty() ? "built from task.train_file '" + t.train_file + "'"
+                                         : std::string("of the checkpoint"),
+                    "); the file has ", rep.num_unknown, " unknown symbol",
+                    rep.num_unknown == 1 ? "" : "s",
+                    ". Add them to the training data, or set task.unknown_symbols: map_to_unk "
+                    "to score them as <unk>");
+        *unknown += rep.num_unknown;
+      }
+      return ex;
+    };
+    std::vector<int64_t> all_lines;
+    std::vector<data::Example> all = load(t.train_file, &train_unknown_symbols_, &all_lines);
     if (!t.valid_file.empty()) {
       train_ = std::move(all);
-      valid_.examples = data::load_examples(t.valid_file, *vocab_, tok_);
+      train_lines = all_lines;
+      valid_.examples = load(t.valid_file, &valid_.unknown_symbols);
     } else {
       // Hold out a seeded random valid_fraction of the training file.
       data::Rng rng(data::derive_seed(seed, "valid_split"));
@@ -107,8 +140,10 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
       if (t.valid_fraction > 0 && nv == 0 && all.size() > 1) nv = 1;
       std::vector<bool> held(all.size(), false);
       for (int64_t i = 0; i < nv; ++i) held[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
-      for (size_t i = 0; i < all.size(); ++i)
+      for (size_t i = 0; i < all.size(); ++i) {
         (held[i] ? valid_.examples : train_).push_back(all[i]);
+        if (!held[i]) train_lines.push_back(all_lines[i]);
+      }
     }
     PELAB_CHECK(!train_.empty(), "task.train_file: '", t.train_file,
                 "' leaves no training examples after holding out task.valid_fraction");
@@ -121,7 +156,7 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
       for (int k = 2; names.count(unique); ++k) unique = name + "_" + std::to_string(k);
       names.insert(unique);
       s.name = unique;
-      s.examples = data::load_examples(f, *vocab_, tok_);
+      s.examples = load(f, &s.unknown_symbols);
       tests_.push_back(std::move(s));
     }
   } else {
@@ -163,11 +198,14 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
   sampler_ = std::make_unique<data::BatchSampler>(
       stream, cfg.train.batch_size, cfg.train.bucket_by_length ? kBucketPoolBatches : 1);
   if (!train_.empty()) {
-    for (const auto& ex : train_) train_positions_ = std::max(train_positions_, positions_of(ex, decoder_));
+    for (size_t i = 0; i < train_.size(); ++i) {
+      const int64_t n = positions_of(train_[i], decoder_);
+      if (n > train_positions_ && i < train_lines.size())
+        longest_train_example_ = t.train_file + ":" + std::to_string(train_lines[i]);
+      train_positions_ = std::max(train_positions_, n);
+    }
   } else {
-    const int64_t s = task_->max_source_len(t.train_max_len);
-    const int64_t g = task_->max_target_len(t.train_max_len);
-    train_positions_ = decoder_ ? s + g + 2 : std::max(s, g) + 1;
+    train_positions_ = data::task_positions(*task_, t.train_max_len, decoder_);
   }
 }
 

@@ -22,12 +22,15 @@ struct EvalSet {
   std::vector<data::Example> examples;
   std::vector<data::LmWindow> windows;
   int64_t dropped_tokens = 0;  // lm: predictable tokens not covered by full windows
+  int64_t unknown_symbols = 0;  // textfile: symbols scored as <unk> (task.unknown_symbols)
   bool empty() const { return examples.empty() && windows.empty(); }
 };
 
 class TaskData {
  public:
-  // Builds everything from cfg.task (reads files / the corpus). With vocab_tokens (e.g. from a
+  // Builds everything from cfg.task (reads files / the corpus). Text files: an example longer than
+  // task.max_example_len positions, or (with task.unknown_symbols error) a symbol missing from the
+  // vocabulary, is an error naming file:line. With vocab_tokens (e.g. from a
   // checkpoint) the vocabulary is restored instead of built; for synthetic tasks it must equal the
   // task's own vocabulary. Throws pelab::Error / data::DataError.
   explicit TaskData(const Config& cfg, const std::vector<std::string>& vocab_tokens = {});
@@ -45,10 +48,15 @@ class TaskData {
   const EvalSet& valid() const { return valid_; }
   const std::vector<EvalSet>& tests() const { return tests_; }
   int64_t num_train_examples() const { return static_cast<int64_t>(train_.size()); }
+  // textfile with a checkpoint's vocabulary and task.unknown_symbols map_to_unk: symbols of
+  // task.train_file mapped to <unk> (0 when the vocabulary is built from that file).
+  int64_t train_unknown_symbols() const { return train_unknown_symbols_; }
 
   // Longest training sequence in tokens (what the model's positions cover in training): seq2seq
   // max(|src|, |tgt|) + 1, decoder |src| + |tgt| + 2, lm task.lm_train_len.
   int64_t train_positions() const { return train_positions_; }
+  // textfile: "FILE:LINE" of the (first) training example with train_positions(); else "".
+  const std::string& longest_train_example() const { return longest_train_example_; }
 
   // Ids -> text as the task writes it.
   std::string render(const std::vector<int64_t>& ids) const;
@@ -69,6 +77,8 @@ class TaskData {
   EvalSet valid_;
   std::vector<EvalSet> tests_;
   int64_t train_positions_ = 0;
+  int64_t train_unknown_symbols_ = 0;
+  std::string longest_train_example_;
   data::Tokenization tok_ = data::Tokenization::Char;
   bool single_char_symbols_ = true;
 };

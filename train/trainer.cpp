@@ -25,6 +25,7 @@
 #include "pelab/autograd.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
+#include "train/memory_estimate.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
 #include "train/report.h"
@@ -303,6 +304,10 @@ void Trainer::open_run() {
 
 void Trainer::setup_model(const std::vector<std::string>& vocab) {
   data_ = std::make_unique<TaskData>(cfg_, vocab);
+  // Host memory: parameters, training state and one micro-batch (CPU; CUDA keeps them on the GPU).
+  if (Device::parse(cfg_.train.device) == Device::cpu())
+    check_training_memory(cfg_, data_->vocab().size(), data_->train_positions(),
+                          machine_memory_bytes());
   model_ = build_model(cfg_, *data_);
   model_->train();
   const TrainConfig& t = cfg_.train;
@@ -658,6 +663,10 @@ TrainResult Trainer::run() {
     progress_->line("pelab train: resumed " + dir_ + " at step " + std::to_string(step_) + " of " +
                     std::to_string(total));
   for (const auto& note : opt_.notes) progress_->line(note);
+  if (data_->train_unknown_symbols() > 0)
+    progress_->line("pelab train: " + std::to_string(data_->train_unknown_symbols()) +
+                    " symbols of task.train_file are not in the checkpoint's vocabulary and are "
+                    "trained as <unk> (task.unknown_symbols: map_to_unk)");
   const StopWhen& crit = cfg_.train.stop_when;
   if (crit.enabled() && step_ == 0 && rows_.empty())
     progress_->line("pelab train: stop when " + crit.describe() + " (at most " +
@@ -797,10 +806,19 @@ std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_pos
 }
 
 std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data) {
-  if (cfg.pe.scheme == "learned")
-    PELAB_CHECK(data.train_positions() <= cfg.pe.max_positions, "pe.max_positions (",
-                cfg.pe.max_positions, ") must cover the longest training sequence: ",
-                data.train_positions(), " tokens (bos/eos/separator included)");
+  if (cfg.pe.scheme == "learned" && data.train_positions() > cfg.pe.max_positions) {
+    // Synthetic and lm tasks are refused by the config rule already; text files here, by line.
+    if (!data.longest_train_example().empty())
+      fail(data.longest_train_example(), ": this training example needs ",
+           data.train_positions(), " positions (bos/eos/separator included), more than "
+           "pe.max_positions ", cfg.pe.max_positions,
+           " (pe.scheme learned); raise pe.max_positions or shorten the line");
+    fail("pe.max_positions (", cfg.pe.max_positions, ") must cover the longest training sequence: ",
+         data.train_positions(), " tokens (bos/eos/separator included)");
+  }
+  // Refuse a model whose parameters cannot fit before allocating any of them.
+  check_parameter_memory(cfg, data.vocab().size(), data.train_positions(),
+                         machine_memory_bytes());
   auto model = std::make_unique<models::Transformer>(
       to_model_config(cfg, data.vocab().size(), data.train_positions()));
   const Device dev = Device::parse(cfg.train.device);

@@ -57,6 +57,10 @@ struct AttnSite {
   const std::vector<int64_t>* q_pos = nullptr;  // positions of the queries (size Lq)
   const std::vector<int64_t>* k_pos = nullptr;  // positions of the keys (size Lk)
   bool causal = false;
+  // Per batch row: 1 + the largest position of a real (unpadded) token of that row's sequence so
+  // far (with a KV cache: the cached tokens included). Given only to a scheme whose
+  // needs_row_lengths() is true (its math depends on each sequence's own length); null otherwise.
+  const std::vector<int64_t>* row_len = nullptr;
 };
 
 class PositionalEncoding : public Module {
@@ -65,6 +69,9 @@ class PositionalEncoding : public Module {
   virtual std::string name() const = 0;
   // True for schemes that add to the embedding (the default embedding scale is sqrt(d_model) for them).
   virtual bool additive() const { return false; }
+  // True when the scheme wants AttnSite::row_len (dynamic NTK RoPE at evaluation): the stacks then
+  // read the padding mask on the host to fill it.
+  virtual bool needs_row_lengths() const { return false; }
   // Hook 1: x [B, L, D] at positions pos (size L) -> x + PE. Default: x.
   virtual Tensor embed(const Tensor& x, const std::vector<int64_t>& pos) { return x; }
   // Hook 2: q [B, H, Lq, dh] at site.q_pos and k [B, H, Lk, dh] at site.k_pos (k holds exactly the

@@ -8,7 +8,12 @@
 // depends on the positions only through k_pos − q_pos. cos/sin tables [L, rot/2] are built on the
 // host (double precision) from the site's positions, which may be offset or arbitrary, and cached.
 // Eval-time context extension (pi | ntk | dynamic_ntk | yarn) comes from rope_math.h and is applied
-// only when the module is not training. No parameters.
+// only when the module is not training. dynamic_ntk takes each batch row's own length
+// (AttnSite::row_len: 1 + its last real position, cached tokens included), so a sequence's result
+// does not depend on eval.batch_size or its batch mates. With a KV cache, the keys cached at earlier
+// steps keep the rotation of the base of their step (as in HF transformers); recomputing without
+// the cache rotates every key with the current base, so cached and uncached decoding differ once a
+// sequence grows past rope_train_length. No parameters.
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -28,15 +33,42 @@ class RopePE : public PositionalEncoding {
   }
   std::string name() const override { return "rope"; }
 
+  bool needs_row_lengths() const override {
+    return cfg_.rope_scaling == "dynamic_ntk" && !is_training();
+  }
+
   void transform_qk(Tensor& q, Tensor& k, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return;
     PELAB_CHECK(site.q_pos && site.k_pos, "rope: attention site without positions");
     int64_t max_pos = -1;
     for (int64_t p : *site.q_pos) max_pos = std::max(max_pos, p);
     for (int64_t p : *site.k_pos) max_pos = std::max(max_pos, p);
-    const RopeFreqs f = rope_frequencies(cfg_, rot_, max_pos + 1, !is_training());
-    q = apply(q, *site.q_pos, f, "q");
-    k = apply(k, *site.k_pos, f, "k");
+    if (!needs_row_lengths() || !site.row_len) {
+      const RopeFreqs f = rope_frequencies(cfg_, rot_, max_pos + 1, !is_training());
+      q = apply(q, *site.q_pos, f, "q");
+      k = apply(k, *site.k_pos, f, "k");
+      return;
+    }
+    // Dynamic NTK: each row's base comes from its own length (padding and batch mates play no
+    // part). Lengths up to rope_train_length all give plain RoPE, so they count as that length;
+    // runs of rows with the same effective length share one rotation.
+    const std::vector<int64_t>& rl = *site.row_len;
+    const int64_t B = q.size(0);
+    PELAB_CHECK(static_cast<int64_t>(rl.size()) == B && k.size(0) == B, "rope: ", rl.size(),
+                " row lengths for q ", shape_str(q.shape()), " and k ", shape_str(k.shape()));
+    auto eff = [&](int64_t b) { return std::max<int64_t>(rl[b], cfg_.rope_train_length); };
+    std::vector<Tensor> qs, ks;
+    for (int64_t b0 = 0; b0 < B;) {
+      int64_t b1 = b0 + 1;
+      while (b1 < B && eff(b1) == eff(b0)) ++b1;
+      const RopeFreqs f = rope_frequencies(cfg_, rot_, eff(b0), true);
+      const bool whole = b0 == 0 && b1 == B;
+      qs.push_back(apply(whole ? q : slice(q, 0, b0, b1), *site.q_pos, f, "q"));
+      ks.push_back(apply(whole ? k : slice(k, 0, b0, b1), *site.k_pos, f, "k"));
+      b0 = b1;
+    }
+    q = qs.size() == 1 ? qs[0] : concat(qs, 0);
+    k = ks.size() == 1 ? ks[0] : concat(ks, 0);
   }
 
  private:

@@ -12,8 +12,15 @@
 //     the upstream gradient).
 //   relative_tables gives both as (index, rel_k, rel_v), which attention adds inside its fused op
 //   without forming the scores or P.
-// Nothing of size L×L×dh is ever built: the relative parts are O(Lq·(2k+1)) per head, plus one shared
-// [Lq, Lk] Int64 index per site (cached across layers and calls).
+// Nothing of size L×L×dh is ever built: the relative parts are O(Lq·R) per head, plus one shared
+// [Lq, Lk] Int64 index per site (cached across layers and calls), where R = the rows the site can
+// reach: the clipped distances of a site lie in [lo − k, hi − k] with lo = max(min(k_pos) −
+// max(q_pos), −k) + k and hi = min(max(k_pos) − min(q_pos), k) + k, so relative_tables hands
+// attention the rows [lo, hi] of each table (a slice, whose backward scatters into the full
+// table) and the index r(i, j) − lo. When 2k+1 rows are reachable (k below the sequence length)
+// that is the whole table and the index above, unchanged; for k beyond the sequence length the
+// cost no longer grows with k (at most Lq + Lk − 1 rows). The parameters stay [.., 2k+1, dh].
+#include <algorithm>
 #include <cmath>
 #include <deque>
 
@@ -88,15 +95,26 @@ class ShawPE : public PositionalEncoding {
     if (site.kind == AttnKind::Cross || (!keys_ && !values_)) return {};
     check_site(site);
     const Tensor& any = keys_ ? rel_k_[site.layer] : rel_v_[site.layer];
-    return {index(*site.q_pos, *site.k_pos, any.device()), rel_k_[site.layer], rel_v_[site.layer]};
+    const Entry& e = index(*site.q_pos, *site.k_pos, any.device());
+    return {e.idx, rows(rel_k_[site.layer], e), rows(rel_v_[site.layer], e)};
   }
 
  private:
   struct Entry {
     std::vector<int64_t> q, k;
     Device device;
-    Tensor idx;
+    Tensor idx;         // r(i, j) − lo
+    int64_t lo, hi;     // the table rows the site reaches
   };
+
+  // Rows [e.lo, e.hi] of a table (its row axis is the last but one); the table itself when that is
+  // every row.
+  Tensor rows(const Tensor& table, const Entry& e) const {
+    if (!table.defined() || (e.lo == 0 && e.hi == 2 * k_)) return table;
+    const int64_t axis = table.dim() - 2;
+    Tensor t = slice(table, axis, e.lo, e.hi + 1);
+    return axis == 0 ? t : t.contiguous();
+  }
 
   void check_site(const AttnSite& site) const {
     PELAB_CHECK(site.q_pos && site.k_pos, "shaw: attention site without positions");
@@ -104,20 +122,24 @@ class ShawPE : public PositionalEncoding {
                 site.layer, " out of range (stack has ", rel_k_.size(), " layers)");
   }
 
-  // idx[i, j] = clip(k_pos[j] − q_pos[i], −k, k) + k, Int64 [Lq, Lk] on `dev` (cached).
-  Tensor index(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp, Device dev) {
+  // idx[i, j] = clip(k_pos[j] − q_pos[i], −k, k) + k − lo, Int64 [Lq, Lk] on `dev` (cached).
+  const Entry& index(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp, Device dev) {
     for (const Entry& e : cache_)
-      if (e.device == dev && e.q == qp && e.k == kp) return e.idx;
+      if (e.device == dev && e.q == qp && e.k == kp) return e;
     const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
+    auto clip = [&](int64_t d) { return (d < -k_ ? -k_ : (d > k_ ? k_ : d)) + k_; };
+    int64_t lo = 0, hi = 2 * k_;
+    if (Lq > 0 && Lk > 0) {
+      const auto [qmin, qmax] = std::minmax_element(qp.begin(), qp.end());
+      const auto [kmin, kmax] = std::minmax_element(kp.begin(), kp.end());
+      lo = clip(*kmin - *qmax), hi = clip(*kmax - *qmin);
+    }
     std::vector<int64_t> v(static_cast<size_t>(Lq * Lk));
     for (int64_t i = 0; i < Lq; ++i)
-      for (int64_t j = 0; j < Lk; ++j) {
-        const int64_t d = kp[j] - qp[i];
-        v[i * Lk + j] = (d < -k_ ? -k_ : (d > k_ ? k_ : d)) + k_;
-      }
+      for (int64_t j = 0; j < Lk; ++j) v[i * Lk + j] = clip(kp[j] - qp[i]) - lo;
     if (cache_.size() >= 4) cache_.pop_front();
-    cache_.push_back({qp, kp, dev, Tensor::from_ints(v, {Lq, Lk}, dev)});
-    return cache_.back().idx;
+    cache_.push_back({qp, kp, dev, Tensor::from_ints(v, {Lq, Lk}, dev), lo, hi});
+    return cache_.back();
   }
 
   int64_t k_;
