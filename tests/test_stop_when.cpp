@@ -4,13 +4,16 @@
 // stops at the same step bit for bit, a criterion not met by train.steps is recorded as such, the
 // eval.json record round-trips through read_convergence, `pelab compare` reuses a run stopped by
 // its criterion, and every bad criterion is one CLI error line with FILE:LINE before anything
-// trains. Every run is a few dozen steps of a 1+1-layer model.
+// trains. The plateau form (min_delta): the stop step computed independently from the uncapped
+// run's validations, resume bit for bit, the criterion in words. Every run is a few dozen steps of
+// a 1+1-layer model.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -80,6 +83,44 @@ int64_t expected_stop(const std::vector<EvalPoint>& v, bool at_least, double thr
   return -1;
 }
 
+// The plateau form's definition, independently of the trainer: the first validation sets the
+// best; a later one that beats the best by more than min_delta (relative) resets the count,
+// any other adds one (and a better value still becomes the best); the step where the count
+// reaches `patience`, or -1.
+int64_t expected_plateau_stop(const std::vector<EvalPoint>& v, bool higher, double min_delta,
+                              int patience) {
+  double best = 0;
+  int count = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double x = v[i].value;
+    if (i == 0) {
+      best = x;
+      continue;
+    }
+    const double gain = higher ? x - best : best - x;
+    const double scale = higher ? std::max(std::fabs(best), 1e-12) : std::fabs(best);
+    if (gain > min_delta * scale) {
+      count = 0;
+    } else {
+      ++count;
+      if (count >= patience) return v[i].step;
+    }
+    if (gain > 0) best = x;
+  }
+  return -1;
+}
+
+// The largest of `deltas` whose plateau is met after validation patience + 1 (so an improvement
+// has reset the count at least once) and before the last validation; NaN if none.
+double plateau_delta(const std::vector<EvalPoint>& v, bool higher, int patience,
+                     const std::vector<double>& deltas) {
+  for (double d : deltas) {
+    const int64_t s = expected_plateau_stop(v, higher, d, patience);
+    if (s > v[patience].step && s < v.back().step) return d;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 // A threshold that `patience` consecutive validations before the last one meet: the best (over
 // windows) of each window's worst value.
 double reachable_threshold(const std::vector<EvalPoint>& v, bool at_least, int patience) {
@@ -122,6 +163,11 @@ void expect_same_parameters(const std::string& pa, const std::string& pb, bool c
   for (const char* c : {"criterion_hits", "criterion_met_step"})
     EXPECT_EQ(a.counters.at(c), b.counters.at(c)) << c;
   EXPECT_EQ(a.values.at("criterion_value"), b.values.at("criterion_value"));
+  // The plateau's best so far, bit for bit (NaN for a threshold criterion).
+  uint64_t ba = 0, bb = 1;
+  std::memcpy(&ba, &a.values.at("criterion_best"), sizeof ba);
+  std::memcpy(&bb, &b.values.at("criterion_best"), sizeof bb);
+  EXPECT_EQ(ba, bb);
 }
 
 class StopWhenTest : public ::testing::Test {
@@ -410,7 +456,7 @@ TEST_F(StopWhenTest, ConfigRoundTripAndResumeMustKeepTheCriterion) {
   const std::string md = config_reference_markdown();
   const size_t key_row = md.find("| `train.stop_when` | map | `{}` |");
   ASSERT_NE(key_row, std::string::npos);
-  for (const char* sub : {"metric", "split", "at_least", "at_most", "patience"}) {
+  for (const char* sub : {"metric", "split", "at_least", "at_most", "min_delta", "patience"}) {
     const size_t row = md.find(std::string("| `train.stop_when.") + sub + "` | ");
     EXPECT_NE(row, std::string::npos) << sub;
     EXPECT_GT(row, key_row) << sub;
@@ -455,6 +501,159 @@ TEST_F(StopWhenTest, CompareReusesARunStoppedByItsCriterion) {
   EXPECT_EQ(again.trained, 0);
   EXPECT_EQ(again.resumed, 0) << log.str();
   EXPECT_EQ(again.reused, 1) << log.str();
+}
+
+// ---------------- the plateau form (min_delta) ----------------
+
+namespace {
+uint64_t bits(double x) {
+  uint64_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+const std::vector<double> kDeltas = {0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.005, 0.002, 0.001};
+}  // namespace
+
+TEST_F(StopWhenTest, PlateauStopsAtTheFirstValidationWithoutEnoughImprovement) {
+  const TrainResult base = train(tiny("base"), quiet());
+  ASSERT_TRUE(base.finished);
+  for (const std::string metric : {"loss", "token_accuracy"}) {
+    SCOPED_TRACE(metric);
+    const bool higher = metric == "token_accuracy";
+    const std::vector<EvalPoint> v = validations(base.run_dir, metric);
+    ASSERT_EQ(v.size(), 12u);
+    const int patience = 2;
+    const double delta = plateau_delta(v, higher, patience, kDeltas);
+    ASSERT_TRUE(std::isfinite(delta)) << "no min_delta gives a plateau before the cap";
+    const int64_t want = expected_plateau_stop(v, higher, delta, patience);
+    // The best so far at the stop step, and the value there.
+    double best = v[0].value, at_want = 0;
+    for (const auto& p : v) {
+      if (p.step > want) break;
+      best = higher ? std::max(best, p.value) : std::min(best, p.value);
+      at_want = p.value;
+    }
+    std::ostringstream crit;
+    crit.precision(17);
+    crit << "train.stop_when={metric: " << metric << ", min_delta: " << delta
+         << ", patience: " << patience << "}";
+    const std::string name = "plateau_" + metric;
+    const TrainResult r = train(tiny(name, {crit.str()}), quiet());
+    EXPECT_TRUE(r.finished);
+    EXPECT_TRUE(r.criterion_met);
+    EXPECT_EQ(r.criterion_step, want);
+    EXPECT_EQ(r.step, want);
+    EXPECT_EQ(latest_checkpoint(r.run_dir), ck(name, want).string());
+    EXPECT_FALSE(fs::exists(ck(name, want + 5)));
+    expect_same_parameters(ck(name, want).string(), ck("base", want).string(), false);
+    const CheckpointData c = load_checkpoint(ck(name, want).string());
+    EXPECT_EQ(c.counters.at("criterion_hits"), patience);
+    EXPECT_EQ(c.counters.at("criterion_met_step"), want);
+    EXPECT_EQ(bits(c.values.at("criterion_best")), bits(best));
+    EXPECT_EQ(c.values.at("criterion_value"), at_want);
+
+    const Convergence conv = read_convergence(r.run_dir);
+    EXPECT_TRUE(conv.met);
+    EXPECT_EQ(conv.step, want);
+    EXPECT_EQ(conv.metric, metric);
+    EXPECT_EQ(conv.value, at_want);
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.10g", delta * 100);
+    EXPECT_EQ(conv.criterion, metric + " on valid improved by <= " + pct +
+                                  " % for 2 consecutive validations");
+    const MetricRow last = parse_metrics_jsonl(slurp(dir_ / name / "metrics.jsonl"), "m").back();
+    EXPECT_EQ(last.get("type")->s, "convergence");
+    EXPECT_EQ(last.get("criterion_step")->i, want);
+  }
+}
+
+TEST_F(StopWhenTest, PlateauResumedMidwayStopsAtTheSameStepBitForBit) {
+  const TrainResult base = train(tiny("base"), quiet());
+  const std::vector<EvalPoint> v = validations(base.run_dir, "perplexity");
+  const int patience = 3;
+  const double delta = plateau_delta(v, false, patience, kDeltas);
+  ASSERT_TRUE(std::isfinite(delta)) << "no min_delta gives a plateau before the cap";
+  const int64_t want = expected_plateau_stop(v, false, delta, patience);
+  std::ostringstream crit;
+  crit.precision(17);
+  crit << "train.stop_when={metric: perplexity, min_delta: " << delta << ", patience: 3}";
+
+  const TrainResult full = train(tiny("full", {crit.str()}), quiet());
+  ASSERT_TRUE(full.criterion_met);
+  EXPECT_EQ(full.step, want);
+  // Interrupted two validations before the stop: one validation without improvement counted, the
+  // best so far in the checkpoint; then resumed.
+  TrainOptions cut = quiet();
+  cut.stop_after = want - 10;
+  const TrainResult part = train(tiny("split", {crit.str()}), cut);
+  EXPECT_FALSE(part.finished);
+  const CheckpointData mid = load_checkpoint(ck("split", want - 10).string());
+  EXPECT_EQ(mid.counters.at("criterion_hits"), 1);
+  double best = v[0].value;
+  for (const auto& p : v)
+    if (p.step <= want - 10) best = std::min(best, p.value);
+  EXPECT_EQ(bits(mid.values.at("criterion_best")), bits(best));
+  TrainOptions again = quiet();
+  again.resume = part.run_dir;
+  const TrainResult resumed = train(tiny("split", {crit.str()}), again);
+  EXPECT_TRUE(resumed.finished);
+  EXPECT_TRUE(resumed.criterion_met);
+  EXPECT_EQ(resumed.criterion_step, want);
+  expect_same_parameters(ck("full", want).string(), ck("split", want).string());
+  EXPECT_EQ(rows_without_timing(full.run_dir), rows_without_timing(resumed.run_dir));
+  EXPECT_EQ(slurp(dir_ / "full" / "eval.csv"), slurp(dir_ / "split" / "eval.csv"));
+  const Convergence a = read_convergence(full.run_dir), b = read_convergence(resumed.run_dir);
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.value, b.value);
+  EXPECT_EQ(a.criterion, b.criterion);
+}
+
+TEST_F(StopWhenTest, PlateauConfigRoundTripsAndDescribesItself) {
+  const Config a = tiny("rt", {"train.stop_when={metric: loss, min_delta: 0.01, patience: 3}"});
+  const StopWhen& w = a.train.stop_when;
+  EXPECT_TRUE(w.plateau());
+  EXPECT_EQ(w.min_delta, 0.01);
+  EXPECT_TRUE(std::isnan(w.at_least));
+  EXPECT_TRUE(std::isnan(w.at_most));
+  EXPECT_EQ(w.describe(), "loss on valid improved by <= 1 % for 3 consecutive validations");
+  EXPECT_EQ(config_value_text(a, "train.stop_when"),
+            "{metric: loss, split: valid, min_delta: 0.01, patience: 3}");
+  const Config back = load_config_string(config_to_yaml(a, true), "<yaml>");
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(back.train.stop_when.min_delta, 0.01);
+  EXPECT_NE(a, tiny("rt", {"train.stop_when={metric: loss, at_most: 0.01, patience: 3}"}));
+  EXPECT_EQ(tiny("p", {"train.stop_when={metric: exact_match, min_delta: 0.07}"})
+                .train.stop_when.describe(),
+            "exact_match on valid improved by <= 7 % for 1 consecutive validation");
+  // The improvement rule, relative to the best so far, in each direction; the first finite
+  // value always improves, NaN never does.
+  EXPECT_TRUE(w.improves(2.0, std::nan("")));
+  EXPECT_FALSE(w.improves(std::nan(""), 2.0));
+  EXPECT_TRUE(w.improves(1.97, 2.0));    // 1.5 % lower
+  EXPECT_FALSE(w.improves(1.995, 2.0));  // 0.25 % lower
+  EXPECT_FALSE(w.improves(2.5, 2.0));    // worse
+  StopWhen acc = w;
+  acc.metric = "token_accuracy";
+  EXPECT_TRUE(acc.improves(0.52, 0.5));
+  EXPECT_FALSE(acc.improves(0.504, 0.5));
+  EXPECT_TRUE(acc.improves(1e-13, 0.0));   // from 0: relative to 1e-12, any visible gain
+  EXPECT_FALSE(acc.improves(0.0, 0.0));
+
+  // pelab info shows the criterion in words.
+  const fs::path cfg = dir_ / "info.yaml";
+  std::ofstream(cfg) << "task: {name: reverse}\n"
+                        "model: {d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1, "
+                        "decoder_layers: 1}\n"
+                        "train: {eval_every: 50, stop_when: {metric: loss, min_delta: 0.01, "
+                        "patience: 3}}\n";
+  const fs::path out = dir_ / "info.txt";
+  const std::string cmd = quote(PELAB_BINARY) + " info " + quote(cfg.string()) + " >" +
+                          quote(out.string()) + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(out);
+  EXPECT_NE(slurp(out).find("stop when: loss on valid improved by <= 1 % for 3 consecutive "
+                            "validations (validation every 50 steps"),
+            std::string::npos)
+      << slurp(out);
 }
 
 // ---------------- bad criteria through the CLI: one line, FILE:LINE, nothing trained ----------
@@ -505,8 +704,23 @@ TEST_F(StopWhenTest, BadCriteriaAreOneLineErrorsWithFileAndLineAndTrainNothing) 
        "loss is lower-is-better; write at_most"},
       {"direction2", "  stop_when: {metric: exact_match, at_most: 0.5}\n", 15,
        "exact_match is higher-is-better; write at_least"},
-      {"both", "  stop_when: {metric: loss, at_least: 0.5, at_most: 0.5}\n", 15, "not both"},
-      {"none", "  stop_when: {metric: loss}\n", 15, "a threshold is missing"},
+      {"both", "  stop_when: {metric: loss, at_least: 0.5, at_most: 0.5}\n", 15,
+       "give one of at_least / at_most / min_delta, not at_least and at_most"},
+      {"none", "  stop_when: {metric: loss}\n", 15, "a criterion is missing"},
+      {"delta_and_thr", "  stop_when:\n    metric: loss\n    at_most: 0.5\n    min_delta: 0.01\n",
+       18, "not at_most and min_delta"},
+      {"delta_zero", "  stop_when:\n    metric: perplexity\n    min_delta: 0\n", 17,
+       "train.stop_when.min_delta: 0 is out of range (0, 1)"},
+      {"delta_one", "  stop_when: {metric: token_accuracy, min_delta: 1}\n", 15,
+       "train.stop_when.min_delta: 1 is out of range (0, 1)"},
+      {"delta_neg", "  stop_when: {metric: loss, min_delta: -0.01}\n", 15,
+       "train.stop_when.min_delta: -0.01 is out of range (0, 1)"},
+      {"delta_text", "  stop_when: {metric: loss, min_delta: 1%}\n", 15,
+       "train.stop_when.min_delta: expected a finite number"},
+      {"delta_typo", "  stop_when: {metric: loss, min_detla: 0.01}\n", 15,
+       "did you mean 'min_delta'"},
+      {"delta_eval_every", "  stop_when: {metric: loss, min_delta: 0.01}\n", 15,
+       "train.eval_every must be > 0", false, 0},
       {"range", "  stop_when: {metric: token_accuracy, at_least: 1.5}\n", 15,
        "out of range [0, 1]"},
       {"patience", "  stop_when:\n    metric: loss\n    at_most: 0.5\n    patience: 0\n", 18,

@@ -2,9 +2,11 @@
 //
 // A checkpoint holds everything needed to continue a run bit for bit: parameters, optimizer state,
 // RNG states, data-sampler position, LR-schedule step, metrics so far, the resolved config and the
-// vocabulary. Saving is atomic (temp file, flush, fsync, rename, fsync of the directory), so a crash
-// or kill during a save leaves the previous checkpoint intact. Loading validates everything and
-// turns every HDF5 failure into a pelab::Error naming the file and dataset.
+// vocabulary. Saving is atomic (the file is built in memory, then temp file, write, fsync, rename,
+// fsync of the directory, every call checked), so a crash, a kill or a full disk during a save
+// leaves the previous checkpoint intact. Every dataset carries a checksum. Loading checks every
+// dataset's rank, type and size before allocating, verifies the checksums and turns every failure
+// into a pelab::Error naming the file and dataset.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -16,7 +18,9 @@
 
 namespace pelab {
 
-constexpr int64_t kCheckpointFormatVersion = 1;
+// 2: per-dataset checksums (attribute fnv1a64), HDF5 1.8+ object format. Version 1 files (no
+// checksums) still load.
+constexpr int64_t kCheckpointFormatVersion = 2;
 
 struct CheckpointData {
   int64_t format_version = kCheckpointFormatVersion;
@@ -43,6 +47,13 @@ void save_checkpoint(const std::string& path, const CheckpointData& data);
 
 // Reads a checkpoint (parameters and state as CPU tensors of their stored dtype).
 CheckpointData load_checkpoint(const std::string& path);
+// Reads only /step (checksum verified).
+int64_t checkpoint_step(const std::string& path);
+// Copies a checkpoint file to `to` with the same atomic write as save_checkpoint.
+void copy_checkpoint(const std::string& from, const std::string& to);
+// Removes `<name>.tmp.<pid>` files in `dir` whose process no longer exists (left by a kill during a
+// save); returns the removed paths.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 // Copies checkpoint parameters into a module's parameters (any device/dtype), checking that names and
 // shapes match exactly; errors name the dataset and both shapes.

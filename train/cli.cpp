@@ -449,7 +449,7 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
     for (int L : t.test_lengths) out << " " << L;
   }
   out << "\nvocabulary: " << lm.data->vocab().size() << " tokens; longest training sequence "
-      << lm.data->train_positions() << " tokens\n";
+      << lm.train_positions << " tokens\n";
   out << "pe: " << cfg.pe.scheme << (cfg.pe.randomized_positions ? " (randomized positions)" : "")
       << "\n";
   out << "train: " << count_text(tr.steps, "step") << ", batch " << tr.batch_size << " x " << tr.grad_accum

@@ -235,7 +235,8 @@ int64_t get_int(const YAML::Node& n, const std::string& what, const ConfigRange&
 
 // The sub-keys of train.stop_when, in the order they are written and documented.
 const std::vector<std::string>& stop_when_fields() {
-  static const std::vector<std::string> f = {"metric", "split", "at_least", "at_most", "patience"};
+  static const std::vector<std::string> f = {"metric", "split", "at_least", "at_most",
+                                                "min_delta", "patience"};
   return f;
 }
 
@@ -291,17 +292,25 @@ StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx
                             "'; the only split a criterion can use is valid");
     sw.split = split;
   }
-  // threshold: exactly one of at_least / at_most, in the metric's direction.
-  const bool higher = sw.metric == "exact_match" || sw.metric == "token_accuracy";
-  const bool least = sub.count("at_least") > 0, most = sub.count("at_most") > 0;
-  if (least && most)
-    fail(at("at_most"), what + ": give one of at_least / at_most, not both");
-  if (!least && !most)
-    fail(where, what + ": a threshold is missing: " +
+  // criterion: exactly one of at_least / at_most (a threshold, in the metric's direction) and
+  // min_delta (a plateau, either direction).
+  const bool higher = sw.higher();
+  const bool least = sub.count("at_least") > 0, most = sub.count("at_most") > 0,
+             delta = sub.count("min_delta") > 0;
+  if (least + most + delta > 1) {
+    std::vector<std::string> given;
+    for (const char* k : {"at_least", "at_most", "min_delta"})
+      if (sub.count(k)) given.push_back(k);
+    fail(at(given.back()), what + ": give one of at_least / at_most / min_delta, not " +
+                               join(given, " and "));
+  }
+  if (!least && !most && !delta)
+    fail(where, what + ": a criterion is missing: " +
                     (higher ? "at_least: X (" + sw.metric + " is higher-is-better)"
-                            : "at_most: X (" + sw.metric + " is lower-is-better)"));
-  const std::string tk = least ? "at_least" : "at_most";
-  if (least != higher)
+                            : "at_most: X (" + sw.metric + " is lower-is-better)") +
+                    " or min_delta: R (stop on a plateau: improvement below R relative)");
+  const std::string tk = least ? "at_least" : most ? "at_most" : "min_delta";
+  if (!delta && least != higher)
     fail(at(tk), what + "." + tk + ": " + sw.metric + " is " +
                      (higher ? "higher" : "lower") + "-is-better; write " +
                      (higher ? "at_least" : "at_most") + " instead");
@@ -309,13 +318,22 @@ StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx
   if (!parse_float(sub.at(tk).Scalar(), thr))
     fail(at(tk), what + "." + tk + ": expected a finite number, got " + describe(sub.at(tk)));
   ConfigRange r;
-  r.has_min = true;
-  r.min = sw.metric == "perplexity" ? 1 : 0;
-  if (higher) r.has_max = true, r.max = 1;
-  if (!in_range(thr, r))
-    fail(at(tk), what + "." + tk + ": " + fmt_num(thr) + " is out of range " + r.str() +
-                     " for " + sw.metric);
-  (least ? sw.at_least : sw.at_most) = thr;
+  if (delta) {
+    r.has_min = r.has_max = r.min_exclusive = r.max_exclusive = true;
+    r.min = 0, r.max = 1;
+    if (!in_range(thr, r))
+      fail(at(tk), what + ".min_delta: " + fmt_num(thr) + " is out of range " + r.str() +
+                       " (a relative improvement: 0.01 = 1 %)");
+    sw.min_delta = thr;
+  } else {
+    r.has_min = true;
+    r.min = sw.metric == "perplexity" ? 1 : 0;
+    if (higher) r.has_max = true, r.max = 1;
+    if (!in_range(thr, r))
+      fail(at(tk), what + "." + tk + ": " + fmt_num(thr) + " is out of range " + r.str() +
+                       " for " + sw.metric);
+    (least ? sw.at_least : sw.at_most) = thr;
+  }
   // patience
   if (sub.count("patience")) {
     ConfigRange pr;
@@ -425,8 +443,11 @@ void emit_value(YAML::Emitter& e, const T& v) {
     if (v.enabled()) {
       e << YAML::Key << "metric" << YAML::Value << v.metric;
       e << YAML::Key << "split" << YAML::Value << v.split;
-      e << YAML::Key << (v.higher() ? "at_least" : "at_most") << YAML::Value
-        << fmt_float_yaml(v.threshold());
+      if (v.plateau())
+        e << YAML::Key << "min_delta" << YAML::Value << fmt_float_yaml(v.min_delta);
+      else
+        e << YAML::Key << (v.higher() ? "at_least" : "at_most") << YAML::Value
+          << fmt_float_yaml(v.threshold());
       e << YAML::Key << "patience" << YAML::Value << v.patience;
     }
     e << YAML::EndMap;
@@ -684,8 +705,9 @@ std::vector<Entry> build_entries() {
   train("tags", &TrainConfig::tags, "", "free-form name: value metadata recorded with the run");
   train("stop_when", &TrainConfig::stop_when, "",
         "train to a criterion: stop at the first validation (every train.eval_every steps) that "
-        "makes `patience` consecutive validations meet the threshold; train.steps stays the cap; "
-        "{} = off (sub-keys below)");
+        "makes `patience` consecutive validations meet the threshold (at_least / at_most) or "
+        "fail to improve on the best value by more than min_delta (a plateau); train.steps "
+        "stays the cap; {} = off (sub-keys below)");
   {
     auto sub = [](const char* name, ConfigType type, std::vector<std::string> choices,
                   const char* range, const char* def, const char* doc) {
@@ -708,9 +730,14 @@ std::vector<Entry> build_entries() {
             "threshold for exact_match / token_accuracy: met when value >= at_least"),
         sub("at_most", ConfigType::Float, {}, "[0, inf)", "",
             "threshold for loss / perplexity (perplexity: >= 1): met when value <= at_most; "
-            "give exactly one of at_least / at_most"),
+            "give exactly one of at_least / at_most / min_delta"),
+        sub("min_delta", ConfigType::Float, {}, "(0, 1)", "",
+            "plateau instead of a threshold, any metric: a validation counts when it improves on "
+            "the best value so far by no more than min_delta relative (0.01 = 1 %; loss / "
+            "perplexity: best - value <= min_delta*|best|, accuracies: value - best <= "
+            "min_delta*max(|best|, 1e-12)); the first validation sets the best"),
         sub("patience", ConfigType::Int, {}, "[1, inf)", "1",
-            "consecutive validations that must meet the threshold"),
+            "consecutive validations that must meet the threshold (or the plateau)"),
     };
   }
 
@@ -1202,10 +1229,24 @@ std::string emit_text(const Entry& e, const Config& c) {
 
 // ---------------- public API ----------------
 
+bool StopWhen::improves(double v, double best) const {
+  if (std::isnan(v)) return false;
+  if (std::isnan(best)) return true;
+  return higher() ? v - best > min_delta * std::max(std::fabs(best), 1e-12)
+                  : best - v > min_delta * std::fabs(best);
+}
+
 std::string StopWhen::describe() const {
   if (!enabled()) return "";
-  return metric + " on " + split + (higher() ? " >= " : " <= ") + fmt_num(threshold()) + " for " +
-         std::to_string(patience) + " consecutive validation" + (patience == 1 ? "" : "s");
+  const std::string n = std::to_string(patience) + " consecutive validation" +
+                        (patience == 1 ? "" : "s");
+  if (plateau())
+  {
+    char pct[32];  // the percentage to 10 digits: 0.07 gives "7 %", not 7.000000000000001
+    std::snprintf(pct, sizeof pct, "%.10g", min_delta * 100);
+    return metric + " on " + split + " improved by <= " + pct + " % for " + n;
+  }
+  return metric + " on " + split + (higher() ? " >= " : " <= ") + fmt_num(threshold()) + " for " + n;
 }
 
 std::string ConfigRange::str() const {

@@ -87,21 +87,31 @@ struct PEConfig {
   int randomized_max_position = 1024;
 };
 
-// train.stop_when: train until a validation metric meets a threshold for `patience` consecutive
-// validations (docs/training.md). An empty metric = off. Exactly one of at_least / at_most is set
-// (the other is NaN): at_least for exact_match / token_accuracy, at_most for loss / perplexity.
+// train.stop_when: train until a validation metric meets a criterion for `patience` consecutive
+// validations (docs/training.md). An empty metric = off. Exactly one of at_least / at_most /
+// min_delta is set (the others are NaN): at_least for exact_match / token_accuracy, at_most for
+// loss / perplexity (a threshold), or min_delta for either (a plateau: the validation did not
+// improve on the best value so far by more than min_delta, relative).
 struct StopWhen {
   std::string metric;            // "" = off; exact_match|token_accuracy|loss|perplexity
   std::string split = "valid";   // the split whose validation decides (only valid exists today)
   double at_least = std::numeric_limits<double>::quiet_NaN();
   double at_most = std::numeric_limits<double>::quiet_NaN();
-  int patience = 1;              // consecutive validations that must meet the threshold
+  double min_delta = std::numeric_limits<double>::quiet_NaN();  // in (0, 1): 0.01 = 1 %
+  int patience = 1;              // consecutive validations that must meet the criterion
   bool enabled() const { return !metric.empty(); }
-  bool higher() const { return !std::isnan(at_least); }  // at_least given: larger is better
-  double threshold() const { return higher() ? at_least : at_most; }
-  // Does a validation value meet the threshold? (NaN never does.)
+  bool plateau() const { return !std::isnan(min_delta); }
+  // Larger is better: the accuracies (the parser keeps at_least / at_most in this direction).
+  bool higher() const { return metric == "exact_match" || metric == "token_accuracy"; }
+  double threshold() const { return higher() ? at_least : at_most; }  // threshold form only
+  // Threshold form: does a validation value meet the threshold? (NaN never does.)
   bool meets(double v) const { return higher() ? v >= at_least : v <= at_most; }
-  // "exact_match on valid >= 0.99 for 2 consecutive validations"
+  // Plateau form: does v improve on the best value so far by more than min_delta (relative:
+  // best - v > min_delta*|best| for loss / perplexity, v - best > min_delta*max(|best|, 1e-12)
+  // for the accuracies)? The first finite value (best NaN) counts as an improvement; NaN never is.
+  bool improves(double v, double best) const;
+  // "exact_match on valid >= 0.99 for 2 consecutive validations",
+  // "loss on valid improved by <= 1 % for 3 consecutive validations"
   std::string describe() const;
 };
 

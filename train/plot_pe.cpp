@@ -670,7 +670,7 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
   const std::vector<NamedTensor> ps = lm.model->named_parameters();
   if (cfg.pe.scheme == "t5") t5_bias(p, cfg, ps);
   if (cfg.pe.scheme == "shaw") shaw_tables(p, cfg, ps);
-  if (cfg.pe.scheme == "learned") learned_positions(p, cfg, ps, lm.data->train_positions());
+  if (cfg.pe.scheme == "learned") learned_positions(p, cfg, ps, lm.train_positions);
   attention_maps(p, cfg, lm, opt.input);
   return res;
 }

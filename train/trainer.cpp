@@ -171,6 +171,35 @@ bool holds_a_run(const fs::path& dir) {
          fs::exists(dir / "config.yaml", ec);
 }
 
+// A pelab run (its config.yaml has pelab's header) that never completed a checkpoint, e.g. one killed
+// during its first checkpoint write: nothing to continue from, so it may be started again without
+// --overwrite.
+bool run_without_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  std::ifstream cfg(dir / "config.yaml");
+  std::string first;
+  std::getline(cfg, first);
+  if (first.rfind("# pelab run config", 0) != 0 || !fs::is_directory(dir / "checkpoints", ec) ||
+      fs::exists(dir / "checkpoints" / "best.h5", ec) || !step_checkpoints(dir.string()).empty())
+    return false;
+  // A temporary still there after clean_temporaries belongs to a live process: a run saving now.
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return false;
+  return true;
+}
+
+// Removes the temporaries a killed save left in <dir>/checkpoints (see remove_stale_temporaries).
+void clean_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_directory(dir / "checkpoints", ec)) remove_stale_temporaries((dir / "checkpoints").string());
+}
+
+// counters/train_positions of a checkpoint (0 when it predates it).
+int64_t stored_train_positions(const CheckpointData& ck) {
+  auto it = ck.counters.find("train_positions");
+  return it == ck.counters.end() ? 0 : it->second;
+}
+
 // ---------------- the trainer ----------------
 
 class Trainer {
@@ -180,7 +209,8 @@ class Trainer {
 
  private:
   void open_run();
-  void setup_model(const std::vector<std::string>& vocab);
+  void setup_model(const std::vector<std::string>& vocab, int64_t train_positions = 0);
+  void keep_best_of_this_timeline();
   void restore(const CheckpointData& ck, const std::string& path);
   double train_step(int64_t& tokens);
   Tensor micro_loss(int64_t j, int64_t& tokens);
@@ -223,14 +253,17 @@ class Trainer {
   double elapsed_before_ = 0;  // seconds trained before this process (resume)
   double t_start_ = 0;
   int64_t saved_step_ = -1;    // step of the newest checkpoint on disk
+  int64_t train_positions_ = 0;  // what the model was built for (stored in checkpoints)
   std::vector<std::vector<int64_t>> step_positions_;
   EvalResult last_valid_;
   int64_t last_valid_step_ = -1;
-  // train.stop_when: consecutive validations meeting the threshold, the step it was met at (-1 =
-  // not yet) and the metric at the newest validation. All three are in the checkpoint.
+  // train.stop_when: consecutive validations meeting the criterion, the step it was met at (-1 =
+  // not yet), the metric at the newest validation and (plateau form) the best value so far (NaN
+  // before the first validation). All four are in the checkpoint.
   int64_t crit_hits_ = 0;
   int64_t crit_met_step_ = -1;
   double crit_value_ = std::numeric_limits<double>::quiet_NaN();
+  double crit_best_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 void Trainer::open_run() {
@@ -245,8 +278,9 @@ void Trainer::open_run() {
     fs::create_directories(dir, ec);
     PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
     lock_.acquire(dir);
+    clean_temporaries(dir);  // only once the lock is held: no other process is writing
     if (holds_a_run(dir)) {
-      PELAB_CHECK(opt_.overwrite, "run directory ", dir.string(),
+      PELAB_CHECK(opt_.overwrite || run_without_checkpoint(dir), "run directory ", dir.string(),
                   " already holds a run; continue it with --resume ", dir.string(),
                   ", start over with --overwrite, or choose another --set train.run_name=NAME");
       clear_run_files(dir);
@@ -269,6 +303,7 @@ void Trainer::open_run() {
   const ResumeTarget target = resolve_resume(resume);
   const std::string ckpt_path = target.checkpoint;
   const fs::path run_dir = target.run_dir;
+  clean_temporaries(run_dir);
   const CheckpointData ck = load_checkpoint(ckpt_path);  // the one checkpoint read of a resume
   const Config run_cfg = load_config_string(ck.config_yaml, ckpt_path + ": config");
   for (const auto& key : config_schema()) {
@@ -290,7 +325,7 @@ void Trainer::open_run() {
   dir_ = run_dir.string();
   fs::create_directories(run_dir / "checkpoints", ec);
   PELAB_CHECK(!ec, "cannot create ", (run_dir / "checkpoints").string(), ": ", ec.message());
-  setup_model(ck.vocab);
+  setup_model(ck.vocab, stored_train_positions(ck));
   restore(ck, ckpt_path);
   // Only a resume that can go on rewrites config.yaml (with the new train.steps etc.).
   write_text_file(dir_ + "/config.yaml",
@@ -298,17 +333,18 @@ void Trainer::open_run() {
   // Checkpoints newer than the one resumed from belong to a future this run no longer has.
   for (const auto& [s, p] : step_checkpoints(dir_))
     if (s > step_) fs::remove(p, ec);
+  keep_best_of_this_timeline();
   update_last_link();
   rewrite_metrics_files();
 }
 
-void Trainer::setup_model(const std::vector<std::string>& vocab) {
+void Trainer::setup_model(const std::vector<std::string>& vocab, int64_t train_positions) {
   data_ = std::make_unique<TaskData>(cfg_, vocab);
+  train_positions_ = train_positions > 0 ? train_positions : data_->train_positions();
   // Host memory: parameters, training state and one micro-batch (CPU; CUDA keeps them on the GPU).
   if (Device::parse(cfg_.train.device) == Device::cpu())
-    check_training_memory(cfg_, data_->vocab().size(), data_->train_positions(),
-                          machine_memory_bytes());
-  model_ = build_model(cfg_, *data_);
+    check_training_memory(cfg_, data_->vocab().size(), train_positions_, machine_memory_bytes());
+  model_ = build_model(cfg_, *data_, train_positions_);
   model_->train();
   const TrainConfig& t = cfg_.train;
   if (t.optimizer == "sgd")
@@ -377,10 +413,40 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   };
   crit_hits_ = counter_or("criterion_hits", 0);
   crit_met_step_ = counter_or("criterion_met_step", -1);
-  auto cv = ck.values.find("criterion_value");
-  crit_value_ = cv == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : cv->second;
+  auto value_or_nan = [&](const char* name) {
+    auto it = ck.values.find(name);
+    return it == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+  };
+  crit_value_ = value_or_nan("criterion_value");
+  crit_best_ = value_or_nan("criterion_best");
   rows_ = parse_metrics_jsonl(ck.metrics_jsonl, path + ": metrics");
   saved_step_ = step_;
+}
+
+// best.h5 must be the best checkpoint of the timeline being continued: after a resume from an older
+// checkpoint it may come from the discarded future. It is kept only when its /step is the resumed
+// state's best_step; else it is re-derived from the checkpoint of that step when one is still on disk
+// (the resumed checkpoint itself when best_step is its step), else removed (eval then uses the newest
+// checkpoint until validation improves again).
+void Trainer::keep_best_of_this_timeline() {
+  const fs::path best = fs::path(dir_) / "checkpoints" / "best.h5";
+  std::error_code ec;
+  if (!fs::exists(best, ec)) return;
+  int64_t best_file_step = -1;
+  try {
+    best_file_step = checkpoint_step(best.string());
+  } catch (const Error&) {
+    // unreadable: replaced or removed below
+  }
+  if (best_step_ >= 0 && best_file_step == best_step_) return;
+  for (const auto& [s, p] : step_checkpoints(dir_))
+    if (best_step_ >= 0 && s == best_step_) {
+      copy_checkpoint(p, best.string());
+      return;
+    }
+  fs::remove(best, ec);
+  PELAB_CHECK(!ec, "cannot remove ", best.string(), " (a best checkpoint of a discarded timeline): ",
+              ec.message());
 }
 
 std::vector<int64_t> Trainer::positions_for(int64_t L) {
@@ -550,20 +616,38 @@ EvalResult Trainer::validate() {
   progress_->line(msg);
   if (w.enabled() && crit_met_step_ == step_)
     progress_->line("criterion met at step " + std::to_string(step_) + ": " + w.metric + " on " +
-                    w.split + " " + fmt("%.6g", crit_value_) + (w.higher() ? " >= " : " <= ") +
-                    fmt("%.6g", w.threshold()) + " (" + std::to_string(crit_hits_) +
-                    " consecutive)");
+                    w.split + " " + fmt("%.6g", crit_value_) +
+                    (w.plateau() ? ", best " + fmt("%.6g", crit_best_) + ", improved by <= " +
+                                       fmt("%.6g", 100 * w.min_delta) + " %"
+                                 : (w.higher() ? " >= " : " <= ") + fmt("%.6g", w.threshold())) +
+                    " (" + std::to_string(crit_hits_) + " consecutive)");
   if (best) save(dir_ + "/checkpoints/best.h5");
   return r;
 }
 
 // After each validation: count consecutive validations that meet train.stop_when; the criterion
 // is met at the validation that makes the count reach its patience (once: the run stops there).
+// Plateau form: a validation counts when it does not improve on the best value so far by more
+// than min_delta; one that does resets the count. The best value follows every better value (a
+// small improvement counts and still becomes the new best). A NaN value (no measurement) resets
+// the count and leaves the best: a diverged run has not converged.
 void Trainer::update_criterion(const EvalResult& r) {
   const StopWhen& w = cfg_.train.stop_when;
   if (!w.enabled() || crit_met_step_ >= 0) return;
   crit_value_ = r.available() ? metric_of(r, w.metric) : std::numeric_limits<double>::quiet_NaN();
-  crit_hits_ = w.meets(crit_value_) ? crit_hits_ + 1 : 0;
+  if (w.plateau()) {
+    const double v = crit_value_;
+    if (std::isnan(v))
+      crit_hits_ = 0;
+    else if (w.improves(v, crit_best_))
+      crit_hits_ = 0, crit_best_ = v;
+    else {
+      ++crit_hits_;
+      if (w.higher() ? v > crit_best_ : v < crit_best_) crit_best_ = v;
+    }
+  } else {
+    crit_hits_ = w.meets(crit_value_) ? crit_hits_ + 1 : 0;
+  }
   if (crit_hits_ >= w.patience) crit_met_step_ = step_;
 }
 
@@ -603,9 +687,11 @@ void Trainer::save(const std::string& path) {
   d.counters["last_finite_step"] = last_finite_step_;
   d.counters["log_loss_count"] = log_loss_count_;
   d.counters["best_step"] = best_step_;
+  d.counters["train_positions"] = train_positions_;
   d.counters["criterion_hits"] = crit_hits_;
   d.counters["criterion_met_step"] = crit_met_step_;
   d.values["criterion_value"] = crit_value_;
+  d.values["criterion_best"] = crit_best_;
   d.values["log_loss_sum"] = log_loss_sum_;
   d.values["best_metric"] = best_step_ >= 0 ? best_ : 0.0;
   d.values["last_lr"] = last_lr_;
@@ -645,6 +731,9 @@ void Trainer::update_last_link() {
   fs::remove(tmp, ec);
   fs::create_symlink(fs::path(all.back().second).filename(), tmp, ec);
   if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
+  // A stale last.h5 would make the next resume continue from an older checkpoint.
+  PELAB_CHECK(!ec, "cannot point ", (ckdir / "last.h5").string(), " at ",
+              fs::path(all.back().second).filename().string(), ": ", ec.message());
 }
 
 TrainResult Trainer::run() {
@@ -805,22 +894,22 @@ std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_pos
   return std::vector<int64_t>(chosen.begin(), chosen.end());
 }
 
-std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data) {
-  if (cfg.pe.scheme == "learned" && data.train_positions() > cfg.pe.max_positions) {
+std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data,
+                                                 int64_t train_positions) {
+  const int64_t tp = train_positions > 0 ? train_positions : data.train_positions();
+  if (cfg.pe.scheme == "learned" && tp > cfg.pe.max_positions) {
     // Synthetic and lm tasks are refused by the config rule already; text files here, by line.
-    if (!data.longest_train_example().empty())
+    if (train_positions <= 0 && !data.longest_train_example().empty())
       fail(data.longest_train_example(), ": this training example needs ",
            data.train_positions(), " positions (bos/eos/separator included), more than "
            "pe.max_positions ", cfg.pe.max_positions,
            " (pe.scheme learned); raise pe.max_positions or shorten the line");
     fail("pe.max_positions (", cfg.pe.max_positions, ") must cover the longest training sequence: ",
-         data.train_positions(), " tokens (bos/eos/separator included)");
+         tp, " tokens (bos/eos/separator included)");
   }
   // Refuse a model whose parameters cannot fit before allocating any of them.
-  check_parameter_memory(cfg, data.vocab().size(), data.train_positions(),
-                         machine_memory_bytes());
-  auto model = std::make_unique<models::Transformer>(
-      to_model_config(cfg, data.vocab().size(), data.train_positions()));
+  check_parameter_memory(cfg, data.vocab().size(), tp, machine_memory_bytes());
+  auto model = std::make_unique<models::Transformer>(to_model_config(cfg, data.vocab().size(), tp));
   const Device dev = Device::parse(cfg.train.device);
   if (dev != Device::cpu()) model->to(dev);
   return model;
@@ -1056,6 +1145,7 @@ LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {
   if (checkpoint.empty()) {
     lm.data = std::make_unique<TaskData>(cfg);
     lm.model = build_model(cfg, *lm.data);
+    lm.train_positions = lm.data->train_positions();
     return lm;
   }
   CheckpointData ck = load_checkpoint(checkpoint);
@@ -1064,7 +1154,9 @@ LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {
   PELAB_CHECK(ck.arch == cfg.model.arch, "checkpoint ", checkpoint, ": trained with model.arch ",
               ck.arch, " but the config says model.arch ", cfg.model.arch);
   lm.data = std::make_unique<TaskData>(cfg, ck.vocab);
-  lm.model = build_model(cfg, *lm.data);
+  const int64_t stored = stored_train_positions(ck);
+  lm.train_positions = stored > 0 ? stored : lm.data->train_positions();
+  lm.model = build_model(cfg, *lm.data, lm.train_positions);
   load_parameters(*lm.model, ck, checkpoint);
   lm.checkpoint = checkpoint;
   lm.step = ck.step;

@@ -124,14 +124,19 @@ struct LoadedModel {
   std::unique_ptr<models::Transformer> model;
   std::string checkpoint;  // "" = freshly initialised
   int64_t step = 0;
+  // Longest training sequence the model was built for: the checkpoint's counters/train_positions
+  // (stored at training time, so a changed training file cannot change it), else the data's.
+  int64_t train_positions = 0;
 };
 // Builds data and model from cfg; with a checkpoint path, checks its scheme/arch/vocabulary and
 // loads its parameters (clear pelab::Error on any mismatch).
 LoadedModel load_model(const Config& cfg, const std::string& checkpoint = "");
 
 // Builds the model for a config and its data (validates what the config rules cannot see, e.g.
-// learned positions vs the longest training sequence).
-std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data);
+// learned positions vs the longest training sequence). train_positions > 0 replaces
+// data.train_positions() (the value a checkpoint stored, which resolves pe.rope_train_length: 0).
+std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data,
+                                                 int64_t train_positions = 0);
 
 // A sorted set of L distinct positions drawn uniformly from [0, max_position) (Floyd's algorithm)
 // with `gen`; the randomized positional encodings of Ruoss et al. (2023).

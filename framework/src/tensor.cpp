@@ -23,7 +23,11 @@ Shape contiguous_strides(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    PELAB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+    PELAB_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(shape),
+                " has more than 2^63 elements");
+  }
   return n;
 }
 
@@ -61,8 +65,12 @@ Storage::~Storage() {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape)
     PELAB_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
+  int64_t nbytes = 0;
+  PELAB_CHECK(!__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)),
+                                      &nbytes),
+              "empty: shape ", shape_str(shape), " needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
