@@ -3,11 +3,11 @@
 
 usage: tools/inspect_checkpoint.py CHECKPOINT.h5 [--values]
 Loads every parameter into numpy (h5py from Debian's python3-h5py).
+Errors (no such file, a directory, h5py missing, not a pelab checkpoint) are one line on stderr
+with exit status 1.
 """
+import os
 import sys
-
-import h5py
-import numpy as np
 
 
 def as_str(v):
@@ -19,7 +19,32 @@ def main(argv):
         print(__doc__.strip())
         return 2
     show_values = "--values" in argv[2:]
-    with h5py.File(argv[1], "r") as f:
+    path = argv[1]
+    if os.path.isdir(path):
+        return fail(f"{path} is a directory; give a checkpoint file (e.g. {path}/checkpoints/last.h5)")
+    if not os.path.exists(path):
+        return fail(f"{path}: no such file")
+    try:
+        import h5py  # noqa: F401 (imported here so that the errors above need no h5py)
+        import numpy  # noqa: F401
+    except ImportError as e:
+        return fail(f"h5py (and numpy) are needed and cannot be imported by {sys.executable}: {e} "
+                    "(Debian: apt-get install python3-h5py)")
+    try:
+        return inspect(path, show_values)
+    except (OSError, KeyError, ValueError) as e:
+        return fail(f"{path}: not a readable pelab checkpoint: {e}")
+
+
+def fail(msg):
+    print(f"inspect_checkpoint: error: {msg}", file=sys.stderr)
+    return 1
+
+
+def inspect(path, show_values):
+    import h5py
+    import numpy as np
+    with h5py.File(path, "r") as f:
         print(f"format_version {int(f['format_version'][()])}  step {int(f['step'][()])}  "
               f"scheme {as_str(f['scheme'][()])}  arch {as_str(f['arch'][()])}")
         names = [as_str(n) for n in f["param_names"][()]]

@@ -35,7 +35,7 @@ const char* kUsage =
     "usage: pelab <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train CONFIG             train a model as described by a YAML config\n"
+    "  train CONFIG             train a model as described by a YAML config (or --resume RUN_DIR)\n"
     "  eval CONFIG|RUN_DIR      evaluate a trained model on every test split\n"
     "  generate RUN_DIR         greedy-decode one source per line of stdin\n"
     "  info CONFIG|RUN_DIR      parameter count per module and a config summary\n"
@@ -52,17 +52,25 @@ const char* kUsage =
     "  pelab train configs/reverse.yaml --set pe.scheme=rope --set train.steps=500\n";
 
 const char* kTrainHelp =
-    "usage: pelab train CONFIG [--set section.key=value]... [--resume RUN_DIR|CHECKPOINT]\n"
-    "                   [--stop-after N] [--overwrite] [--progress auto|bar|lines|none]\n"
+    "usage: pelab train CONFIG [--set section.key=value]... [--stop-after N] [--overwrite]\n"
+    "                   [--progress auto|bar|lines|none]\n"
+    "       pelab train [CONFIG] --resume RUN_DIR|CHECKPOINT [--set section.key=value]...\n"
+    "                   [--stop-after N] [--progress auto|bar|lines|none]\n"
     "\n"
     "Trains the model described by CONFIG in the run directory <train.run_dir>/<train.run_name>\n"
     "(config.yaml, metrics.jsonl, metrics.csv, eval.json, eval.csv, train.log, checkpoints/).\n"
+    "A resumed run continues with its own stored config (RUN_DIR/config.yaml); CONFIG is then\n"
+    "optional and not used for settings, and --set may change only train.steps, the logging,\n"
+    "evaluation and checkpoint cadence, threads, device, divergence limits, tags and eval.*.\n"
+    "Exit status: 0 finished or stopped by --stop-after, 130 interrupted (SIGINT, SIGTERM,\n"
+    "SIGHUP; a checkpoint is written), 1 an error (divergence, a failed write), 2 a usage error.\n"
     "\n"
     "options:\n"
     "  --set section.key=value  override a config key (repeatable)\n"
     "  --resume PATH            continue the run in PATH (a run directory: its newest checkpoint;\n"
-    "                           or a checkpoint file); results equal an uninterrupted run\n"
-    "  --stop-after N           stop after N steps in total, with a checkpoint (as if interrupted)\n"
+    "                           or RUN_DIR/checkpoints/FILE); results equal an uninterrupted run\n"
+    "  --stop-after N           stop after N steps in total with a checkpoint (exit status 0;\n"
+    "                           continue with --resume)\n"
     "  --overwrite              replace an existing run in the run directory\n"
     "  --progress MODE          auto (bar on a terminal, else lines), bar, lines or none\n"
     "  -h, --help               show this help\n";
@@ -247,9 +255,10 @@ int cmd_train(const std::vector<std::string>& a, std::ostream& out) {
     out << kTrainHelp;
     return 0;
   }
-  expect_positional("train", args, 1, "CONFIG");
   TrainOptions opt;
   if (args.options.count("--resume")) opt.resume = args.options["--resume"];
+  if (opt.resume.empty() || !args.positional.empty())
+    expect_positional("train", args, 1, "CONFIG (or --resume RUN_DIR)");
   if (!opt.resume.empty()) {
     std::error_code ec;
     if (!fs::exists(opt.resume, ec))
@@ -267,7 +276,36 @@ int cmd_train(const std::vector<std::string>& a, std::ostream& out) {
       throw UsageError("train: --progress must be auto, bar, lines or none, got '" + m + "'");
     opt.progress = it->second;
   }
-  const Config cfg = load_config(args.positional[0], args.sets);
+  Config cfg;
+  if (!args.positional.empty()) cfg = load_config(args.positional[0], args.sets);
+  std::string resume = opt.resume;
+  if (resume.empty() && !cfg.train.resume.empty())
+    resume = cfg.train.resume == "latest" ? run_directory(cfg) : cfg.train.resume;
+  if (!resume.empty()) {
+    // A resumed run continues as it was configured: its stored config plus the --set overrides
+    // that resume may change. A CONFIG given as well only locates the run; where it differs from
+    // the run, say so (its values are not used).
+    if (opt.overwrite)
+      throw UsageError("train: --overwrite starts a run afresh; it cannot be combined with resuming");
+    const ResumeTarget target = resolve_resume(resume);
+    Config run_cfg = resume_config(target.run_dir, args.sets);
+    if (!args.positional.empty()) {
+      std::string differ;
+      for (const auto& key : config_schema()) {
+        const std::string k = key.full_name();
+        if (k == "train.resume" || k == "train.run_dir" || k == "train.run_name") continue;
+        if (config_value_text(cfg, k) != config_value_text(run_cfg, k))
+          differ += (differ.empty() ? "" : ", ") + k + " (" + config_value_text(cfg, k) +
+                    "; the run: " + config_value_text(run_cfg, k) + ")";
+      }
+      if (!differ.empty())
+        opt.notes.push_back("pelab train: " + args.positional[0] + " differs from the run in " +
+                            differ + "; the run's values are used (--set changes " +
+                            resume_changeable_keys() + ")");
+    }
+    opt.resume = resume;
+    cfg = run_cfg;
+  }
   TrainResult r = train(cfg, opt);
   if (r.interrupted) return 130;
   if (r.finished) out << "run: " << r.run_dir << "\n" << eval_table(r.final_eval);
@@ -311,14 +349,7 @@ int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
         fs::exists(fs::path(run_dir) / "eval.json", ec))
       convergence = convergence_json(read_convergence(run_dir));
     write_eval_files(dir, results, lm.step, ckpt, convergence);
-    for (const auto& r : results) {
-      if (r.predictions.empty()) continue;
-      std::ofstream p(dir + "/predictions_" + r.split + ".tsv");
-      p << "source\ttarget\toutput\tcorrect\n";
-      for (const auto& x : r.predictions)
-        p << x.source << "\t" << x.target << "\t" << x.output << "\t" << (x.correct ? 1 : 0)
-          << "\n";
-    }
+    write_prediction_files(dir, results);
   }
   return 0;
 }
@@ -421,12 +452,13 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
       << lm.train_positions << " tokens\n";
   out << "pe: " << cfg.pe.scheme << (cfg.pe.randomized_positions ? " (randomized positions)" : "")
       << "\n";
-  out << "train: " << tr.steps << " steps, batch " << tr.batch_size << " x " << tr.grad_accum
+  out << "train: " << count_text(tr.steps, "step") << ", batch " << tr.batch_size << " x " << tr.grad_accum
       << ", " << tr.optimizer << " lr " << tr.lr << " (" << tr.schedule << ", warmup " << tr.warmup
-      << "), seed " << tr.seed << ", " << tr.threads << " threads, device " << tr.device << "\n";
+      << "), seed " << tr.seed << ", " << count_text(tr.threads, "thread") << ", device "
+      << tr.device << "\n";
   if (tr.stop_when.enabled())
-    out << "stop when: " << tr.stop_when.describe() << " (validation every " << tr.eval_every
-        << " steps; train.steps is the cap)\n";
+    out << "stop when: " << tr.stop_when.describe() << " (validation every "
+        << count_text(tr.eval_every, "step") << "; train.steps is the cap)\n";
   out << "run directory: " << run_directory(cfg) << "\n\n";
   out << models::model_info(*lm.model);
   if (args.options.count("--yaml")) out << "\n" << config_to_yaml(cfg, true);

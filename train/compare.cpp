@@ -55,13 +55,15 @@ struct CompareSignalScope {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);  // like the trainer: a closed terminal stops cleanly
   }
   ~CompareSignalScope() {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
   }
   struct sigaction old_int {
-  }, old_term{};
+  }, old_term{}, old_hup{};
 };
 
 double now_s() {
@@ -1138,13 +1140,13 @@ std::string task_summary(const Config& c) {
   const TaskConfig& t = c.task;
   std::ostringstream os;
   os << "Task **" << t.name << "** (" << (is_lm(c) ? "decoder-only language model" : t.formulation)
-     << "), model " << c.model.arch << " d_model " << c.model.d_model << ", " << c.model.heads
-     << " heads, ";
+     << "), model " << c.model.arch << " d_model " << c.model.d_model << ", "
+     << count_text(c.model.heads, "head") << ", ";
   if (c.model.arch == "seq2seq")
     os << c.model.encoder_layers << "+" << c.model.decoder_layers << " layers";
   else
-    os << c.model.decoder_layers << " layers";
-  os << "; " << c.train.steps << " steps of batch " << c.train.batch_size << " ("
+    os << count_text(c.model.decoder_layers, "layer");
+  os << "; " << count_text(c.train.steps, "step") << " of batch " << c.train.batch_size << " ("
      << c.train.optimizer << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
   if (is_lm(c)) {
     os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : t.corpus)
@@ -1495,10 +1497,13 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
   const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
   const std::string runs_text =
-      std::to_string(spec.schemes.size()) + " schemes x " +
-      (spec.search.empty() ? "" : std::to_string(candidates.size()) + " search candidates x ") +
-      std::to_string(spec.seeds.size()) + (spec.seeds.size() == 1 ? " seed = " : " seeds = ") +
-      std::to_string(N) + " runs of " + std::to_string(spec.base.train.steps) + " steps";
+      count_text(static_cast<int64_t>(spec.schemes.size()), "scheme") + " x " +
+      (spec.search.empty()
+           ? ""
+           : count_text(static_cast<int64_t>(candidates.size()), "search candidate") + " x ") +
+      count_text(static_cast<int64_t>(spec.seeds.size()), "seed") + " = " +
+      count_text(static_cast<int64_t>(N), "run") + " of " +
+      count_text(spec.base.train.steps, "step");
   if (opt.only.empty())
     log << "pelab compare: " << runs_text << "; report in " << res.out_dir << "\n" << std::flush;
 
@@ -1562,7 +1567,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
           if (in.state == RunState::Stale && is_run_directory(dir))
             log << tag << who << ": " << in.reason << " -> training afresh\n";
           to.overwrite = true;  // also clears a half-created run directory without a checkpoint
-          log << tag << "training " << who << " (" << tcfg.train.steps << " steps) ...\n";
+          log << tag << "training " << who << " (" << count_text(tcfg.train.steps, "step") << ") ...\n";
           ++res.trained;
         }
         log << std::flush;

@@ -690,6 +690,11 @@ std::vector<Entry> build_entries() {
         "steps between checkpoints; 0 = only at the end");
   train("keep_checkpoints", &TrainConfig::keep_checkpoints, "[0, inf)",
         "newest checkpoints kept (the best one is always kept); 0 = keep all");
+  train("max_consecutive_skipped", &TrainConfig::max_consecutive_skipped, "[0, inf)",
+        "stop the run (an error) after this many consecutive steps skipped for a non-finite loss "
+        "or gradient norm; 0 = no limit");
+  train("max_skipped_steps", &TrainConfig::max_skipped_steps, "[0, inf)",
+        "stop the run (an error) after this many skipped steps in total; 0 = no limit");
   train("bucket_by_length", &TrainConfig::bucket_by_length, "",
         "batch training examples of similar length together");
   train("run_dir", &TrainConfig::run_dir, "", "directory that holds the run directories");

@@ -138,6 +138,11 @@ struct TrainConfig {
   int eval_every = 500;
   int checkpoint_every = 500;
   int keep_checkpoints = 3;
+  // Divergence limits (docs/training.md): a step whose loss or gradient norm is not finite is
+  // skipped; the run stops with an error after this many skipped steps in a row / in total
+  // (0 = no limit).
+  int64_t max_consecutive_skipped = 10;
+  int64_t max_skipped_steps = 100;
   bool bucket_by_length = false;
   std::string run_dir = "runs";
   std::string run_name;  // "" = derived from the config file name

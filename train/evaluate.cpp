@@ -194,18 +194,16 @@ bool higher_is_better(const std::string& metric) {
 
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
                       const std::string& checkpoint, const std::string& convergence) {
-  {
-    std::ostringstream js;
-    js << "{\"step\": " << step << ", \"checkpoint\": " << json_quote(checkpoint);
-    if (!convergence.empty()) js << ",\n \"convergence\": " << convergence;
-    js << ",\n \"results\": [";
-    for (size_t i = 0; i < results.size(); ++i)
-      js << (i ? ",\n  " : "\n  ") << results[i].row().json();
-    js << "\n]}\n";
-    write_text_file(dir + "/eval.json", js.str());  // atomic: a reader never sees half a file
-  }
-  std::ofstream csv(dir + "/eval.csv", std::ios::trunc);
-  PELAB_CHECK(csv.good(), "cannot write ", dir, "/eval.csv");
+  // Built in memory, then written atomically and checked (write_text_file): a reader never sees
+  // half a file.
+  std::ostringstream js;
+  js << "{\"step\": " << step << ", \"checkpoint\": " << json_quote(checkpoint);
+  if (!convergence.empty()) js << ",\n \"convergence\": " << convergence;
+  js << ",\n \"results\": [";
+  for (size_t i = 0; i < results.size(); ++i)
+    js << (i ? ",\n  " : "\n  ") << results[i].row().json();
+  js << "\n]}\n";
+  std::ostringstream csv;
   bool header = false;
   for (const auto& r : results) {
     MetricRow row = r.row();
@@ -217,7 +215,18 @@ void write_eval_files(const std::string& dir, const std::vector<EvalResult>& res
     for (size_t i = 0; i < row.fields.size(); ++i) csv << (i ? "," : "") << row.fields[i].second.csv();
     csv << "\n";
   }
-  PELAB_CHECK(csv.good(), "error writing ", dir, "/eval.csv");
+  write_text_file(dir + "/eval.json", js.str());
+  write_text_file(dir + "/eval.csv", csv.str());
+}
+
+void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results) {
+  for (const auto& r : results) {
+    if (r.predictions.empty()) continue;
+    std::string text = "source\ttarget\toutput\tcorrect\n";
+    for (const auto& p : r.predictions)
+      text += p.source + "\t" + p.target + "\t" + p.output + "\t" + (p.correct ? "1" : "0") + "\n";
+    write_text_file(dir + "/predictions_" + r.split + ".tsv", text);
+  }
 }
 
 std::string eval_table(const std::vector<EvalResult>& results) {
@@ -228,12 +237,7 @@ std::string eval_table(const std::vector<EvalResult>& results) {
   std::snprintf(buf, sizeof buf, "%-*s %6s %8s %9s %10s %9s %11s\n", w, "split", "length",
                 "examples", "loss", "perplexity", "token_acc", "exact_match");
   os << buf;
-  auto num = [](double v, const char* f) {
-    if (!std::isfinite(v)) return std::string("-");
-    char b[32];
-    std::snprintf(b, sizeof b, f, v);
-    return std::string(b);
-  };
+  auto num = [](double v, int decimals) { return format_metric(v, decimals); };
   for (const auto& r : results) {
     const std::string len = r.length > 0 ? std::to_string(r.length) : "-";
     if (!r.available()) {
@@ -241,9 +245,9 @@ std::string eval_table(const std::vector<EvalResult>& results) {
                     static_cast<long long>(r.examples), r.status.c_str());
     } else {
       std::snprintf(buf, sizeof buf, "%-*s %6s %8lld %9s %10s %9s %11s\n", w, r.split.c_str(),
-                    len.c_str(), static_cast<long long>(r.examples), num(r.loss, "%.4f").c_str(),
-                    num(r.perplexity, "%.3f").c_str(), num(r.token_accuracy, "%.4f").c_str(),
-                    num(r.exact_match, "%.4f").c_str());
+                    len.c_str(), static_cast<long long>(r.examples), num(r.loss, 4).c_str(),
+                    num(r.perplexity, 3).c_str(), num(r.token_accuracy, 4).c_str(),
+                    num(r.exact_match, 4).c_str());
     }
     os << buf;
   }

@@ -79,6 +79,9 @@ int64_t decode_budget(const Config& cfg, int64_t length);
 // train.stop_when record (trainer.h convergence_json); "" leaves the key out.
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
                       const std::string& checkpoint, const std::string& convergence = "");
+// Writes predictions_<split>.tsv (source, target, output, correct) for every result that kept its
+// predictions (checked, atomic writes).
+void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results);
 // A plain-text table of results (one line per split), then one line per split with symbols
 // scored as <unk>.
 std::string eval_table(const std::vector<EvalResult>& results);

@@ -1,9 +1,15 @@
 // pelab — metric rows, JSON lines and CSV (metrics.h).
 #include "train/metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "pelab/error.h"
@@ -26,6 +32,44 @@ std::string json_number(double v) {
   // Keep it recognisably a float ("1" -> "1.0") so a reader does not take it for an int.
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
+}
+
+std::string format_metric(double v, int decimals) {
+  if (std::isnan(v)) return "-";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  if (std::fabs(v) >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.3e", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string count_text(int64_t n, const std::string& singular, const std::string& plural) {
+  return std::to_string(n) + " " +
+         (n == 1 ? singular : plural.empty() ? singular + "s" : plural);
+}
+
+void append_to_file(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot open ", path, " for writing: ", std::strerror(errno));
+  struct stat st {};
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      if (before >= 0 && ::ftruncate(fd, before) != 0) {
+        // Could not cut the partial write back; the error below still stops the run.
+      }
+      ::close(fd);
+      fail("error writing ", path, ": ", std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) fail("error writing ", path, ": ", std::strerror(errno));
 }
 
 std::string json_quote(const std::string& s) {

@@ -56,4 +56,16 @@ std::string json_quote(const std::string& s);
 // Shortest-exact text of a double (17 significant digits), "null" if not finite.
 std::string json_number(double v);
 
+// A metric for people (tables, log lines): `decimals` fixed decimals for ordinary magnitudes,
+// scientific notation (4 significant digits) from 1e6 on, "inf"/"-inf", and "-" for NaN (a value
+// that does not exist, e.g. exact_match of an lm run).
+std::string format_metric(double v, int decimals);
+// "1 thread", "2 threads" (`plural` defaults to `singular` + "s").
+std::string count_text(int64_t n, const std::string& singular, const std::string& plural = "");
+
+// Appends `text` to the file at `path` (created if missing) with checked writes. When a write
+// fails (disk full, file size limit, I/O error) the file is cut back to its previous size, so it
+// never ends in half a line, and a pelab::Error names the file and the system's reason.
+void append_to_file(const std::string& path, const std::string& text);
+
 }  // namespace pelab

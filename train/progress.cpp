@@ -1,13 +1,17 @@
 // pelab — progress bar and log lines (progress.h).
 #include "train/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "pelab/error.h"
+#include "train/metrics.h"
 
 namespace pelab {
 
@@ -19,10 +23,24 @@ Progress::Progress(int mode_request, const std::string& log_path, int64_t total_
     mode_ = Mode::Bar;
   else
     mode_ = Mode::Lines;
-  if (!log_path.empty()) {
-    log_.open(log_path, std::ios::app);
-    PELAB_CHECK(log_.good(), "cannot open log file ", log_path);
+  log_path_ = log_path;
+  if (!log_path_.empty()) append_to_file(log_path_, "");  // fails early when it cannot be written
+}
+
+int Progress::terminal_columns() {
+  struct winsize ws {};
+  if (::isatty(STDERR_FILENO) && ::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    const long v = std::strtol(c, &end, 10);
+    if (end != c && *end == '\0' && v > 0 && v < 100000) return static_cast<int>(v);
   }
+  return 80;
+}
+
+void Progress::log(const std::string& msg) {
+  if (!log_path_.empty()) append_to_file(log_path_, msg + "\n");
 }
 
 Progress::~Progress() { finish(); }
@@ -47,8 +65,18 @@ void Progress::clear_bar() {
 }
 
 void Progress::line(const std::string& msg) {
-  if (log_.is_open()) log_ << msg << "\n" << std::flush;
-  if (mode_ == Mode::Silent) return;
+  log(msg);
+  if (mode_ != Mode::Silent) show(msg);
+}
+
+void Progress::notice(const std::string& msg) {
+  log(msg);
+  show(msg);
+}
+
+void Progress::log_only(const std::string& msg) { log(msg); }
+
+void Progress::show(const std::string& msg) {
   clear_bar();
   std::cerr << msg << "\n";
   if (mode_ == Mode::Bar && !last_bar_.empty()) {
@@ -58,7 +86,7 @@ void Progress::line(const std::string& msg) {
 }
 
 void Progress::train_line(const std::string& msg) {
-  if (log_.is_open()) log_ << msg << "\n" << std::flush;
+  log(msg);
   if (mode_ == Mode::Lines) std::cerr << msg << "\n" << std::flush;
 }
 
@@ -74,10 +102,15 @@ void Progress::update(int64_t step, double loss, double lr, double tokens_per_s,
   std::string bar(static_cast<size_t>(filled), '#');
   bar += std::string(static_cast<size_t>(width - filled), '.');
   char buf[256];
-  std::snprintf(buf, sizeof buf, "[%s] %lld/%lld loss %.4f lr %.2e %.0f tok/s ETA %s",
-                bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_), loss,
-                lr, tokens_per_s, format_duration(eta_s).c_str());
+  std::snprintf(buf, sizeof buf, "[%s] %lld/%lld loss %s lr %.2e %.0f tok/s ETA %s",
+                bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_),
+                format_metric(loss, 4).c_str(), lr, tokens_per_s, format_duration(eta_s).c_str());
   std::string text = buf;
+  // One column short of the width: a line that fills the terminal wraps, and every redraw would
+  // then start a new line.
+  const size_t cols = static_cast<size_t>(std::max(1, terminal_columns() - 1));
+  if (text.size() > cols) text.resize(cols);
+  if (last_bar_.size() > cols) last_bar_.resize(cols);
   std::string pad = last_bar_.size() > text.size() ? std::string(last_bar_.size() - text.size(), ' ')
                                                    : std::string();
   std::cerr << "\r" << text << pad << std::flush;

@@ -1,9 +1,10 @@
 // pelab — training progress on stderr and the run's train.log: a progress bar redrawn with '\r'
-// when stderr is a terminal (step, loss, LR, tokens/s, ETA), plain periodic lines otherwise.
+// when stderr is a terminal (step, loss, LR, tokens/s, ETA; cut to the terminal's width), plain
+// periodic lines otherwise. Every write to train.log is checked: a failed write throws
+// pelab::Error naming the file (the run stops rather than going on without its log).
 #pragma once
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <string>
 
 namespace pelab {
@@ -19,6 +20,10 @@ class Progress {
 
   // A message line: written to train.log and shown on stderr (above the bar in Bar mode).
   void line(const std::string& msg);
+  // A line that is shown on stderr in every mode, Silent included (how to continue a stopped run).
+  void notice(const std::string& msg);
+  // A line for train.log only (the final table, which `pelab train` prints on stdout).
+  void log_only(const std::string& msg);
   // A periodic training line (every train.log_every steps): to train.log; on stderr in Lines mode.
   void train_line(const std::string& msg);
   // Redraws the bar (Bar mode; at most ~10 times a second unless `force`).
@@ -27,11 +32,15 @@ class Progress {
   void finish();  // ends the bar's line
 
   static std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
+  // Columns of the terminal on stderr (TIOCGWINSZ), else $COLUMNS, else 80.
+  static int terminal_columns();
 
  private:
   void clear_bar();
+  void log(const std::string& msg);
+  void show(const std::string& msg);
   Mode mode_;
-  std::ofstream log_;
+  std::string log_path_;
   int64_t total_;
   bool bar_shown_ = false;
   std::string last_bar_;

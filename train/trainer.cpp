@@ -2,14 +2,19 @@
 // checkpoints and exact resume.
 #include "train/trainer.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -44,23 +49,57 @@ struct SignalScope {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);  // a closed terminal: stop with a checkpoint, like SIGTERM
   }
   ~SignalScope() {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
   }
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {}, old_term {}, old_hup {};
+};
+
+// ---------------- the run directory lock ----------------
+
+// An exclusive flock() on <run>/.pelab.lock, held while the trainer runs; the kernel releases it
+// when the process ends in any way (kill -9 included), so a stale lock file never blocks a run.
+class RunDirLock {
+ public:
+  RunDirLock() = default;
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+  ~RunDirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void acquire(const fs::path& dir) {
+    if (fd_ >= 0) return;
+    const std::string path = (dir / ".pelab.lock").string();
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    PELAB_CHECK(fd >= 0, "cannot create lock file ", path, ": ", std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      char buf[32] = {0};
+      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+      std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      ::close(fd);
+      PELAB_CHECK(err == EWOULDBLOCK, "cannot lock ", path, ": ", std::strerror(err));
+      fail("run directory ", dir.string(), " is in use by another pelab process",
+           pid.empty() ? std::string() : " (pid " + pid + ")",
+           "; wait for it to finish or stop it first");
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      // The pid is only for the message of a second process; the lock itself is held.
+    }
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
 };
 
 // ---------------- small helpers ----------------
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  PELAB_CHECK(out.good(), "cannot write ", path);
-  out << text;
-  out.flush();
-  PELAB_CHECK(out.good(), "error writing ", path);
-}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -95,13 +134,17 @@ std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string&
 
 std::string checkpoint_name(int64_t step) { return "step_" + std::to_string(step) + ".h5"; }
 
-// Keys that may differ between a run's config and the config given when resuming it.
-bool resumable_change(const std::string& key) {
-  static const std::set<std::string> ok = {
-      "train.steps",      "train.log_every", "train.eval_every", "train.checkpoint_every",
-      "train.keep_checkpoints", "train.threads", "train.device", "train.run_dir",
-      "train.run_name",   "train.resume",    "train.tags"};
-  return ok.count(key) || key.rfind("eval.", 0) == 0;
+// Keys that say where a run is, not how it trains: the trainer sets them from the run directory
+// it resumes.
+bool run_location_key(const std::string& key) {
+  return key == "train.run_dir" || key == "train.run_name" || key == "train.resume";
+}
+
+bool all_finite(const std::vector<Tensor>& params) {
+  for (const auto& p : params)
+    for (double v : p.to_vector())
+      if (!std::isfinite(v)) return false;
+  return true;
 }
 
 double now_s() {
@@ -180,7 +223,9 @@ class Trainer {
   void save(const std::string& path);
   void save_step_checkpoint();
   void update_last_link();
-  void write_predictions(const std::vector<EvalResult>& results);
+  bool healthy() const;
+  void after_skipped_step(double loss);
+  [[noreturn]] void diverged(const std::string& why);
 
   Config cfg_;
   TrainOptions opt_;
@@ -195,7 +240,11 @@ class Trainer {
 
   int64_t step_ = 0;
   int64_t data_position_ = 0;  // micro-batches consumed
-  int64_t skipped_steps_ = 0;  // steps with a non-finite gradient norm (no update)
+  int64_t skipped_steps_ = 0;  // steps with a non-finite loss or gradient norm (no update)
+  int64_t consecutive_skipped_ = 0;  // of them, the latest in a row (0: the last step updated)
+  int64_t last_finite_step_ = -1;    // newest checkpoint written from a healthy model (kept)
+  int64_t last_skip_report_ = -1;    // step of the last "skipped" log line (rate limit)
+  RunDirLock lock_;
   double log_loss_sum_ = 0;    // since the last train row
   int64_t log_loss_count_ = 0;
   double best_ = std::numeric_limits<double>::quiet_NaN();
@@ -226,7 +275,10 @@ void Trainer::open_run() {
   if (resume.empty()) {
     setup_model({});  // data and model first: a config or data error leaves no run directory
     const fs::path dir = run_directory(cfg_);
-    clean_temporaries(dir);
+    fs::create_directories(dir, ec);
+    PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
+    lock_.acquire(dir);
+    clean_temporaries(dir);  // only once the lock is held: no other process is writing
     if (holds_a_run(dir)) {
       PELAB_CHECK(opt_.overwrite || run_without_checkpoint(dir), "run directory ", dir.string(),
                   " already holds a run; continue it with --resume ", dir.string(),
@@ -238,52 +290,46 @@ void Trainer::open_run() {
     dir_ = dir.string();
     Config stored = cfg_;
     stored.train.resume = "";
-    write_text(dir_ + "/config.yaml", "# pelab run config (resolved): " + cfg_.source + "\n" +
-                                          config_to_yaml(stored, true));
-    write_text(dir_ + "/metrics.jsonl", "");
-    write_text(dir_ + "/metrics.csv", metrics_csv_header() + "\n");
+    write_text_file(dir_ + "/config.yaml", "# pelab run config (resolved): " + cfg_.source +
+                                               "\n" + config_to_yaml(stored, true));
+    write_text_file(dir_ + "/metrics.jsonl", "");
+    write_text_file(dir_ + "/metrics.csv", metrics_csv_header() + "\n");
     return;
   }
 
-  // Resume: a run directory or a checkpoint file inside one.
-  std::string ckpt_path;
-  fs::path run_dir;
-  if (fs::is_directory(resume, ec)) {
-    run_dir = resume;
-    clean_temporaries(run_dir);
-    ckpt_path = latest_checkpoint(resume);
-    PELAB_CHECK(!ckpt_path.empty(), "--resume ", resume, ": no checkpoint in ", resume,
-                "/checkpoints (nothing to resume; start the run again without --resume, which "
-                "needs no --overwrite while the run has no checkpoint)");
-  } else {
-    PELAB_CHECK(fs::exists(resume, ec), "--resume ", resume,
-                ": no such run directory or checkpoint file");
-    ckpt_path = resume;
-    run_dir = fs::absolute(resume).parent_path().parent_path();
-    clean_temporaries(run_dir);
-  }
+  // Resume: a run directory or a checkpoint file in its checkpoints/. Locked before anything of
+  // the run is read, so a second process cannot pick the same checkpoint.
+  lock_.acquire(resolve_resume(resume).run_dir);
+  const ResumeTarget target = resolve_resume(resume);
+  const std::string ckpt_path = target.checkpoint;
+  const fs::path run_dir = target.run_dir;
+  clean_temporaries(run_dir);
   const CheckpointData ck = load_checkpoint(ckpt_path);  // the one checkpoint read of a resume
   const Config run_cfg = load_config_string(ck.config_yaml, ckpt_path + ": config");
   for (const auto& key : config_schema()) {
     const std::string k = key.full_name();
-    if (resumable_change(k)) continue;
+    if (resume_may_change(k) || run_location_key(k)) continue;
     const std::string a = config_value_text(run_cfg, k), b = config_value_text(cfg_, k);
     PELAB_CHECK(a == b, "--resume ", run_dir.string(), ": config key ", k, " is ", b,
-                " but the run was trained with ", a,
-                " (only train.steps, train.log_every, train.eval_every, train.checkpoint_every, "
-                "train.keep_checkpoints, train.threads, train.device, train.tags and eval.* may "
-                "change)");
+                " but the run was trained with ", a, " (only ", resume_changeable_keys(),
+                " may change)");
   }
+  // Checked before anything is written: a refused resume leaves the run as it was.
+  PELAB_CHECK(cfg_.train.steps >= ck.step, "--resume ", run_dir.string(), ": the run is at step ",
+              ck.step, " but train.steps is ", cfg_.train.steps,
+              "; to continue it, set train.steps to ", ck.step, " or more (--set train.steps=N)");
   const fs::path norm = run_dir.lexically_normal();
   cfg_.train.run_dir = norm.parent_path().empty() ? "." : norm.parent_path().string();
   cfg_.train.run_name = norm.filename().string();
   cfg_.train.resume = "";
   dir_ = run_dir.string();
   fs::create_directories(run_dir / "checkpoints", ec);
-  write_text(dir_ + "/config.yaml",
-             "# pelab run config (resolved): " + cfg_.source + "\n" + config_to_yaml(cfg_, true));
+  PELAB_CHECK(!ec, "cannot create ", (run_dir / "checkpoints").string(), ": ", ec.message());
   setup_model(ck.vocab, stored_train_positions(ck));
   restore(ck, ckpt_path);
+  // Only a resume that can go on rewrites config.yaml (with the new train.steps etc.).
+  write_text_file(dir_ + "/config.yaml",
+                  "# pelab run config (resolved): " + cfg_.source + "\n" + config_to_yaml(cfg_, true));
   // Checkpoints newer than the one resumed from belong to a future this run no longer has.
   for (const auto& [s, p] : step_checkpoints(dir_))
     if (s > step_) fs::remove(p, ec);
@@ -345,6 +391,13 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   randpos_.set_state(static_cast<uint64_t>(counter("randpos_rng_seed")),
                      static_cast<uint64_t>(counter("randpos_rng_offset")));
   skipped_steps_ = counter("skipped_steps");
+  // Written since the divergence limits (older checkpoints: a streak of 0, and the checkpoint
+  // itself is the last finite one when its parameters are finite).
+  auto c1 = ck.counters.find("consecutive_skipped");
+  consecutive_skipped_ = c1 != ck.counters.end() ? c1->second : 0;
+  auto c2 = ck.counters.find("last_finite_step");
+  last_finite_step_ = c2 != ck.counters.end() ? c2->second
+                      : all_finite(model_->parameters()) ? step_ : -1;
   log_loss_count_ = counter("log_loss_count");
   best_step_ = counter("best_step");
   log_loss_sum_ = value("log_loss_sum");
@@ -458,13 +511,17 @@ double Trainer::train_step(int64_t& tokens) {
     loss += l.item();
   }
   if (opt_.position_hook && cfg_.pe.randomized_positions) opt_.position_hook(step_, step_positions_);
+  if (opt_.grad_hook) opt_.grad_hook(step_, optim_->params());
   const double clip = cfg_.train.grad_clip > 0 ? cfg_.train.grad_clip
                                                : std::numeric_limits<double>::infinity();
   last_grad_norm_ = clip_grad_norm(optim_->params(), clip);
-  if (std::isfinite(last_grad_norm_))
+  if (std::isfinite(last_grad_norm_) && std::isfinite(loss)) {
     optim_->step();
-  else
+    consecutive_skipped_ = 0;
+  } else {  // no update; counted, reported and limited by the caller (after_skipped_step)
     ++skipped_steps_;
+    ++consecutive_skipped_;
+  }
   optim_->zero_grad();
   ++step_;
   return loss;
@@ -472,11 +529,49 @@ double Trainer::train_step(int64_t& tokens) {
 
 void Trainer::add_row(const MetricRow& row) {
   rows_.push_back(row);
-  std::ofstream js(dir_ + "/metrics.jsonl", std::ios::app);
-  js << row.json() << "\n";
-  std::ofstream csv(dir_ + "/metrics.csv", std::ios::app);
-  csv << metrics_csv_line(row) << "\n";
-  PELAB_CHECK(js.good() && csv.good(), "error writing metrics in ", dir_);
+  append_to_file(dir_ + "/metrics.jsonl", row.json() + "\n");
+  append_to_file(dir_ + "/metrics.csv", metrics_csv_line(row) + "\n");
+}
+
+// A model is healthy when its last step updated it (no skipped streak) and every parameter is
+// finite. Only a healthy model becomes best.h5 or the protected last finite checkpoint.
+bool Trainer::healthy() const {
+  return consecutive_skipped_ == 0 && all_finite(model_->parameters());
+}
+
+void Trainer::diverged(const std::string& why) {
+  std::string msg = "step " + std::to_string(step_) + ": " + why + "; the run diverged";
+  if (last_finite_step_ >= 0)
+    msg += " (last finite checkpoint: " +
+           (fs::path(dir_) / "checkpoints" / checkpoint_name(last_finite_step_)).string() + ")";
+  msg += "; start a new run with a lower train.lr or a longer train.warmup";
+  try {
+    progress_->log_only("pelab: error: " + msg);
+  } catch (const std::exception&) {
+    // The log cannot be written (e.g. a full disk); the error itself still reaches the user.
+  }
+  fail(msg);
+}
+
+// After a step that was skipped: a log line (the first skipped step, then at most one every
+// train.log_every steps) and the divergence limits.
+void Trainer::after_skipped_step(double loss) {
+  const TrainConfig& t = cfg_.train;
+  if (last_skip_report_ < 0 || step_ - last_skip_report_ >= t.log_every) {
+    progress_->line("step " + std::to_string(step_) + " skipped: non-finite " +
+                    (std::isfinite(loss) ? "gradient norm" : "loss") + " (" +
+                    count_text(consecutive_skipped_, "step") + " in a row, " +
+                    std::to_string(skipped_steps_) + " skipped in total)");
+    last_skip_report_ = step_;
+  }
+  if (t.max_consecutive_skipped > 0 && consecutive_skipped_ >= t.max_consecutive_skipped)
+    diverged(count_text(consecutive_skipped_, "consecutive step") +
+             " skipped for a non-finite loss or gradient norm (train.max_consecutive_skipped = " +
+             std::to_string(t.max_consecutive_skipped) + ")");
+  if (t.max_skipped_steps > 0 && skipped_steps_ >= t.max_skipped_steps)
+    diverged(count_text(skipped_steps_, "step") +
+             " skipped in total for a non-finite loss or gradient norm (train.max_skipped_steps = " +
+             std::to_string(t.max_skipped_steps) + ")");
 }
 
 void Trainer::rewrite_metrics_files() {
@@ -485,8 +580,8 @@ void Trainer::rewrite_metrics_files() {
     js += r.json() + "\n";
     csv += metrics_csv_line(r) + "\n";
   }
-  write_text(dir_ + "/metrics.jsonl", js);
-  write_text(dir_ + "/metrics.csv", csv);
+  write_text_file(dir_ + "/metrics.jsonl", js);
+  write_text_file(dir_ + "/metrics.csv", csv);
 }
 
 EvalResult Trainer::validate() {
@@ -503,7 +598,7 @@ EvalResult Trainer::validate() {
   const std::string metric = effective_best_metric(cfg_);
   const double v = metric_of(r, metric);
   bool best = false;
-  if (std::isfinite(v) &&
+  if (std::isfinite(v) && std::isfinite(r.loss) && healthy() &&
       (best_step_ < 0 || (higher_is_better(metric) ? v > best_ : v < best_))) {
     best_ = v;
     best_step_ = step_;
@@ -511,9 +606,9 @@ EvalResult Trainer::validate() {
   }
   add_row(row);
   std::string msg = "eval step " + std::to_string(step_) + " " + r.split + ": loss " +
-                    fmt("%.4f", r.loss) + " ppl " + fmt("%.3f", r.perplexity) + " token_acc " +
-                    fmt("%.4f", r.token_accuracy);
-  if (std::isfinite(r.exact_match)) msg += " exact_match " + fmt("%.4f", r.exact_match);
+                    format_metric(r.loss, 4) + " ppl " + format_metric(r.perplexity, 3) +
+                    " token_acc " + format_metric(r.token_accuracy, 4);
+  if (std::isfinite(r.exact_match)) msg += " exact_match " + format_metric(r.exact_match, 4);
   if (best) msg += " (best " + metric + ")";
   const StopWhen& w = cfg_.train.stop_when;
   if (w.enabled())
@@ -588,6 +683,8 @@ void Trainer::save(const std::string& path) {
   d.counters["randpos_rng_seed"] = static_cast<int64_t>(randpos_.seed());
   d.counters["randpos_rng_offset"] = static_cast<int64_t>(randpos_.offset());
   d.counters["skipped_steps"] = skipped_steps_;
+  d.counters["consecutive_skipped"] = consecutive_skipped_;
+  d.counters["last_finite_step"] = last_finite_step_;
   d.counters["log_loss_count"] = log_loss_count_;
   d.counters["best_step"] = best_step_;
   d.counters["train_positions"] = train_positions_;
@@ -606,13 +703,17 @@ void Trainer::save(const std::string& path) {
 void Trainer::save_step_checkpoint() {
   const fs::path ckdir = fs::path(dir_) / "checkpoints";
   const std::string name = checkpoint_name(step_);
+  if (healthy()) last_finite_step_ = step_;  // before save(): the checkpoint records it
   save((ckdir / name).string());
   saved_step_ = step_;
   std::error_code ec;
   const int keep = cfg_.train.keep_checkpoints;
   if (keep > 0) {
+    // The newest `keep`, and the last finite one however old (after a divergence the newest are
+    // all diverged models).
     auto all = step_checkpoints(dir_);
-    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i].second, ec);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
+      if (all[i].first != last_finite_step_) fs::remove(all[i].second, ec);
   }
   update_last_link();
 }
@@ -635,16 +736,6 @@ void Trainer::update_last_link() {
               fs::path(all.back().second).filename().string(), ": ", ec.message());
 }
 
-void Trainer::write_predictions(const std::vector<EvalResult>& results) {
-  for (const auto& r : results) {
-    if (r.predictions.empty()) continue;
-    std::string text = "source\ttarget\toutput\tcorrect\n";
-    for (const auto& p : r.predictions)
-      text += p.source + "\t" + p.target + "\t" + p.output + "\t" + (p.correct ? "1" : "0") + "\n";
-    write_text(dir_ + "/predictions_" + r.split + ".tsv", text);
-  }
-}
-
 TrainResult Trainer::run() {
   set_num_threads(cfg_.train.threads);
   open_run();
@@ -655,12 +746,12 @@ TrainResult Trainer::run() {
   const int64_t total = cfg_.train.steps;
   if (step_ == 0 && rows_.empty())
     progress_->line("pelab train: run " + dir_ + ": task " + cfg_.task.name + ", pe " +
-                    cfg_.pe.scheme + ", " + std::to_string(model_->num_parameters()) +
-                    " parameters, " + std::to_string(total) + " steps, " +
-                    std::to_string(num_threads()) + " threads");
+                    cfg_.pe.scheme + ", " + count_text(model_->num_parameters(), "parameter") +
+                    ", " + count_text(total, "step") + ", " + count_text(num_threads(), "thread"));
   else
     progress_->line("pelab train: resumed " + dir_ + " at step " + std::to_string(step_) + " of " +
                     std::to_string(total));
+  for (const auto& note : opt_.notes) progress_->line(note);
   if (data_->train_unknown_symbols() > 0)
     progress_->line("pelab train: " + std::to_string(data_->train_unknown_symbols()) +
                     " symbols of task.train_file are not in the checkpoint's vocabulary and are "
@@ -683,6 +774,7 @@ TrainResult Trainer::run() {
       break;
     }
     const double loss = train_step(tok_log);
+    if (consecutive_skipped_ > 0) after_skipped_step(loss);
     ++steps_here;
     log_loss_sum_ += loss;
     ++log_loss_count_;
@@ -699,8 +791,8 @@ TrainResult Trainer::run() {
       row.set("elapsed_s", elapsed_before_ + now - t_start_);
       add_row(row);
       progress_->train_line("step " + std::to_string(step_) + "/" + std::to_string(total) +
-                            " loss " + fmt("%.4f", mean) + " lr " + fmt("%.3e", last_lr_) +
-                            " grad_norm " + fmt("%.3f", last_grad_norm_) + " tok/s " +
+                            " loss " + format_metric(mean, 4) + " lr " + fmt("%.3e", last_lr_) +
+                            " grad_norm " + format_metric(last_grad_norm_, 3) + " tok/s " +
                             fmt("%.0f", tps) + " elapsed " +
                             Progress::format_duration(elapsed_before_ + now - t_start_) +
                             " eta " + Progress::format_duration(eta));
@@ -719,6 +811,11 @@ TrainResult Trainer::run() {
       save_step_checkpoint();
   }
   progress_->finish();
+  res.skipped_steps = skipped_steps_;
+  if (skipped_steps_ > 0)
+    progress_->line("pelab train: " + std::to_string(skipped_steps_) + " of " +
+                    count_text(step_, "step") +
+                    " skipped for a non-finite loss or gradient norm (no update)");
   res.criterion_set = crit.enabled();
   res.criterion_met = crit_met_step_ >= 0;
   res.criterion_step = crit_met_step_;
@@ -726,8 +823,9 @@ TrainResult Trainer::run() {
     if (saved_step_ != step_) save_step_checkpoint();
     res.step = step_;
     res.last_checkpoint = latest_checkpoint(dir_);
-    progress_->line(std::string("pelab train: ") + (res.interrupted ? "interrupted" : "stopped") +
-                    " at step " + std::to_string(step_) + "; continue with --resume " + dir_);
+    // Shown in every progress mode: it says how to continue.
+    progress_->notice(std::string("pelab train: ") + (res.interrupted ? "interrupted" : "stopped") +
+                      " at step " + std::to_string(step_) + "; continue with --resume " + dir_);
     return res;
   }
   // Finished (possibly already on resume), by reaching train.steps or by meeting train.stop_when:
@@ -765,12 +863,14 @@ TrainResult Trainer::run() {
   for (const auto& s : data_->tests()) results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
   write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_),
                    convergence_json(conv));
-  if (keep) write_predictions(results);
+  if (keep) write_prediction_files(dir_, results);
+  // The table goes to train.log; `pelab train` prints it on stdout (on a terminal, stdout and
+  // stderr are the same screen: printed on both it would show twice).
   std::istringstream table(eval_table(results));
   std::string line;
-  progress_->line("final evaluation at step " + std::to_string(step_) +
-                  (conv.met ? " (criterion met)" : "") + ":");
-  while (std::getline(table, line)) progress_->line("  " + line);
+  progress_->log_only("final evaluation at step " + std::to_string(step_) +
+                      (conv.met ? " (criterion met)" : "") + ":");
+  while (std::getline(table, line)) progress_->log_only("  " + line);
   res.step = step_;
   res.finished = true;
   res.final_eval = std::move(results);
@@ -818,6 +918,64 @@ std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskDa
 TrainResult train(const Config& cfg, const TrainOptions& opt) {
   Trainer t(cfg, opt);
   return t.run();
+}
+
+bool resume_may_change(const std::string& key) {
+  static const std::set<std::string> ok = {
+      "train.steps",           "train.log_every",        "train.eval_every",
+      "train.checkpoint_every", "train.keep_checkpoints", "train.threads",
+      "train.device",          "train.tags",             "train.max_consecutive_skipped",
+      "train.max_skipped_steps"};
+  return ok.count(key) || key.rfind("eval.", 0) == 0;
+}
+
+std::string resume_changeable_keys() {
+  return "train.steps, train.log_every, train.eval_every, train.checkpoint_every, "
+         "train.keep_checkpoints, train.threads, train.device, train.tags, "
+         "train.max_consecutive_skipped, train.max_skipped_steps and eval.*";
+}
+
+ResumeTarget resolve_resume(const std::string& path) {
+  std::error_code ec;
+  ResumeTarget t;
+  if (fs::is_directory(path, ec)) {
+    PELAB_CHECK(is_run_directory(path), "--resume ", path,
+                ": not a run directory (no config.yaml in it)");
+    t.run_dir = path;
+    t.checkpoint = latest_checkpoint(path);
+    PELAB_CHECK(!t.checkpoint.empty(), "--resume ", path, ": no checkpoint in ", path,
+                "/checkpoints (nothing to resume)");
+    return t;
+  }
+  PELAB_CHECK(fs::exists(path, ec), "--resume ", path, ": no such run directory or checkpoint file");
+  // A checkpoint file belongs to the run whose checkpoints/ directory holds it; a file anywhere
+  // else has no run (its grandparent directory is not one), and resuming "into" a guessed
+  // directory would overwrite that directory's files.
+  const fs::path abs = fs::absolute(path, ec).lexically_normal();
+  const fs::path run = abs.parent_path().parent_path();
+  PELAB_CHECK(abs.parent_path().filename() == "checkpoints" && is_run_directory(run.string()),
+              "--resume ", path,
+              ": not a checkpoint in a run directory's checkpoints/ folder; resume a run with "
+              "--resume RUN_DIR (or RUN_DIR/checkpoints/step_N.h5)");
+  t.run_dir = run.string();
+  t.checkpoint = path;
+  return t;
+}
+
+Config resume_config(const std::string& run_dir, const std::vector<std::string>& overrides) {
+  const std::string path = (fs::path(run_dir) / "config.yaml").string();
+  const Config stored = load_config(path);
+  Config c = load_config(path, overrides);
+  for (const auto& key : config_schema()) {
+    const std::string k = key.full_name();
+    if (k == "train.resume" || resume_may_change(k)) continue;
+    const std::string a = config_value_text(stored, k), b = config_value_text(c, k);
+    PELAB_CHECK(a == b, "--resume ", run_dir, ": --set ", k, "=", b,
+                " would change the run, which was trained with ", k, "=", a, "; on resume only ",
+                resume_changeable_keys(), " may change (start a new run to change anything else)");
+  }
+  c.train.resume = "";
+  return c;
 }
 
 std::string convergence_json(const Convergence& c) {

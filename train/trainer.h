@@ -31,10 +31,13 @@
 namespace pelab {
 
 struct TrainOptions {
-  // Continue a run: a run directory (its newest checkpoint) or a checkpoint file. "" = use
-  // train.resume from the config ("" = fresh run, "latest" = the config's own run directory).
+  // Continue a run: a run directory (its newest checkpoint) or a checkpoint file inside
+  // <run>/checkpoints/ (resolve_resume). "" = use train.resume from the config ("" = fresh run,
+  // "latest" = the config's own run directory). The config must equal the run's except for the
+  // keys resume_may_change() accepts (the CLI builds it with resume_config()).
   std::string resume;
-  // Stop after this many optimizer steps in total (as if interrupted), writing a checkpoint; -1 = off.
+  // Stop after this many optimizer steps in total, writing a checkpoint (like an interrupted run,
+  // but not an interruption: `pelab train` exits 0); -1 = off.
   int64_t stop_after = -1;
   // A fresh run into a run directory that already holds a run: delete the old run's files first.
   bool overwrite = false;
@@ -45,6 +48,12 @@ struct TrainOptions {
   // first for seq2seq) when pe.randomized_positions is on.
   std::function<void(int64_t step, const std::vector<std::vector<int64_t>>& positions)>
       position_hook;
+  // Test hook (fault injection): called after every step's backward pass, before the gradient
+  // norm is taken, with the step (0-based) and the parameters; it may change their gradients or
+  // values (e.g. make them non-finite).
+  std::function<void(int64_t step, const std::vector<Tensor>& params)> grad_hook;
+  // Lines to log after the run's first line (e.g. how a config given with --resume was used).
+  std::vector<std::string> notes;
 };
 
 struct TrainResult {
@@ -52,7 +61,8 @@ struct TrainResult {
   int64_t step = 0;            // optimizer steps done
   // Reached train.steps or met train.stop_when (false: stopped by stop_after or a signal).
   bool finished = false;
-  bool interrupted = false;    // stopped by SIGINT / SIGTERM
+  bool interrupted = false;    // stopped by SIGINT / SIGTERM / SIGHUP
+  int64_t skipped_steps = 0;   // steps skipped for a non-finite loss or gradient norm (whole run)
   bool criterion_set = false;  // train.stop_when is on
   bool criterion_met = false;  // ... and was met (at criterion_step; the run stopped there)
   int64_t criterion_step = -1;
@@ -87,6 +97,25 @@ std::string latest_checkpoint(const std::string& run_dir);
 std::string best_or_latest_checkpoint(const std::string& run_dir);
 // True when `path` is a directory with a config.yaml (a run directory).
 bool is_run_directory(const std::string& path);
+
+// ---- resuming (docs/training.md, "Resuming") ----
+// Config keys that may differ on resume from the run's stored config (train.steps, the logging,
+// evaluation and checkpoint cadence, threads, device, divergence limits, tags, eval.*); every
+// other key is fixed by the run. This is the one list (the trainer and the CLI use it).
+bool resume_may_change(const std::string& key);
+std::string resume_changeable_keys();  // the list as text, for messages and docs
+// A --resume argument: a run directory (its newest checkpoint), or a checkpoint file in a run's
+// checkpoints/ directory. Anything else (a checkpoint file elsewhere) is an error: the run it
+// belongs to would be a guess.
+struct ResumeTarget {
+  std::string run_dir;
+  std::string checkpoint;
+};
+ResumeTarget resolve_resume(const std::string& path);
+// The config a resumed run continues with: the run's stored config.yaml with `overrides`
+// ("section.key=value", as --set) applied; an override of a key resume_may_change() refuses, to a
+// value other than the run's, is an error naming the key and both values.
+Config resume_config(const std::string& run_dir, const std::vector<std::string>& overrides);
 
 // A model with its data, built from a config and optionally a checkpoint (eval, generate, info).
 struct LoadedModel {
