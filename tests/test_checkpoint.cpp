@@ -14,6 +14,7 @@
 #include "pelab/pelab.h"
 #include "train/checkpoint.h"
 #include "tests/test_paths.h"
+#include "tests/test_util.h"
 
 using namespace pelab;
 namespace fs = std::filesystem;
@@ -30,10 +31,7 @@ class TwoLayer : public Module {
 };
 
 fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("pelab_ckpt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return pelab::testing::fresh_temp_dir("pelab_ckpt_" + name);
 }
 
 CheckpointData make_data(TwoLayer& m, AdamW& opt, int64_t step) {

@@ -14,73 +14,35 @@
 #include <vector>
 
 #include "tests/test_paths.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
+using pelab::testing::quote;
+using pelab::testing::slurp;
+using Result = pelab::testing::CommandResult;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-class CLITest : public ::testing::Test {
+class CLITest : public pelab::testing::TempDirTest {
  protected:
+  CLITest() : TempDirTest("pelab_cli") {}
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_cli_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     ASSERT_TRUE(fs::exists(pelab::testing::pelab_binary()))
         << "build the pelab target first: " << pelab::testing::pelab_binary();
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `pelab ARGS` (ARGS already shell-quoted where needed) with `input` on stdin.
   Result pelab(const std::string& args, const std::string& input = "") {
-    const fs::path in = dir_ / "stdin.txt", out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    std::ofstream(in) << input;
-    const std::string cmd = quote(pelab::testing::pelab_binary()) + " " + args + " <" +
-                            quote(in.string()) + " >" + quote(out.string()) + " 2>" +
-                            quote(err.string());
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
+    const std::string in = write("stdin.txt", input);
+    return pelab::testing::run_captured(quote(pelab::testing::pelab_binary()) + " " + args,
+                                        dir_ / "stdout.txt", dir_ / "stderr.txt", in);
   }
 
   // A tiny, fast config (a few steps of a 1+1-layer model).
   std::string tiny_config(const std::string& name = "tiny.yaml", const std::string& extra = "") {
-    return write(name,
-                 "task:\n  name: reverse\n  num_symbols: 4\n  train_max_len: 4\n"
-                 "  test_lengths: [3, 6]\n  num_eval_examples: 4\n"
-                 "model:\n  d_model: 16\n  heads: 2\n  d_ff: 32\n  encoder_layers: 1\n"
-                 "  decoder_layers: 1\n"
-                 "train:\n  steps: 4\n  batch_size: 4\n  warmup: 1\n  log_every: 2\n"
-                 "  eval_every: 2\n  checkpoint_every: 2\n  threads: 1\n  run_dir: " +
-                     (dir_ / "runs").string() + "\n" + extra);
+    return write(name, pelab::testing::tiny_cli_yaml(dir_ / "runs", extra));
   }
 
   // Asserts a failed run printed exactly one "pelab: error: " line containing every `needle`.
@@ -91,8 +53,6 @@ class CLITest : public ::testing::Test {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
     for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << " in " << r.err;
   }
-
-  fs::path dir_;
 };
 
 }  // namespace
@@ -269,11 +229,7 @@ TEST_F(CLITest, InterruptWritesACheckpointAndTheRunResumes) {
     ::_exit(127);
   }
   // Wait until training is under way, then interrupt it like Ctrl-C.
-  bool started = false;
-  for (int i = 0; i < 3000 && !started; ++i) {
-    started = slurp(run / "train.log").find("step 2/") != std::string::npos;
-    if (!started) ::usleep(10000);
-  }
+  const bool started = pelab::testing::wait_for(run / "train.log", "step 2/");
   ::kill(pid, SIGINT);
   int status = 0;
   ::waitpid(pid, &status, 0);

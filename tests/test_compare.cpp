@@ -22,18 +22,14 @@
 #include "train/plot_pe.h"
 #include "train/report.h"
 #include "train/trainer.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using pelab::testing::slurp;
 
 int64_t mtime_ns(const fs::path& p) {
   struct stat st {};
@@ -41,39 +37,17 @@ int64_t mtime_ns(const fs::path& p) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-class CompareTest : public ::testing::Test {
+class CompareTest : public pelab::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_compare_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  CompareTest() : TempDirTest("pelab_compare") {}
 
   // A tiny comparison: reverse over 4 symbols, trained on lengths 1-4, tested at 2, 4, 6, 8;
   // learned positions with max_positions 6 (lengths 6 and 8 need 7 and 9 positions) and rope,
   // with the rope `pi` variant.
   std::string tiny_config(const std::string& schemes_yaml, const std::string& extra = "",
                           int steps = 16) {
-    std::ostringstream y;
-    y << "task: {name: reverse, num_symbols: 4, train_min_len: 1, train_max_len: 4,\n"
-         "       test_lengths: [2, 4, 6, 8], num_eval_examples: 6}\n"
-         "model: {d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1, decoder_layers: 1}\n"
-         "train: {steps: "
-      << steps
-      << ", batch_size: 8, warmup: 2, log_every: 4, eval_every: 0,\n"
-         "        checkpoint_every: 4, threads: 1}\n"
-         "eval: {batch_size: 6}\n"
-         "compare:\n"
-         "  title: tiny\n"
-         "  seeds: [1, 2]\n"
-         "  schemes:\n"
-      << schemes_yaml << extra;
-    const std::string path = (dir_ / "tiny.yaml").string();
-    std::ofstream(path) << y.str();
-    return path;
+    return write("tiny.yaml",
+                 pelab::testing::tiny_compare_yaml("[2, 4, 6, 8]", steps) + schemes_yaml + extra);
   }
 
   std::string default_schemes() const {
@@ -90,7 +64,6 @@ class CompareTest : public ::testing::Test {
     return o;
   }
 
-  fs::path dir_;
   std::ostringstream log_;
 };
 

@@ -27,24 +27,15 @@
 #include "train/metrics.h"
 #include "train/report.h"
 #include "train/trainer.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return o + "'";
-}
+using pelab::testing::slurp;
+using pelab::testing::quote;
 
 // results.csv with the wall-time columns blanked.
 std::vector<ResultRow> rows_without_timing(const fs::path& csv) {
@@ -53,50 +44,33 @@ std::vector<ResultRow> rows_without_timing(const fs::path& csv) {
   return rows;
 }
 
-class CompareJobsTest : public ::testing::Test {
+// A stand-in for the pelab binary: each child writes "started" to its log, then waits (30 s at
+// most); on SIGTERM it writes "got TERM" and exits 130.
+const char* const kWaitingChild =
+    "#!/bin/sh\ntrap 'echo got TERM; exit 130' TERM\necho started\n"
+    "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\nexit 0\n";
+
+class CompareJobsTest : public pelab::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_compare_jobs_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  CompareJobsTest() : TempDirTest("pelab_compare_jobs") {}
 
   // 2 schemes x 2 seeds on reverse over 4 symbols (train 1-4, test 2, 4, 6), a few steps.
   std::string config(const std::string& extra = "", int steps = 12,
                      const std::string& name = "tiny.yaml") {
-    std::ostringstream y;
-    y << "task: {name: reverse, num_symbols: 4, train_min_len: 1, train_max_len: 4,\n"
-         "       test_lengths: [2, 4, 6], num_eval_examples: 6}\n"
-         "model: {d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1, decoder_layers: 1}\n"
-         "train: {steps: "
-      << steps
-      << ", batch_size: 8, warmup: 2, log_every: 4, eval_every: 0,\n"
-         "        checkpoint_every: 4, threads: 1}\n"
-         "eval: {batch_size: 6}\n"
-         "compare:\n"
-         "  title: tiny\n"
-         "  seeds: [1, 2]\n"
-         "  schemes:\n"
-         "    - rope\n"
-         "    - t5\n"
-      << extra;
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << y.str();
-    return path;
+    return write(name, pelab::testing::tiny_compare_yaml("[2, 4, 6]", steps) +
+                           "    - rope\n"
+                           "    - t5\n" +
+                           extra);
   }
 
   // Runs the pelab binary with `args`; stdout / stderr into out_ / err_; returns the exit status.
   int pelab(const std::string& args) {
-    const std::string cmd = "cd " + quote(dir_.string()) + " && OMP_NUM_THREADS=1 " +
-                            quote(PELAB_BINARY) + " " + args + " >" + quote((dir_ / "o").string()) +
-                            " 2>" + quote((dir_ / "e").string()) + " </dev/null";
-    const int st = std::system(cmd.c_str());
-    out_ = slurp(dir_ / "o");
-    err_ = slurp(dir_ / "e");
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    const pelab::testing::CommandResult r = pelab::testing::run_captured(
+        "cd " + quote(dir_.string()) + " && OMP_NUM_THREADS=1 " + quote(PELAB_BINARY) + " " + args,
+        dir_ / "o", dir_ / "e");
+    out_ = r.out;
+    err_ = r.err;
+    return r.rc;
   }
 
   // In-process command line (no training happens in the cases that use it).
@@ -119,7 +93,17 @@ class CompareJobsTest : public ::testing::Test {
     return o;
   }
 
-  fs::path dir_;
+  // quiet("rep") with 2 jobs whose children run `script`, a /bin/sh stand-in for the pelab
+  // binary (written to fake_pelab.sh).
+  CompareOptions fake_children(const std::string& script) {
+    const fs::path fake = write("fake_pelab.sh", script);
+    fs::permissions(fake, fs::perms::owner_all);
+    CompareOptions o = quiet("rep");
+    o.jobs = 2;
+    o.exe = fake.string();
+    return o;
+  }
+
   std::string out_, err_;
   std::ostringstream log_;
 };
@@ -288,14 +272,10 @@ TEST_F(CompareJobsTest, BadJobsAndOnlyAreOneLineErrorsBeforeTraining) {
 // A stand-in for the pelab binary that fails: the comparison fails with one line naming the run
 // and its log.
 TEST_F(CompareJobsTest, FailingChildFailsTheComparisonNamingRunAndLog) {
-  const fs::path fake = dir_ / "fake_pelab.sh";
-  std::ofstream(fake) << "#!/bin/sh\necho \"fake child: $*\"\ncase \"$*\" in *'--only 2 '*) "
-                         "exit 3;; esac\nsleep 0.2\nexit 0\n";
-  fs::permissions(fake, fs::perms::owner_all);
   const CompareSpec spec = load_compare(config(), {});
-  CompareOptions o = quiet("rep");
-  o.jobs = 2;
-  o.exe = fake.string();
+  CompareOptions o = fake_children(
+      "#!/bin/sh\necho \"fake child: $*\"\ncase \"$*\" in *'--only 2 '*) "
+      "exit 3;; esac\nsleep 0.2\nexit 0\n");
   try {
     run_compare(spec, o);
     FAIL() << "expected the comparison to fail";
@@ -317,16 +297,10 @@ TEST_F(CompareJobsTest, FailingChildFailsTheComparisonNamingRunAndLog) {
 // A run that cannot be started (its directory cannot be created: a file is in the way) fails the
 // comparison naming it, after the children already running were stopped and waited for.
 TEST_F(CompareJobsTest, RunThatCannotStartStopsTheRunningChildrenFirst) {
-  const fs::path fake = dir_ / "fake_pelab.sh";
-  std::ofstream(fake) << "#!/bin/sh\ntrap 'echo got TERM; exit 130' TERM\necho started\n"
-                         "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\nexit 0\n";
-  fs::permissions(fake, fs::perms::owner_all);
   fs::create_directories(dir_ / "rep" / "runs");
   std::ofstream(dir_ / "rep" / "runs" / "rope_seed2") << "in the way\n";
   const CompareSpec spec = load_compare(config(), {});
-  CompareOptions o = quiet("rep");
-  o.jobs = 2;
-  o.exe = fake.string();
+  CompareOptions o = fake_children(kWaitingChild);
   try {
     run_compare(spec, o);
     FAIL() << "expected the comparison to fail";
@@ -362,15 +336,8 @@ TEST_F(CompareJobsTest, RunThatCannotStartStopsTheRunningChildrenFirst) {
 // SIGTERM to the parent is forwarded to every running child; the comparison reports an
 // interruption (exit 130 on the command line) and starts no further run.
 TEST_F(CompareJobsTest, SignalIsForwardedToChildren) {
-  const fs::path fake = dir_ / "fake_pelab.sh";
-  // Each child writes "started" to its log, then waits; on SIGTERM it writes "got TERM".
-  std::ofstream(fake) << "#!/bin/sh\ntrap 'echo got TERM; exit 130' TERM\necho started\n"
-                         "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\nexit 0\n";
-  fs::permissions(fake, fs::perms::owner_all);
   const CompareSpec spec = load_compare(config(), {});
-  CompareOptions o = quiet("rep");
-  o.jobs = 2;
-  o.exe = fake.string();
+  CompareOptions o = fake_children(kWaitingChild);
   std::thread killer([] {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     ::kill(::getpid(), SIGTERM);
@@ -406,12 +373,8 @@ TEST_F(CompareJobsTest, InterruptedParallelComparisonCheckpointsAndResumes) {
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  bool started = false;
-  for (int i = 0; i < 3000 && !started; ++i) {
-    started = slurp(runs / "rope_seed1" / "train.log").find("step 2/") != std::string::npos &&
-              slurp(runs / "rope_seed2" / "train.log").find("step 2/") != std::string::npos;
-    if (!started) ::usleep(10000);
-  }
+  const bool started = pelab::testing::wait_for(runs / "rope_seed1" / "train.log", "step 2/") &&
+                       pelab::testing::wait_for(runs / "rope_seed2" / "train.log", "step 2/");
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);

@@ -12,28 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
+
 namespace fs = std::filesystem;
 using pelab::Config;
 using pelab::ConfigError;
 
 namespace {
 
-class ConfigTest : public ::testing::Test {
+class ConfigTest : public pelab::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_config_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
+  ConfigTest() : TempDirTest("pelab_config") {}
 
   // The ConfigError message of loading `text` from file `name` with `overrides`, or "" if none.
   std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {},
@@ -47,8 +36,6 @@ class ConfigTest : public ::testing::Test {
     return "";
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
 };
 
 bool contains(const std::string& s, const std::string& part) {

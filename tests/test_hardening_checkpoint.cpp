@@ -21,11 +21,14 @@
 
 #include "pelab/pelab.h"
 #include "train/checkpoint.h"
+#include "tests/test_util.h"
 
 using namespace pelab;
 namespace fs = std::filesystem;
 
 namespace {
+
+using pelab::testing::slurp;
 
 class TwoLayer : public Module {
  public:
@@ -35,13 +38,6 @@ class TwoLayer : public Module {
   }
   std::shared_ptr<Linear> a, b;
 };
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -165,12 +161,8 @@ class H5Edit {
 };
 
 fs::path fresh_dir(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path p = fs::temp_directory_path() /
-               ("pelab_h4_" + name + "_" + info->name() + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return pelab::testing::fresh_temp_dir("pelab_h4_" + name + "_" +
+                                        pelab::testing::current_test_name());
 }
 
 struct PelabRun {

@@ -24,18 +24,14 @@
 #include "train/model_from_config.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using pelab::testing::slurp;
 
 // Markdown text with every run of spaces and newlines as one space (independent of wrapping).
 std::string flat(const std::string& s) {
@@ -52,22 +48,9 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-class HardeningInput : public ::testing::Test {
+class HardeningInput : public pelab::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_hinput_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
+  HardeningInput() : TempDirTest("pelab_hinput") {}
 
   // A tiny run: 1+1 layers, d_model 16, batch 8, 2 steps.
   Config tiny(const std::string& name, const std::vector<std::string>& sets = {}) {
@@ -96,8 +79,6 @@ class HardeningInput : public ::testing::Test {
     s.insert(s.end(), extra.begin(), extra.end());
     return s;
   }
-
-  fs::path dir_;
 };
 
 // ---------------------------------------------------------------- item 7: unknown symbols

@@ -31,29 +31,17 @@
 #include "train/metrics.h"
 #include "train/trainer.h"
 #include "tests/test_paths.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
 
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using pelab::testing::quote;
+using pelab::testing::slurp;
+using pelab::testing::wait_for;
+using Result = pelab::testing::CommandResult;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
@@ -69,57 +57,24 @@ size_t count_of(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// Waits (up to ~30 s) until `file` contains `needle`.
-bool wait_for(const fs::path& file, const std::string& needle) {
-  for (int i = 0; i < 3000; ++i) {
-    if (slurp(file).find(needle) != std::string::npos) return true;
-    ::usleep(10000);
-  }
-  return false;
-}
-
-class HardeningRun : public ::testing::Test {
+class HardeningRun : public pelab::testing::TempDirTest {
  protected:
+  HardeningRun() : TempDirTest("pelab_hrun") {}
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_hrun_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     bin_ = pelab::testing::pelab_binary();
     ASSERT_TRUE(fs::exists(bin_)) << "build the pelab target first: " << bin_;
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `ENV pelab ARGS` (ARGS shell-quoted where needed).
   Result pelab(const std::string& args, const std::string& env = "") {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = env + " " + quote(bin_) + " " + args + " </dev/null >" +
-                            quote(out.string()) + " 2>" + quote(err.string());
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
+    return pelab::testing::run_captured(env + " " + quote(bin_) + " " + args, dir_ / "stdout.txt",
+                                        dir_ / "stderr.txt");
   }
 
   // The CLI tests' tiny config (a few steps of a 1+1-layer model).
   std::string tiny_config(const std::string& name = "tiny.yaml") {
-    return write(name,
-                 "task:\n  name: reverse\n  num_symbols: 4\n  train_max_len: 4\n"
-                 "  test_lengths: [3, 6]\n  num_eval_examples: 4\n"
-                 "model:\n  d_model: 16\n  heads: 2\n  d_ff: 32\n  encoder_layers: 1\n"
-                 "  decoder_layers: 1\n"
-                 "train:\n  steps: 4\n  batch_size: 4\n  warmup: 1\n  log_every: 2\n"
-                 "  eval_every: 2\n  checkpoint_every: 2\n  threads: 1\n  run_dir: " +
-                     (dir_ / "runs").string() + "\n");
+    return write(name, pelab::testing::tiny_cli_yaml(dir_ / "runs"));
   }
 
   // The same model as a Config, for in-process runs.
@@ -148,7 +103,6 @@ class HardeningRun : public ::testing::Test {
     for (const auto& x : needles) EXPECT_NE(ls.back().find(x), std::string::npos) << x << " in " << r.err;
   }
 
-  fs::path dir_;
   std::string bin_;  // the pelab binary (tests/test_paths.h)
 };
 
@@ -625,15 +579,8 @@ TEST_F(HardeningRun, InspectCheckpointToolFailsWithOneLine) {
   if (std::system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
   const std::string tool = pelab::testing::source_dir() + "/tools/inspect_checkpoint.py";
   auto run_tool = [&](const std::string& args, const std::string& env) {
-    const fs::path out = dir_ / "py.out", err = dir_ / "py.err";
-    const std::string cmd = env + " python3 " + quote(tool) + " " + args + " >" +
-                            quote(out.string()) + " 2>" + quote(err.string());
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return pelab::testing::run_captured(env + " python3 " + quote(tool) + " " + args,
+                                        dir_ / "py.out", dir_ / "py.err", "");
   };
   auto expect_one_line = [](const Result& r, const std::string& needle) {
     EXPECT_NE(r.rc, 0);

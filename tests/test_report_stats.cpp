@@ -17,25 +17,17 @@
 #include "train/config.h"
 #include "train/report.h"
 #include "train/trainer.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using pelab::testing::slurp;
 
 fs::path scratch_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("pelab_report_stats_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return pelab::testing::fresh_temp_dir("pelab_report_stats_" + name);
 }
 
 ResultRow row(const std::string& scheme, int64_t seed, int64_t length, int in_dist, double em,

@@ -29,24 +29,15 @@
 #include "train/metrics.h"
 #include "train/trainer.h"
 #include "tests/test_paths.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using pelab::testing::slurp;
+using pelab::testing::quote;
 
 double num(const MetricValue* v) {
   if (!v) return std::numeric_limits<double>::quiet_NaN();
@@ -170,16 +161,9 @@ void expect_same_parameters(const std::string& pa, const std::string& pb, bool c
   EXPECT_EQ(ba, bb);
 }
 
-class StopWhenTest : public ::testing::Test {
+class StopWhenTest : public pelab::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_stop_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  StopWhenTest() : TempDirTest("pelab_stop") {}
 
   // A tiny reverse run: 60 steps at lr 0.01, validation every 5 steps, every checkpoint kept.
   Config tiny(const std::string& name, const std::vector<std::string>& sets = {}) {
@@ -214,8 +198,6 @@ class StopWhenTest : public ::testing::Test {
   fs::path ck(const std::string& run, int64_t step) const {
     return dir_ / run / "checkpoints" / ("step_" + std::to_string(step) + ".h5");
   }
-
-  fs::path dir_;
 };
 
 }  // namespace
@@ -676,11 +658,10 @@ TEST_F(StopWhenTest, BadCriteriaAreOneLineErrorsWithFileAndLineAndTrainNothing) 
                        << "train:\n  steps: 10\n  warmup: 1\n  eval_every: " << eval_every
                        << "\n  threads: 1\n  run_dir: " << runs.string() << "\n"
                        << train_extra;
-    const fs::path err = dir_ / "err.txt";
-    const std::string cmd = quote(bin) + " train " + quote(cfg.string()) +
-                            " --progress none >/dev/null 2>" + quote(err.string());
-    const int status = std::system(cmd.c_str());
-    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(err));
+    const pelab::testing::CommandResult r = pelab::testing::run_captured(
+        quote(bin) + " train " + quote(cfg.string()) + " --progress none", "/dev/null",
+        dir_ / "err.txt", "");
+    return std::make_pair(r.rc, r.err);
   };
   struct Case {
     std::string name, train_extra;

@@ -22,22 +22,18 @@
 #include "train/task_data.h"
 #include "train/trainer.h"
 #include "tests/test_paths.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
 
 namespace {
 
-class TrainerTest : public ::testing::Test {
+using pelab::testing::slurp;
+
+class TrainerTest : public pelab::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("pelab_trainer_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  TrainerTest() : TempDirTest("pelab_trainer") {}
 
   // A tiny seq2seq reverse run: 1+1 layers, d_model 16, batch 8.
   Config tiny(const std::string& name, const std::vector<std::string>& sets = {}) {
@@ -53,27 +49,12 @@ class TrainerTest : public ::testing::Test {
     return load_config_string("", "<test>", all);
   }
 
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
-
   static TrainOptions quiet() {
     TrainOptions o;
     o.progress = 2;
     return o;
   }
-
-  fs::path dir_;
 };
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // metrics.jsonl rows without the timing fields.
 std::vector<MetricRow> rows_without_timing(const fs::path& run) {

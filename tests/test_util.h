@@ -1,0 +1,143 @@
+// Helpers shared by the test files: scratch directories under the system temporary directory,
+// reading and writing small files, waiting for a file's text, shell quoting, running a shell
+// command (the pelab binary, a tool) with its stdout, stderr and exit status captured, and the
+// tiny YAML configs that several files use. Paths of the tree and the binary are in
+// tests/test_paths.h.
+#pragma once
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "tests/test_paths.h"
+
+namespace pelab::testing {
+
+namespace fs = std::filesystem;
+
+// The whole content of file `p` (bytes as they are); "" when it cannot be read.
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes `text` to `p` (replacing it); returns the path as a string.
+inline std::string write_file(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// `s` as one single-quoted /bin/sh word.
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// An empty directory <tmp>/<stem>_<pid> (whatever was there before is removed).
+inline fs::path fresh_temp_dir(const std::string& stem) {
+  const fs::path d = fs::temp_directory_path() / (stem + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Waits (up to ~30 s) until `file` contains `needle`; false if it never does.
+inline bool wait_for(const fs::path& file, const std::string& needle) {
+  for (int i = 0; i < 3000; ++i) {
+    if (slurp(file).find(needle) != std::string::npos) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
+// The name of the running test ("" outside a test).
+inline std::string current_test_name() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return info != nullptr ? info->name() : "";
+}
+
+// A fixture whose every test gets an empty directory dir_ = <tmp>/<prefix>_<test>_<pid>, removed
+// after the test. A fixture that overrides SetUp calls TempDirTest::SetUp() first.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override { dir_ = fresh_temp_dir(prefix_ + "_" + current_test_name()); }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes `text` to dir_/name; returns its path.
+  std::string write(const std::string& name, const std::string& text) {
+    return write_file(dir_ / name, text);
+  }
+
+  fs::path dir_;
+
+ private:
+  std::string prefix_;
+};
+
+// The exit status of a finished command (-1 when it did not exit normally) and what it printed.
+struct CommandResult {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs `command` with /bin/sh, stdout into `out_file` and stderr into `err_file`, stdin from
+// `stdin_file` (none: the test's own stdin), and returns the exit status and both files' text.
+inline CommandResult run_captured(const std::string& command, const fs::path& out_file,
+                                  const fs::path& err_file,
+                                  const std::string& stdin_file = "/dev/null") {
+  std::string cmd = command;
+  if (!stdin_file.empty()) cmd += " <" + quote(stdin_file);
+  cmd += " >" + quote(out_file.string()) + " 2>" + quote(err_file.string());
+  const int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out_file);
+  r.err = slurp(err_file);
+  return r;
+}
+
+// The CLI tests' tiny run (reverse over 4 symbols, a 1+1-layer model, 4 steps) as YAML, its runs
+// under `run_dir`, followed by `extra`.
+inline std::string tiny_cli_yaml(const fs::path& run_dir, const std::string& extra = "") {
+  return "task:\n  name: reverse\n  num_symbols: 4\n  train_max_len: 4\n"
+         "  test_lengths: [3, 6]\n  num_eval_examples: 4\n"
+         "model:\n  d_model: 16\n  heads: 2\n  d_ff: 32\n  encoder_layers: 1\n"
+         "  decoder_layers: 1\n"
+         "train:\n  steps: 4\n  batch_size: 4\n  warmup: 1\n  log_every: 2\n"
+         "  eval_every: 2\n  checkpoint_every: 2\n  threads: 1\n  run_dir: " +
+         run_dir.string() + "\n" + extra;
+}
+
+// The comparison tests' tiny comparison as YAML: reverse over 4 symbols trained on lengths 1-4 and
+// tested at `test_lengths` (a YAML list), a 1+1-layer model trained `steps` steps, seeds 1 and 2;
+// it ends with "  schemes:\n", the caller appends the schemes and anything else.
+inline std::string tiny_compare_yaml(const std::string& test_lengths, int steps) {
+  std::ostringstream y;
+  y << "task: {name: reverse, num_symbols: 4, train_min_len: 1, train_max_len: 4,\n"
+       "       test_lengths: "
+    << test_lengths
+    << ", num_eval_examples: 6}\n"
+       "model: {d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1, decoder_layers: 1}\n"
+       "train: {steps: "
+    << steps
+    << ", batch_size: 8, warmup: 2, log_every: 4, eval_every: 0,\n"
+       "        checkpoint_every: 4, threads: 1}\n"
+       "eval: {batch_size: 6}\n"
+       "compare:\n"
+       "  title: tiny\n"
+       "  seeds: [1, 2]\n"
+       "  schemes:\n";
+  return y.str();
+}
+
+}  // namespace pelab::testing
