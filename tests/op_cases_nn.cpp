@@ -11,6 +11,7 @@
 
 #include "pelab/pelab.h"
 #include "tests/op_driver.h"
+#include "tests/test_util.h"
 
 namespace pelab::testing {
 namespace {
@@ -680,14 +681,7 @@ TEST(OpsNN, IndexOpsMatchReference) {
 
 // ---------------- errors ----------------
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pelab::testing::error_of;
 
 TEST(OpsNN, MatmulShapeMismatchNamesBothShapes) {
   const std::string msg = error_of([] { matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})); });

@@ -60,14 +60,7 @@ void train_steps(TwoLayer& m, AdamW& opt, int n) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pelab::testing::error_of;
 
 }  // namespace
 

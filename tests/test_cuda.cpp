@@ -23,6 +23,7 @@
 #include "models/transformer.h"
 #include "pelab/pelab.h"
 #include "tests/op_driver.h"
+#include "tests/test_util.h"
 #include "train/checkpoint.h"
 #ifdef PELAB_WITH_CUDA
 #include "cuda/cuda_backend.cuh"
@@ -76,14 +77,7 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pelab::testing::error_of;
 
 // ---------------------------------------------------------------------------------------------
 // Op-driver parity: every case of tests/op_driver.h, on CUDA vs CPU, same dtype and layout.

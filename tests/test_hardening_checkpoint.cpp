@@ -39,14 +39,7 @@ class TwoLayer : public Module {
   std::shared_ptr<Linear> a, b;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pelab::testing::error_of;
 
 // A trained two-layer model's checkpoint with optimizer state, RNG counters and values.
 CheckpointData sample_data() {

@@ -1,7 +1,7 @@
 // Helpers shared by the test files: scratch directories under the system temporary directory,
 // reading and writing small files, waiting for a file's text, shell quoting, running a shell
-// command (the pelab binary, a tool) with its stdout, stderr and exit status captured, and the
-// tiny YAML configs that several files use. Paths of the tree and the binary are in
+// command (the pelab binary, a tool) with its stdout, stderr and exit status captured, the message
+// of a pelab::Error, and the tiny YAML configs that several files use. Paths of the tree and the binary are in
 // tests/test_paths.h.
 #pragma once
 #include <gtest/gtest.h>
@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
 
+#include "pelab/error.h"
 #include "tests/test_paths.h"
 
 namespace pelab::testing {
@@ -57,6 +59,16 @@ inline bool wait_for(const fs::path& file, const std::string& needle) {
     ::usleep(10000);
   }
   return false;
+}
+
+// The message of the pelab::Error that `f` throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const pelab::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // The name of the running test ("" outside a test).
