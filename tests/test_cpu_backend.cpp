@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -873,4 +874,19 @@ TEST(CpuBackendMemory, CachingAllocatorReusesFreedBlocks) {
   be.deallocate(d, 12);
   // the registered backend is the CPU backend
   EXPECT_EQ(backend_for(Device::cpu()).name(), "cpu");
+}
+
+// fast_expf on non-finite inputs: NaN stays NaN, ±inf give inf / 0, and none of them reaches the
+// float-to-int conversion and exponent shift (undefined behaviour for NaN: UBSan reported "left
+// shift of negative value" from the fused attention of a diverged run before the fix).
+TEST(CpuFastMath, ExpOfNonFiniteInputsIsDefined) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(pelab::cpu::fast_expf(nan)));
+  EXPECT_TRUE(std::isnan(pelab::cpu::fast_expf(-nan)));
+  EXPECT_EQ(pelab::cpu::fast_expf(inf), inf);
+  EXPECT_EQ(pelab::cpu::fast_expf(-inf), 0.0f);
+  EXPECT_EQ(pelab::cpu::fast_expf(1e30f), inf);
+  EXPECT_EQ(pelab::cpu::fast_expf(-1e30f), 0.0f);
+  EXPECT_NEAR(pelab::cpu::fast_expf(1.0f), std::exp(1.0f), 1e-6f);
 }

@@ -131,7 +131,9 @@ inline float fsel(bool c, float a, float b) {
 inline float fast_expf(float x) {
   const float lo = -88.3762626647949f, hi = 88.7228317260742f;
   const bool under = x<lo, over = x> hi;
-  const float xc = fsel(under, lo, fsel(over, hi, x));  // NaN passes through, fixed below
+  // NaN computes with 0 (the float-to-int conversion below must see a finite value) and is put
+  // back at the end.
+  const float xc = fsel(x != x, 0.0f, fsel(under, lo, fsel(over, hi, x)));
   // round-to-nearest via the 1.5 * 2^23 trick (vectorises, unlike floor under -ftrapping-math)
   const float fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - fx * 0.693359375f;
