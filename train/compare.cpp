@@ -798,8 +798,9 @@ struct RunInspection {
   Config stored;
 };
 
-// step_<N>.h5 of the newest checkpoint (following last.h5), -1 if none.
-int64_t checkpoint_step(const std::string& path) {
+// N of the newest checkpoint's file name step_<N>.h5 (following last.h5), -1 if none. From the
+// name only: checkpoint.h's checkpoint_step opens the file and reads /step.
+int64_t checkpoint_file_step(const std::string& path) {
   if (path.empty()) return -1;
   std::error_code ec;
   fs::path p = path;
@@ -837,7 +838,7 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
     }
   }
   const std::string ck = latest_checkpoint(dir);
-  r.step = checkpoint_step(ck);
+  r.step = checkpoint_file_step(ck);
   if (ck.empty() || r.step < 0) {
     r.state = RunState::Stale;
     r.reason = "no checkpoint";
