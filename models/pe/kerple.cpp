@@ -1,0 +1,115 @@
+// pelab — KERPLE, kernelized relative positional embedding (Chi et al. 2022), hook 3 (score_term),
+// self-attention only. A conditionally positive definite kernel of the distance, one learnable
+// pair (r1, r2) per head and layer, added unscaled to the scores:
+//   log   (pe.kerple_variant log, the paper's best):  bias[h, i, j] = −r1_h · log(1 + r2_h · d_ij)
+//   power (pe.kerple_variant power):                  bias[h, i, j] = −r1_h · d_ij ^ r2_h,  r2 in (0, 2)
+// with d_ij = p_i − p_j for keys at or before the query in causal sites (decoder self-attention;
+// later keys, which the causal mask blocks, get d = 0) and d_ij = |p_i − p_j| in non-causal sites
+// (encoder self-attention, the paper's symmetric form). Cross-attention: no term.
+// Positivity: the paper's code clamps the raw parameters in place before each forward (r >= 0.01,
+// power r2 <= 2); here they are smooth reparametrisations of unconstrained parameters instead, so
+// the gradient never stops at a clamp: r1 = softplus(r1_raw), log r2 = softplus(r2_raw), power
+// r2 = 2·sigmoid(r2_raw) (softplus(x) = log(1 + e^x)). Parameters "r1_raw", "r2_raw" [layers, H],
+// every entry set from pe.kerple_r1_init / pe.kerple_r2_init (the r values, not the raw ones).
+// The distance table (and, for power, log d with its d > 0 mask) is built on the host per site and
+// cached; the positions are the site's absolute ones (cache offsets, randomized subsets).
+#include <cmath>
+#include <sstream>
+
+#include "models/pe/pe.h"
+#include "models/pe/position_cache.h"
+
+namespace pelab::models {
+namespace {
+
+Tensor softplus(const Tensor& x) { return log(add_scalar(exp(x), 1.0)); }
+
+class KerplePE : public PositionalEncoding {
+ public:
+  KerplePE(const PEConfig& cfg, const StackInfo& s)
+      : power_(cfg.get_str("kerple_variant") == "power"), heads_(s.heads) {
+    const double r1 = cfg.get_float("kerple_r1_init"), r2 = cfg.get_float("kerple_r2_init");
+    PELAB_CHECK(r1 > 0 && std::isfinite(r1), "pe.kerple_r1_init: must be > 0, got ", r1);
+    PELAB_CHECK(r2 > 0 && std::isfinite(r2) && (!power_ || r2 < 2), "pe.kerple_r2_init: must be in ",
+                power_ ? "(0, 2) with pe.kerple_variant power" : "(0, inf)", ", got ", r2);
+    PELAB_CHECK(s.layers >= 1, "kerple: stack needs at least one layer, got ", s.layers);
+    auto inv_softplus = [](double r) { return r > 30 ? r : std::log(std::expm1(r)); };
+    const double raw2 = power_ ? std::log(r2 / (2.0 - r2)) : inv_softplus(r2);  // 2·sigmoid⁻¹
+    r1_raw_ = register_parameter("r1_raw", Tensor::full({s.layers, heads_}, inv_softplus(r1), s.dtype));
+    r2_raw_ = register_parameter("r2_raw", Tensor::full({s.layers, heads_}, raw2, s.dtype));
+  }
+  std::string name() const override { return "kerple"; }
+
+  Tensor score_term(const Tensor& q, const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross) return Tensor();
+    PELAB_CHECK(site.q_pos && site.k_pos, "kerple: attention site without positions");
+    PELAB_CHECK(site.layer >= 0 && site.layer < r1_raw_.size(0), "kerple: layer ", site.layer,
+                " out of range (stack has ", r1_raw_.size(0), " layers)");
+    const Tables& t = tables(*site.q_pos, *site.k_pos, site.causal, q.dtype(), q.device());
+    auto per_head = [&](const Tensor& raw) {
+      return reshape(slice(raw, 0, site.layer, site.layer + 1), {1, heads_, 1, 1});
+    };
+    const Tensor r1 = softplus(per_head(r1_raw_));
+    if (!power_) return neg(mul(r1, log(add_scalar(mul(softplus(per_head(r2_raw_)), t.d), 1.0))));
+    const Tensor r2 = mul_scalar(sigmoid(per_head(r2_raw_)), 2.0);
+    return neg(mul(r1, mul(exp(mul(r2, t.log_d)), t.positive)));  // d^r2, 0 where d = 0
+  }
+
+ private:
+  struct Tables {
+    Tensor d;         // [1, 1, Lq, Lk]
+    Tensor log_d;     // log max(d, 1) (power only)
+    Tensor positive;  // 1 where d > 0 (power only)
+  };
+
+  const Tables& tables(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp, bool causal,
+                       DType dt, Device dev) {
+    if (const Tables* t = cache_.find(qp, kp, causal, dt, dev)) return *t;
+    const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
+    std::vector<double> d(static_cast<size_t>(Lq * Lk)), ld(d.size()), pos(d.size());
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t j = 0; j < Lk; ++j) {
+        const int64_t diff = qp[i] - kp[j];
+        const double v = static_cast<double>(causal ? (diff > 0 ? diff : 0) : (diff < 0 ? -diff : diff));
+        d[i * Lk + j] = v;
+        ld[i * Lk + j] = v > 0 ? std::log(v) : 0.0;
+        pos[i * Lk + j] = v > 0 ? 1.0 : 0.0;
+      }
+    const Shape shape = {1, 1, Lq, Lk};
+    Tables t{Tensor::from_vector(d, shape, dt, dev), Tensor(), Tensor()};
+    if (power_) {
+      t.log_d = Tensor::from_vector(ld, shape, dt, dev);
+      t.positive = Tensor::from_vector(pos, shape, dt, dev);
+    }
+    return cache_.put(qp, kp, causal, dt, dev, std::move(t));
+  }
+
+  bool power_;
+  int64_t heads_;
+  Tensor r1_raw_, r2_raw_;
+  PositionCache<Tables> cache_;
+};
+
+}  // namespace
+
+PELAB_REGISTER_PE(
+    PEScheme("kerple", [](const PEConfig& c, const StackInfo& s, Generator&) {
+      return std::shared_ptr<PositionalEncoding>(std::make_shared<KerplePE>(c, s));
+    })
+        .key("kerple_variant", "log", "log|power",
+             "kerple: the kernel: log -r1*log(1+r2*d) or power -r1*d^r2 (d the query-key distance)")
+        .key("kerple_r1_init", 1.0, "(0, inf)", "kerple: initial r1 (> 0) of every head and layer")
+        .key("kerple_r2_init", 1.0, "(0, inf)",
+             "kerple: initial r2 of every head and layer: > 0 (log), in (0, 2) (power)")
+        .rule("pe.kerple_variant power needs pe.kerple_r2_init in (0, 2)",
+              [](const PEConfig& c, const PEModelDims&) -> PEViolation {
+                const double r2 = c.get_float("kerple_r2_init");
+                if (c.scheme != "kerple" || c.get_str("kerple_variant") != "power" || r2 < 2) return {};
+                std::ostringstream m;
+                m << "pe.kerple_r2_init (" << r2 << ") must be < 2 with pe.kerple_variant power "
+                  << "(the exponent r2 lies in (0, 2))";
+                return {m.str(), {"pe.kerple_r2_init", "pe.kerple_variant"}};
+              })
+        .parameters([](const PEConfig&, const StackInfo& s) { return 2 * s.heads * s.layers; }));
+
+}  // namespace pelab::models
