@@ -128,11 +128,11 @@ PELAB_REGISTER_PE(
       return std::shared_ptr<PositionalEncoding>(std::make_shared<FirePE>(c, s, g));
     })
         .key("fire_mlp_width", 32, "[1, inf)", "fire: hidden width of the MLP f_theta (per layer)")
-        .key("fire_c_init", 0.1, "(0, inf)", "fire: initial c of the log transform psi(x) = log(|c| x + 1)")
+        .key("fire_c_init", 0.1, "(0, inf)", "fire: initial c of the log transform psi(x) = log(abs(c) x + 1)")
         .key("fire_threshold", 512.0, "(0, inf)",
              "fire: threshold L of the query-position normaliser psi(max(L, i)) (initial value when learned)")
         .key("fire_learn_threshold", true, "",
-             "fire: learn L as |lambda| * pe.fire_threshold, lambda initial 1 (false: L fixed)")
+             "fire: learn L = abs(lambda) * pe.fire_threshold, lambda initial 1 (false: L fixed)")
         .parameters([](const PEConfig& c, const StackInfo& s) {
           const int64_t W = c.get_int("fire_mlp_width");
           return s.layers * (2 * W + s.heads * W + s.heads + 1 + (c.get_bool("fire_learn_threshold") ? 1 : 0));
