@@ -21,7 +21,7 @@
 #include <cmath>
 
 #include "models/pe/pe.h"
-#include "models/pe/position_cache.h"
+#include "models/pe/site_tables.h"
 
 namespace pelab::models {
 namespace {
@@ -96,16 +96,12 @@ class FirePE : public PositionalEncoding {
                        DType dt, Device dev) {
     if (const Tables* t = cache_.find(qp, kp, causal, dt, dev)) return *t;
     const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
-    std::vector<double> d(static_cast<size_t>(Lq * Lk)), m(d.size()), p(static_cast<size_t>(Lq)),
-        n(p.size());
+    const std::vector<double> d = site_distances(qp, kp, causal);
+    std::vector<double> m(d.size()), p(static_cast<size_t>(Lq)), n(p.size());
     for (int64_t i = 0; i < Lq; ++i) {
       p[i] = static_cast<double>(qp[i]);
       n[i] = std::max(threshold_, p[i]);
-      for (int64_t j = 0; j < Lk; ++j) {
-        const int64_t diff = qp[i] - kp[j];
-        d[i * Lk + j] = static_cast<double>(causal ? (diff > 0 ? diff : 0) : (diff < 0 ? -diff : diff));
-        m[i * Lk + j] = diff >= 0 ? 1.0 : 0.0;
-      }
+      for (int64_t j = 0; j < Lk; ++j) m[i * Lk + j] = kp[j] <= qp[i] ? 1.0 : 0.0;
     }
     Tables t;
     t.d = Tensor::from_vector(d, {Lq, Lk}, dt, dev);

@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "models/pe/pe.h"
-#include "models/pe/position_cache.h"
+#include "models/pe/site_tables.h"
 
 namespace pelab::models {
 namespace {
@@ -66,15 +66,12 @@ class KerplePE : public PositionalEncoding {
                        DType dt, Device dev) {
     if (const Tables* t = cache_.find(qp, kp, causal, dt, dev)) return *t;
     const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
-    std::vector<double> d(static_cast<size_t>(Lq * Lk)), ld(d.size()), pos(d.size());
-    for (int64_t i = 0; i < Lq; ++i)
-      for (int64_t j = 0; j < Lk; ++j) {
-        const int64_t diff = qp[i] - kp[j];
-        const double v = static_cast<double>(causal ? (diff > 0 ? diff : 0) : (diff < 0 ? -diff : diff));
-        d[i * Lk + j] = v;
-        ld[i * Lk + j] = v > 0 ? std::log(v) : 0.0;
-        pos[i * Lk + j] = v > 0 ? 1.0 : 0.0;
-      }
+    const std::vector<double> d = site_distances(qp, kp, causal);
+    std::vector<double> ld(d.size()), pos(d.size());
+    for (size_t e = 0; e < d.size(); ++e) {
+      ld[e] = d[e] > 0 ? std::log(d[e]) : 0.0;
+      pos[e] = d[e] > 0 ? 1.0 : 0.0;
+    }
     const Shape shape = {1, 1, Lq, Lk};
     Tables t{Tensor::from_vector(d, shape, dt, dev), Tensor(), Tensor()};
     if (power_) {

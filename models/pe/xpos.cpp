@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "models/pe/pe.h"
-#include "models/pe/position_cache.h"
+#include "models/pe/site_tables.h"
 #include "models/pe/rope_math.h"
 
 namespace pelab::models {
