@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ TEST(NewSchemesKerple, LogBiasByHand) {
   cfg.scheme = "kerple";
   cfg.set("kerple_r1_init", 2.0);
   cfg.set("kerple_r2_init", 0.5);
+  cfg.set("kerple_init_spread", 0.0);  // every head at the initial values
   auto pe = build(cfg, stack(4, 2));
   EXPECT_EQ(pe->parameter("r1_raw").shape(), (Shape{1, 2}));
   const std::vector<int64_t> pos = {0, 1, 2};
@@ -115,6 +117,7 @@ TEST(NewSchemesKerple, PowerBiasByHandPerLayer) {
   cfg.set("kerple_variant", "power");
   cfg.set("kerple_r1_init", 1.5);
   cfg.set("kerple_r2_init", 0.5);
+  cfg.set("kerple_init_spread", 0.0);
   auto pe = build(cfg, stack(2, 1, 2));
   const std::vector<int64_t> pos = {0, 1, 2};
   const Tensor q = Tensor::zeros({1, 1, 3, 2}, DType::Float64);
@@ -137,9 +140,38 @@ TEST(NewSchemesKerple, BadKeysAreOneErrorNamingTheKey) {
   const std::string e =
       load_error("pe:\n  scheme: kerple\n  kerple_variant: power\n  kerple_r2_init: 2.0\n");
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-  EXPECT_NE(e.find("pe.kerple_r2_init (2) must be < 2 with pe.kerple_variant power"), std::string::npos)
+  EXPECT_NE(e.find("pe.kerple_r2_init (2) times 1 + pe.kerple_init_spread (0.5) must be < 2 with "
+                   "pe.kerple_variant power"),
+            std::string::npos)
       << e;
   EXPECT_EQ(load_error("pe:\n  scheme: kerple\n  kerple_r2_init: 2.0\n"), "");  // fine for log
+  EXPECT_EQ(load_error("pe:\n  scheme: kerple\n  kerple_init_spread: 1\n"),
+            "c.yaml:3: pe.kerple_init_spread: 1 is out of range [0, 1)");
+}
+
+// The default initial values differ per head and layer (the paper's code draws each head's pair
+// at random): r = init·(1 + spread·u), u in [−1, 1), so every r lies within init·(1 ± spread).
+TEST(NewSchemesKerple, HeadsStartAtDifferentScales) {
+  for (const char* variant : {"log", "power"}) {
+    SCOPED_TRACE(variant);
+    PEConfig cfg;
+    cfg.scheme = "kerple";
+    cfg.set("kerple_variant", variant);
+    auto pe = build(cfg, stack(8, 4, 2));
+    const std::vector<double> r1 = pe->parameter("r1_raw").to_vector(), r2 = pe->parameter("r2_raw").to_vector();
+    ASSERT_EQ(r1.size(), 8u);
+    std::set<double> distinct;
+    for (size_t e = 0; e < r1.size(); ++e) {
+      const double a = softplus(r1[e]);
+      const double b = std::string(variant) == "power" ? 2.0 / (1.0 + std::exp(-r2[e])) : softplus(r2[e]);
+      EXPECT_GE(a, 0.5 - 1e-12);
+      EXPECT_LT(a, 1.5 + 1e-12);
+      EXPECT_GE(b, 0.5 - 1e-12);
+      EXPECT_LT(b, 1.5 + 1e-12);
+      distinct.insert(a);
+    }
+    EXPECT_EQ(distinct.size(), 8u);
+  }
 }
 
 // ---------------------------------------------------------------- FIRE

@@ -9,8 +9,11 @@
 // Positivity: the paper's code clamps the raw parameters in place before each forward (r >= 0.01,
 // power r2 <= 2); here they are smooth reparametrisations of unconstrained parameters instead, so
 // the gradient never stops at a clamp: r1 = softplus(r1_raw), log r2 = softplus(r2_raw), power
-// r2 = 2·sigmoid(r2_raw) (softplus(x) = log(1 + e^x)). Parameters "r1_raw", "r2_raw" [layers, H],
-// every entry set from pe.kerple_r1_init / pe.kerple_r2_init (the r values, not the raw ones).
+// r2 = 2·sigmoid(r2_raw) (softplus(x) = log(1 + e^x)). Parameters "r1_raw", "r2_raw" [layers, H].
+// Initial values: like the paper's code, which draws each head's pair at random, every head and
+// layer starts at r = init·(1 + s·u), u uniform in [−1, 1) from the model's generator, s =
+// pe.kerple_init_spread (0 = every head at init, as one shared kernel), so the heads begin at
+// different scales (init = pe.kerple_r1_init / pe.kerple_r2_init, the r values, not the raw ones).
 // The distance table (and, for power, log d with its d > 0 mask) is built on the host per site and
 // cached; the positions are the site's absolute ones (cache offsets, randomized subsets).
 #include <cmath>
@@ -26,17 +29,26 @@ Tensor softplus(const Tensor& x) { return log(add_scalar(exp(x), 1.0)); }
 
 class KerplePE : public PositionalEncoding {
  public:
-  KerplePE(const PEConfig& cfg, const StackInfo& s)
+  KerplePE(const PEConfig& cfg, const StackInfo& s, Generator& gen)
       : power_(cfg.get_str("kerple_variant") == "power"), heads_(s.heads) {
     const double r1 = cfg.get_float("kerple_r1_init"), r2 = cfg.get_float("kerple_r2_init");
+    const double spread = cfg.get_float("kerple_init_spread");
     PELAB_CHECK(r1 > 0 && std::isfinite(r1), "pe.kerple_r1_init: must be > 0, got ", r1);
-    PELAB_CHECK(r2 > 0 && std::isfinite(r2) && (!power_ || r2 < 2), "pe.kerple_r2_init: must be in ",
-                power_ ? "(0, 2) with pe.kerple_variant power" : "(0, inf)", ", got ", r2);
+    PELAB_CHECK(r2 > 0 && std::isfinite(r2) && (!power_ || r2 * (1 + spread) < 2),
+                "pe.kerple_r2_init: must be in ",
+                power_ ? "(0, 2 / (1 + pe.kerple_init_spread)) with pe.kerple_variant power" : "(0, inf)",
+                ", got ", r2);
+    PELAB_CHECK(spread >= 0 && spread < 1, "pe.kerple_init_spread: must be in [0, 1), got ", spread);
     PELAB_CHECK(s.layers >= 1, "kerple: stack needs at least one layer, got ", s.layers);
     auto inv_softplus = [](double r) { return r > 30 ? r : std::log(std::expm1(r)); };
-    const double raw2 = power_ ? std::log(r2 / (2.0 - r2)) : inv_softplus(r2);  // 2·sigmoid⁻¹
-    r1_raw_ = register_parameter("r1_raw", Tensor::full({s.layers, heads_}, inv_softplus(r1), s.dtype));
-    r2_raw_ = register_parameter("r2_raw", Tensor::full({s.layers, heads_}, raw2, s.dtype));
+    auto raw2 = [&](double r) { return power_ ? std::log(r / (2.0 - r)) : inv_softplus(r); };  // 2·sigmoid⁻¹
+    std::vector<double> a, b;
+    for (int64_t e = 0; e < s.layers * heads_; ++e) {
+      a.push_back(inv_softplus(r1 * (1 + spread * (2 * gen.uniform() - 1))));
+      b.push_back(raw2(r2 * (1 + spread * (2 * gen.uniform() - 1))));
+    }
+    r1_raw_ = register_parameter("r1_raw", Tensor::from_vector(a, {s.layers, heads_}, s.dtype));
+    r2_raw_ = register_parameter("r2_raw", Tensor::from_vector(b, {s.layers, heads_}, s.dtype));
   }
   std::string name() const override { return "kerple"; }
 
@@ -90,22 +102,25 @@ class KerplePE : public PositionalEncoding {
 }  // namespace
 
 PELAB_REGISTER_PE(
-    PEScheme("kerple", [](const PEConfig& c, const StackInfo& s, Generator&) {
-      return std::shared_ptr<PositionalEncoding>(std::make_shared<KerplePE>(c, s));
+    PEScheme("kerple", [](const PEConfig& c, const StackInfo& s, Generator& gen) {
+      return std::shared_ptr<PositionalEncoding>(std::make_shared<KerplePE>(c, s, gen));
     })
         .key("kerple_variant", "log", "log|power",
              "kerple: the kernel: log -r1*log(1+r2*d) or power -r1*d^r2 (d the query-key distance)")
-        .key("kerple_r1_init", 1.0, "(0, inf)", "kerple: initial r1 (> 0) of every head and layer")
+        .key("kerple_r1_init", 1.0, "(0, inf)", "kerple: initial r1 (> 0), the centre of the heads' draws")
         .key("kerple_r2_init", 1.0, "(0, inf)",
-             "kerple: initial r2 of every head and layer: > 0 (log), in (0, 2) (power)")
-        .rule("pe.kerple_variant power needs pe.kerple_r2_init in (0, 2)",
+             "kerple: initial r2, the centre of the heads' draws: > 0 (log), below 2 / (1 + spread) (power)")
+        .key("kerple_init_spread", 0.5, "[0, 1)",
+             "kerple: each head and layer starts at init*(1 + spread*u), u uniform in [-1, 1); 0 = all equal")
+        .rule("pe.kerple_variant power needs pe.kerple_r2_init * (1 + pe.kerple_init_spread) < 2",
               [](const PEConfig& c, const PEModelDims&) -> PEViolation {
-                const double r2 = c.get_float("kerple_r2_init");
-                if (c.scheme != "kerple" || c.get_str("kerple_variant") != "power" || r2 < 2) return {};
+                const double r2 = c.get_float("kerple_r2_init"), sp = c.get_float("kerple_init_spread");
+                if (c.scheme != "kerple" || c.get_str("kerple_variant") != "power" || r2 * (1 + sp) < 2)
+                  return {};
                 std::ostringstream m;
-                m << "pe.kerple_r2_init (" << r2 << ") must be < 2 with pe.kerple_variant power "
-                  << "(the exponent r2 lies in (0, 2))";
-                return {m.str(), {"pe.kerple_r2_init", "pe.kerple_variant"}};
+                m << "pe.kerple_r2_init (" << r2 << ") times 1 + pe.kerple_init_spread (" << sp
+                  << ") must be < 2 with pe.kerple_variant power (the exponent r2 lies in (0, 2))";
+                return {m.str(), {"pe.kerple_r2_init", "pe.kerple_init_spread", "pe.kerple_variant"}};
               })
         .parameters([](const PEConfig&, const StackInfo& s) { return 2 * s.heads * s.layers; }));
 
