@@ -308,7 +308,7 @@ void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
   }
 }
 
-// Hook 2 on constant q = k = (1, ..., 1), the query at position 0 and keys at 0..N: the score
+// Hook 2 on constant q = k = (1, ..., 1), the query at position N and keys at N - r, r = 0..N: the score
 // q'.k'/dh against the distance, averaged over heads — a rotary scheme's long-range behaviour. The
 // scheme's eval-time variants (PEScheme::variants, e.g. RoPE's scalings) are drawn next to it
 // with factor 4 and training length N/4, each from a fresh module in evaluation mode, when the
@@ -317,7 +317,10 @@ void rotation_picture(Plotter& p, const std::string& stem, const std::string& la
                       PositionalEncoding& pe, const models::PEConfig& pc, const StackInfo& si,
                       int64_t N, Device dev) {
   const int64_t H = si.heads, dh = si.head_dim();
-  const std::vector<int64_t> qp = {0}, kp = iota(N + 1);
+  // The query at position N and key r at N - r (the keys a causal query sees, r = its distance).
+  const std::vector<int64_t> qp = {N};
+  std::vector<int64_t> kp(static_cast<size_t>(N + 1));
+  for (int64_t r = 0; r <= N; ++r) kp[static_cast<size_t>(r)] = N - r;
   auto scores = [&](PositionalEncoding& m) -> std::vector<double> {
     Tensor q = Tensor::ones({1, H, 1, dh}, si.dtype, dev);
     Tensor k = Tensor::ones({1, H, N + 1, dh}, si.dtype, dev);
