@@ -37,12 +37,7 @@ namespace {
 using pelab::testing::slurp;
 using pelab::testing::quote;
 
-// results.csv with the wall-time columns blanked.
-std::vector<ResultRow> rows_without_timing(const fs::path& csv) {
-  std::vector<ResultRow> rows = parse_results_csv(slurp(csv), csv.string());
-  for (auto& r : rows) r.train_wall_s = r.eval_wall_s = 0;
-  return rows;
-}
+using pelab::testing::results_without_timing;
 
 // A stand-in for the pelab binary: each child writes "started" to its log, then waits (30 s at
 // most); on SIGTERM it writes "got TERM" and exits 130.
@@ -50,38 +45,9 @@ const char* const kWaitingChild =
     "#!/bin/sh\ntrap 'echo got TERM; exit 130' TERM\necho started\n"
     "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\nexit 0\n";
 
-class CompareJobsTest : public pelab::testing::TempDirTest {
+class CompareJobsTest : public pelab::testing::TinyCompareTest {
  protected:
-  CompareJobsTest() : TempDirTest("pelab_compare_jobs") {}
-
-  // 2 schemes x 2 seeds on reverse over 4 symbols (train 1-4, test 2, 4, 6), a few steps.
-  std::string config(const std::string& extra = "", int steps = 12,
-                     const std::string& name = "tiny.yaml") {
-    return write(name, pelab::testing::tiny_compare_yaml("[2, 4, 6]", steps) +
-                           "    - rope\n"
-                           "    - t5\n" +
-                           extra);
-  }
-
-  // Runs the pelab binary with `args`; stdout / stderr into out_ / err_; returns the exit status.
-  int pelab(const std::string& args) {
-    const pelab::testing::CommandResult r = pelab::testing::run_captured(
-        "cd " + quote(dir_.string()) + " && OMP_NUM_THREADS=1 " + quote(pelab::testing::pelab_binary()) + " " + args,
-        dir_ / "o", dir_ / "e");
-    out_ = r.out;
-    err_ = r.err;
-    return r.rc;
-  }
-
-  // In-process command line (no training happens in the cases that use it).
-  int cli(const std::vector<std::string>& args) {
-    std::istringstream in;
-    std::ostringstream out, err;
-    const int rc = run_cli(args, in, out, err);
-    out_ = out.str();
-    err_ = err.str();
-    return rc;
-  }
+  CompareJobsTest() : TinyCompareTest("pelab_compare_jobs") {}
 
   CompareOptions quiet(const std::string& out) {
     CompareOptions o;
@@ -104,7 +70,6 @@ class CompareJobsTest : public pelab::testing::TempDirTest {
     return o;
   }
 
-  std::string out_, err_;
   std::ostringstream log_;
 };
 
@@ -121,8 +86,8 @@ TEST_F(CompareJobsTest, ParallelRunsEqualSequentialRuns) {
   EXPECT_NE(err_.find("[3/4] finished t5 seed 1"), std::string::npos) << err_;
   EXPECT_NE(out_.find("report: "), std::string::npos);
 
-  const auto a = rows_without_timing(dir_ / "seq" / "results.csv");
-  const auto b = rows_without_timing(dir_ / "par" / "results.csv");
+  const auto a = results_without_timing(dir_ / "seq" / "results.csv");
+  const auto b = results_without_timing(dir_ / "par" / "results.csv");
   ASSERT_EQ(a.size(), 4u * 3u);  // 4 runs x 3 test lengths
   EXPECT_EQ(results_csv(a), results_csv(b));
   EXPECT_TRUE(fs::exists(dir_ / "par" / "report.md"));
@@ -215,13 +180,13 @@ TEST_F(CompareJobsTest, OnlyTrainsTheNamedRunsAndReportOnlyListsTheMissing) {
             std::string::npos)
       << err_;
   EXPECT_FALSE(fs::exists(dir_ / "rep" / "runs" / "rope_seed1"));  // nothing trained
-  const auto partial = rows_without_timing(dir_ / "rep" / "results.csv");
+  const auto partial = results_without_timing(dir_ / "rep" / "results.csv");
   ASSERT_EQ(partial.size(), 3u);
   for (const auto& r : partial) EXPECT_EQ(r.label() + std::to_string(r.seed), "t51");
 
   ASSERT_EQ(pelab("compare " + quote(cfg) + " --only 1,2,4 --out rep --no-plots"), 0) << err_;
   ASSERT_EQ(pelab("compare " + quote(cfg) + " --report-only --out rep --no-plots"), 0) << err_;
-  EXPECT_EQ(rows_without_timing(dir_ / "rep" / "results.csv").size(), 12u);
+  EXPECT_EQ(results_without_timing(dir_ / "rep" / "results.csv").size(), 12u);
   // --report-only trained nothing and reused the cached evaluations.
   EXPECT_EQ(err_.find("training"), std::string::npos) << err_;
 }

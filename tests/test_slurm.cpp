@@ -29,11 +29,9 @@ using pelab::testing::slurp;
 
 namespace {
 
-// results.csv with the wall-time columns blanked.
+// results.csv with the wall-time columns blanked, as text.
 std::string results_without_timing(const fs::path& csv) {
-  std::vector<ResultRow> rows = parse_results_csv(slurp(csv), csv.string());
-  for (auto& r : rows) r.train_wall_s = r.eval_wall_s = 0;
-  return results_csv(rows);
+  return results_csv(pelab::testing::results_without_timing(csv));
 }
 
 size_t lines_of(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
@@ -42,40 +40,9 @@ bool has(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
 }
 
-class SlurmTest : public pelab::testing::TempDirTest {
+class SlurmTest : public pelab::testing::TinyCompareTest {
  protected:
-  SlurmTest() : TempDirTest("pelab_slurm") {}
-
-  // 2 schemes x 2 seeds on reverse over 4 symbols (train 1-4, test 2, 4, 6), `steps` steps.
-  std::string config(const std::string& extra = "", int steps = 12,
-                     const std::string& name = "tiny.yaml") {
-    return write(name, pelab::testing::tiny_compare_yaml("[2, 4, 6]", steps) +
-                           "    - rope\n"
-                           "    - t5\n" +
-                           extra);
-  }
-
-  // Runs `command` in dir_ (/bin/sh); stdout / stderr into out_ / err_; returns the exit status.
-  int sh(const std::string& command) {
-    const pelab::testing::CommandResult r = pelab::testing::run_captured(
-        "cd " + quote(dir_.string()) + " && " + command, dir_ / "o", dir_ / "e");
-    out_ = r.out;
-    err_ = r.err;
-    return r.rc;
-  }
-  int pelab(const std::string& args) {
-    return sh("OMP_NUM_THREADS=1 " + quote(pelab::testing::pelab_binary()) + " " + args);
-  }
-
-  // In-process command line (errors found before the scripts are written).
-  int cli(const std::vector<std::string>& args) {
-    std::istringstream in;
-    std::ostringstream out, err;
-    const int rc = run_cli(args, in, out, err);
-    out_ = out.str();
-    err_ = err.str();
-    return rc;
-  }
+  SlurmTest() : TinyCompareTest("pelab_slurm") {}
 
   // The files of `d` (names, sorted), "" when it does not exist.
   std::vector<std::string> listing(const fs::path& d) {
@@ -86,8 +53,6 @@ class SlurmTest : public pelab::testing::TempDirTest {
     std::sort(v.begin(), v.end());
     return v;
   }
-
-  std::string out_, err_;
 };
 
 // ---------------- the scripts ----------------

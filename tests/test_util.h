@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "pelab/error.h"
+#include "train/cli.h"
 #include "train/report.h"
 #include "tests/test_paths.h"
 
@@ -153,6 +154,50 @@ inline std::string tiny_compare_yaml(const std::string& test_lengths, int steps)
        "  schemes:\n";
   return y.str();
 }
+
+// results.csv with the wall-time columns blanked (what equal runs must reproduce exactly).
+inline std::vector<ResultRow> results_without_timing(const fs::path& csv) {
+  std::vector<ResultRow> rows = parse_results_csv(slurp(csv), csv.string());
+  for (auto& r : rows) r.train_wall_s = r.eval_wall_s = 0;
+  return rows;
+}
+
+// A temporary directory holding tiny_compare_yaml's comparison with rope and t5 (2 schemes x 2
+// seeds) and ways to run commands in it, their output in out_ / err_: the fixture of the tests
+// that drive `pelab compare` as a user does (--jobs, Slurm).
+class TinyCompareTest : public TempDirTest {
+ protected:
+  using TempDirTest::TempDirTest;
+
+  // Writes the comparison (tested at lengths 2, 4, 6, `steps` steps, then `extra`) to dir_/name.
+  std::string config(const std::string& extra = "", int steps = 12,
+                     const std::string& name = "tiny.yaml") {
+    return write(name, tiny_compare_yaml("[2, 4, 6]", steps) + "    - rope\n    - t5\n" + extra);
+  }
+  // Runs `command` with /bin/sh in dir_; returns the exit status.
+  int sh(const std::string& command) {
+    const CommandResult r =
+        run_captured("cd " + quote(dir_.string()) + " && " + command, dir_ / "o", dir_ / "e");
+    out_ = r.out;
+    err_ = r.err;
+    return r.rc;
+  }
+  // Runs the pelab binary (one OpenMP thread) with `args` in dir_.
+  int pelab(const std::string& args) {
+    return sh("OMP_NUM_THREADS=1 " + quote(pelab_binary()) + " " + args);
+  }
+  // The command line in process (run_cli), stdin empty.
+  int cli(const std::vector<std::string>& args) {
+    std::istringstream in;
+    std::ostringstream out, err;
+    const int rc = run_cli(args, in, out, err);
+    out_ = out.str();
+    err_ = err.str();
+    return rc;
+  }
+
+  std::string out_, err_;
+};
 
 // A result row of a comparison (train/report.h) at task length `length` with every metric derived
 // from the exact match `em` (token accuracy = em, loss = 1.01 - em, perplexity = e^loss).
