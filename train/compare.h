@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/literature.h"
 #include "train/report.h"
 #include "train/slurm.h"
 
@@ -129,6 +130,8 @@ struct CompareSpec {
   int64_t jobs = 0;                      // compare.jobs (0 = not set: the number of cores)
   std::vector<std::string> overrides;    // every --set as given (compare.* included)
   SlurmSettings slurm;                   // compare.slurm (train/slurm.h; --emit-slurm only)
+  // The top-level `literature:` section (train/literature.h): never part of a run's config.
+  std::vector<LiteratureEntry> literature;
 };
 
 // Loads a compare config (a run config plus a `compare:` section). `overrides` are
@@ -136,6 +139,10 @@ struct CompareSpec {
 CompareSpec load_compare(const std::string& path, const std::vector<std::string>& overrides = {});
 CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
                                 const std::vector<std::string>& overrides = {});
+
+// The report's row names: every scheme, then scheme+variant for each eval-time variant that
+// applies to it (as compare_plan decides), in report order.
+std::vector<std::string> compare_row_labels(const CompareSpec& spec);
 
 // An eval-time variant of one run: its name, the evaluation config, the position protocol.
 struct ComparePlanVariant {

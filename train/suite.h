@@ -46,6 +46,9 @@ struct SuiteSpec {
   std::string source, title, out;
   std::string metric = "exact_match";
   std::vector<SuiteTask> tasks;
+  // The top-level `literature:` section (train/literature.h), for the summary; the tasks'
+  // comparisons never see it.
+  std::vector<LiteratureEntry> literature;
 };
 
 // True when the file (text) has a top-level `suite:` key.
@@ -70,6 +73,7 @@ struct SuiteSummary {
   std::vector<std::string> tasks, labels;
   std::vector<SuiteCell> cells;  // tasks × labels present
   std::string markdown, csv;
+  std::string literature_csv;  // literature.csv ("" without a literature section)
 };
 
 // The summary table from each task's result rows (rows of CompareResult, in task order).
