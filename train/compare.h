@@ -58,6 +58,9 @@
 // the test lengths; they are the scheme's rows of the report, which also gets a table of every
 // candidate's validation score.
 //
+// A top-level `literature:` section (train/literature.h) adds the papers' figures next to ours
+// (report.md "Against the literature", literature.csv); it never enters a run's config.
+//
 // `pe.rope_scaling_factor: auto` = (positions of the longest test sequence) / (positions of the
 // longest training sequence). A variant without `schemes:` applies to every scheme whose pe.scheme
 // is rope. Command-line `--set section.key=value` overrides change the base config (before the
@@ -65,7 +68,7 @@
 // `compare.jobs=N` change the compare section.
 //
 // Layout of the report directory:
-//   results.csv, report.md, table_<metric>.csv, <metric>_vs_length.{png,dat,csv},
+//   results.csv, report.md, table_<metric>.csv, <metric>_vs_length.{png,dat,csv}, literature.csv,
 //   train_loss.{png,dat,csv}, compare.yaml (the config as given), runs/<scheme>_seed<N>/ (a normal
 //   run directory plus compare_eval/<variant>.csv, the cached evaluation, and compare.log, the
 //   output of the child process that trained it with --jobs > 1).

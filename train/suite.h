@@ -19,7 +19,8 @@
 // Then <out>/summary.md, summary.csv and summary.{png,dat,gp}: scheme × task, each cell the mean
 // over seeds of each run's mean metric over the task's extrapolation lengths (test lengths
 // longer than task.train_max_len), with the 95 % t-interval, † / ‡ as in the compare report, the
-// best mean of each task in bold.
+// best mean of each task in bold. A top-level `literature:` section (train/literature.h) adds the
+// papers' tables to summary.md and <out>/literature.csv; the tasks' comparisons do not see it.
 //
 // Suite checks (one error naming FILE:LINE of the task entry, nothing trained): an unknown task
 // (did-you-mean), any config error of a task's resolved config (e.g. a length the task cannot
