@@ -393,6 +393,20 @@ TEST_F(LiteratureConfig, SuiteMeanMrrAndGainsOverTasks) {
   EXPECT_TRUE(has(sum.literature_csv, "G,gain,rope - t5,+12.0,40.0,")) << sum.literature_csv;
   EXPECT_TRUE(has(sum.literature_csv, ",2,tasks,points,")) << sum.literature_csv;
 
+  // A real (tiny) suite run writes the section into summary.md and <out>/literature.csv.
+  CompareOptions opt;
+  opt.plots = false;
+  opt.jobs = 1;
+  opt.progress = 2;
+  std::ostringstream log;
+  opt.log = &log;
+  const SuiteResult run = run_suite(spec, opt);
+  ASSERT_FALSE(run.summary_md.empty());
+  EXPECT_TRUE(has(slurp(run.summary_md), "### K\n")) << slurp(run.summary_md);
+  EXPECT_TRUE(has(slurp(dir_ / "suite" / "literature.csv"), "K,tau_b,all rows,"));
+  EXPECT_FALSE(fs::exists(dir_ / "suite" / "parity_check" / "literature.csv"));
+  EXPECT_FALSE(has(slurp(dir_ / "suite" / "parity_check" / "report.md"), "Against the literature"));
+
   // Suite-only and compare-only keys.
   const std::string bad = error_text([&] {
     (void)load_suite_string(y + "  - {paper: L, setting: S, figure: F, higher_is_better: true,\n"
