@@ -155,6 +155,16 @@ bool variant_fits_scheme(const CompareVariant& v, const std::string& scheme) {
   return true;
 }
 
+// Whether an eval-time variant applies to a scheme whose resolved config is `cfg`: the schemes it
+// names, else every scheme trained with randomized positions (positions: random) or every scheme
+// that declares the pe.* keys it sets.
+bool variant_applies(const CompareVariant& v, const CompareScheme& s, const Config& cfg) {
+  if (!v.schemes.empty())
+    return std::find(v.schemes.begin(), v.schemes.end(), s.name) != v.schemes.end();
+  return v.positions == "random" ? cfg.model.pe.randomized_positions
+                                 : variant_fits_scheme(v, cfg.model.pe.scheme);
+}
+
 // Splits a YAML text into the run config (the top-level `key:` block blanked out) and that block
 // (everything else blanked), keeping line numbers.
 void split_compare_block(const std::string& text, std::string& base, std::string& block,
@@ -632,8 +642,11 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
   CompareSpec spec;
   spec.source = source;
   spec.config_text = yaml;
-  std::string base_text;
-  const YAML::Node root = load_config_block(yaml, "compare", source, base_text);
+  std::string compare_rest;
+  const YAML::Node root = load_config_block(yaml, "compare", source, compare_rest);
+  // The literature section is the report's, never a run's: blanked before the run config is read.
+  YAML::Node literature;
+  const std::string base_text = split_literature_block(compare_rest, source, &literature);
   if (!root.IsDefined() || root.IsNull() || !root.IsMap() || !root["compare"])
     config_fail(source,
                 "no compare section (a compare config needs compare.schemes; see "
@@ -642,6 +655,9 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
   std::vector<std::string> base_sets;
   for (const auto& o : overrides) {
     const std::string k = key_of(o);
+    if (k == "literature" || k.rfind("literature.", 0) == 0)
+      config_fail("--set " + o, "the literature section cannot be set from the command line; "
+                                "edit it in the config file");
     if (k.rfind("compare.", 0) != 0) {
       base_sets.push_back(o);
       continue;
@@ -719,6 +735,15 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       }
     }
   (void)search_candidates(spec.search);
+  if (literature.IsDefined()) {
+    LiteratureContext ctx;
+    ctx.rows = compare_row_labels(spec);
+    ctx.lm = is_lm(spec.base);
+    ctx.lengths = ctx.lm ? spec.base.task.lm_eval_lengths : spec.base.task.test_lengths;
+    ctx.lengths_key = ctx.lm ? "task.lm_eval_lengths" : "task.test_lengths";
+    ctx.default_metric = spec.metric != "auto" ? spec.metric : ctx.lm ? "perplexity" : "exact_match";
+    spec.literature = parse_literature(literature, source, ctx);
+  }
   if (spec.seeds.empty()) spec.seeds = {spec.base.train.seed};
   if (spec.out.empty()) spec.out = default_out(source);
   if (spec.title.empty()) {
@@ -735,6 +760,22 @@ CompareSpec load_compare(const std::string& path, const std::vector<std::string>
 }
 
 // ---------------- the plan ----------------
+
+std::vector<std::string> compare_row_labels(const CompareSpec& spec) {
+  std::vector<std::string> labels;
+  for (const auto& s : spec.schemes) {
+    labels.push_back(s.name);
+    Config cfg = spec.base;
+    try {
+      apply_overrides(cfg, s.sets);
+    } catch (const std::exception&) {
+      continue;  // reported by the loader / compare_plan
+    }
+    for (const auto& v : spec.variants)
+      if (variant_applies(v, s, cfg)) labels.push_back(s.name + "+" + v.name);
+  }
+  return labels;
+}
 
 std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::string& out_dir) {
   std::vector<ComparePlanRun> plan;
@@ -774,12 +815,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
     // Eval-time variants of this scheme.
     std::vector<ComparePlanVariant> variants;
     for (const auto& v : spec.variants) {
-      const bool applies =
-          v.schemes.empty()
-              ? (v.positions == "random" ? cfg.model.pe.randomized_positions
-                                         : variant_fits_scheme(v, cfg.model.pe.scheme))
-              : std::find(v.schemes.begin(), v.schemes.end(), s.name) != v.schemes.end();
-      if (!applies) continue;
+      if (!variant_applies(v, s, cfg)) continue;
       Config vc = cfg;
       std::vector<std::string> sets;
       for (std::string set : v.sets) {
@@ -1852,6 +1888,11 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   for (const auto& s : spec.schemes)
     if (s.cannot_learn) in.cannot_learn[s.name] = s.why;
   res.unconverged = unconverged_runs(in);
+  {
+    const LiteratureSection lit = literature_for_report(spec.literature, in);
+    in.literature_markdown = lit.markdown;
+    in.literature_csv = lit.csv;
+  }
   in.command = opt.command.empty() ? "pelab compare " + spec.source : opt.command;
   in.config_text = spec.config_text;
   in.resolved_yaml = config_to_yaml(spec.base);

@@ -58,6 +58,9 @@
 // the test lengths; they are the scheme's rows of the report, which also gets a table of every
 // candidate's validation score.
 //
+// A top-level `literature:` section (train/literature.h) adds the papers' figures next to ours
+// (report.md "Against the literature", literature.csv); it never enters a run's config.
+//
 // `pe.rope_scaling_factor: auto` = (positions of the longest test sequence) / (positions of the
 // longest training sequence). A variant without `schemes:` applies to every scheme whose pe.scheme
 // is rope. Command-line `--set section.key=value` overrides change the base config (before the
@@ -65,7 +68,7 @@
 // `compare.jobs=N` change the compare section.
 //
 // Layout of the report directory:
-//   results.csv, report.md, table_<metric>.csv, <metric>_vs_length.{png,dat,csv},
+//   results.csv, report.md, table_<metric>.csv, <metric>_vs_length.{png,dat,csv}, literature.csv,
 //   train_loss.{png,dat,csv}, compare.yaml (the config as given), runs/<scheme>_seed<N>/ (a normal
 //   run directory plus compare_eval/<variant>.csv, the cached evaluation, and compare.log, the
 //   output of the child process that trained it with --jobs > 1).
@@ -78,6 +81,7 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/literature.h"
 #include "train/report.h"
 #include "train/slurm.h"
 
@@ -129,6 +133,8 @@ struct CompareSpec {
   int64_t jobs = 0;                      // compare.jobs (0 = not set: the number of cores)
   std::vector<std::string> overrides;    // every --set as given (compare.* included)
   SlurmSettings slurm;                   // compare.slurm (train/slurm.h; --emit-slurm only)
+  // The top-level `literature:` section (train/literature.h): never part of a run's config.
+  std::vector<LiteratureEntry> literature;
 };
 
 // Loads a compare config (a run config plus a `compare:` section). `overrides` are
@@ -136,6 +142,10 @@ struct CompareSpec {
 CompareSpec load_compare(const std::string& path, const std::vector<std::string>& overrides = {});
 CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
                                 const std::vector<std::string>& overrides = {});
+
+// The report's row names: every scheme, then scheme+variant for each eval-time variant that
+// applies to it (as compare_plan decides), in report order.
+std::vector<std::string> compare_row_labels(const CompareSpec& spec);
 
 // An eval-time variant of one run: its name, the evaluation config, the position protocol.
 struct ComparePlanVariant {

@@ -22,6 +22,15 @@ namespace pelab {
 
 // ---------------- small helpers ----------------
 
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string csv_number(double v) { return std::isfinite(v) ? json_number(v) : std::string(); }
+
 void write_text_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -60,14 +69,9 @@ std::string fmtf(const char* f, double v) {
 }
 
 // A number for CSV: exact (17 digits), "" when not finite.
-std::string num_cell(double v) { return std::isfinite(v) ? json_number(v) : std::string(); }
+std::string num_cell(double v) { return csv_number(v); }
 
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
+std::string csv_cell(const std::string& s) { return csv_field(s); }
 
 // Splits CSV text into records of fields (RFC 4180 quoting).
 std::vector<std::vector<std::string>> parse_csv(const std::string& text, const std::string& where) {
@@ -702,6 +706,11 @@ std::pair<double, double> metric_range(const std::string& metric) {
 }
 
 Stat stat_of(const std::vector<double>& v, const std::string& metric) {
+  const auto [lo, hi] = metric_range(metric);
+  return stat_of_range(v, lo, hi);
+}
+
+Stat stat_of_range(const std::vector<double>& v, double lo, double hi) {
   Stat s;
   s.n = static_cast<int64_t>(v.size());
   if (v.empty()) return s;
@@ -715,7 +724,6 @@ Stat stat_of(const std::vector<double>& v, const std::string& metric) {
     const double n = static_cast<double>(v.size());
     s.std = std::sqrt(ss / (n - 1));
     s.half = student_t_quantile(0.975, n - 1) * s.std / std::sqrt(n);
-    const auto [lo, hi] = metric_range(metric);
     s.ci_low = std::max(lo, m - s.half);
     s.ci_high = std::min(hi, m + s.half);
     s.clipped = m - s.half < lo || m + s.half > hi;
@@ -723,18 +731,10 @@ Stat stat_of(const std::vector<double>& v, const std::string& metric) {
   return s;
 }
 
-namespace {
-
-// One value of one run with its convergence, into a statistic.
-struct RunValue {
-  double value;
-  int converged;
-};
-
-Stat stat_of_runs(const std::vector<RunValue>& runs, const std::string& metric,
-                  bool exclude_unconverged, int64_t missing_excluded, const std::string& status) {
+Stat stat_of_run_means(const std::vector<RunMean>& runs, const std::string& metric,
+                       bool exclude_unconverged, const std::string& status) {
   std::vector<double> v;
-  int64_t conv = 0, unconv = 0, excluded = missing_excluded;
+  int64_t conv = 0, unconv = 0, excluded = 0;
   bool any_criterion = false;
   for (const auto& r : runs) {
     any_criterion = any_criterion || r.converged >= 0;
@@ -755,11 +755,9 @@ Stat stat_of_runs(const std::vector<RunValue>& runs, const std::string& metric,
   return s;
 }
 
-}  // namespace
-
 Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
                const std::string& split, const std::string& metric, bool exclude_unconverged) {
-  std::vector<RunValue> runs;
+  std::vector<RunMean> runs;
   std::string status;
   for (const auto& r : rows) {
     if (r.split != split || r.label() != label) continue;
@@ -768,16 +766,18 @@ Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
       continue;
     }
     const double x = row_metric(r, metric);
-    if (std::isfinite(x)) runs.push_back({x, r.converged});
+    if (std::isfinite(x)) runs.push_back({r.seed, x, r.converged});
   }
-  return stat_of_runs(runs, metric, exclude_unconverged, 0, status);
+  return stat_of_run_means(runs, metric, exclude_unconverged, status);
 }
 
-Stat aggregate_runs(const std::vector<ResultRow>& rows, const std::string& label,
-                    int in_distribution, const std::string& metric, bool exclude_unconverged) {
+std::vector<RunMean> run_means(const std::vector<ResultRow>& rows, const std::string& label,
+                               int in_distribution, const std::string& metric, int64_t length,
+                               std::string* status) {
   std::set<std::string> splits;
   for (const auto& r : rows)
-    if (r.label() == label && r.in_distribution == in_distribution) splits.insert(r.split);
+    if (r.label() == label && (length > 0 ? r.length == length : r.in_distribution == in_distribution))
+      splits.insert(r.split);
   struct Acc {
     double sum = 0;
     size_t n = 0;
@@ -785,7 +785,6 @@ Stat aggregate_runs(const std::vector<ResultRow>& rows, const std::string& label
     int converged = -1;
   };
   std::map<int64_t, Acc> by_seed;
-  std::string status;
   for (const auto& r : rows) {
     if (r.label() != label || !splits.count(r.split)) continue;
     Acc& a = by_seed[r.seed];
@@ -793,17 +792,24 @@ Stat aggregate_runs(const std::vector<ResultRow>& rows, const std::string& label
     const double x = r.available() ? row_metric(r, metric) : std::nan("");
     if (!std::isfinite(x)) {
       a.missing = true;
-      if (!r.available() && status.empty()) status = "n/a";
+      if (!r.available() && status && status->empty()) *status = "n/a";
       continue;
     }
     a.sum += x;
     ++a.n;
   }
-  std::vector<RunValue> runs;
+  std::vector<RunMean> runs;
   for (const auto& [seed, a] : by_seed)
     if (!a.missing && a.n == splits.size() && a.n > 0)
-      runs.push_back({a.sum / static_cast<double>(a.n), a.converged});
-  return stat_of_runs(runs, metric, exclude_unconverged, 0, status);
+      runs.push_back({seed, a.sum / static_cast<double>(a.n), a.converged});
+  return runs;
+}
+
+Stat aggregate_runs(const std::vector<ResultRow>& rows, const std::string& label,
+                    int in_distribution, const std::string& metric, bool exclude_unconverged) {
+  std::string status;
+  const std::vector<RunMean> runs = run_means(rows, label, in_distribution, metric, 0, &status);
+  return stat_of_run_means(runs, metric, exclude_unconverged, status);
 }
 
 
@@ -1016,6 +1022,15 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   files.results_csv = dir + "/results.csv";
   write_text_file(files.results_csv, results_csv(in.rows));
 
+  const std::string literature_csv = dir + "/literature.csv";
+  if (!in.literature_csv.empty()) {
+    write_text_file(literature_csv, in.literature_csv);
+    files.data.push_back(literature_csv);
+  } else if (fs::exists(literature_csv, ec)) {
+    fs::remove(literature_csv, ec);  // from an earlier config with a literature section
+    PELAB_CHECK(!ec, "report: cannot remove the stale ", literature_csv, ": ", ec.message());
+  }
+
   const std::vector<Column> cols = columns_of(in.rows);
   const bool lm = in.primary_metric == "perplexity" || in.primary_metric == "loss";
   std::vector<std::string> metrics = {in.primary_metric};
@@ -1099,6 +1114,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
       md << "![" << metric_title(m) << " vs " << in.length_name << "](" << m
          << "_vs_length.png)\n\n";
   }
+  if (!in.literature_markdown.empty()) md << "## Against the literature\n\n" << in.literature_markdown << "\n";
   md << "## Training loss\n\n";
   if (has_png("train_loss")) md << "![training loss](train_loss.png)\n\n";
   md << "Line: the mean over seeds at each logged step; band: the min–max over seeds. Data: "
@@ -1139,7 +1155,8 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   md << "## Files\n\n";
   md << "`results.csv` (one row per scheme × variant × seed × split, with the run's convergence), "
         "`table_<metric>.csv` (the tables above: mean, ci_low, ci_high, n, n_converged), `<metric>_vs_length.{dat,csv,png}`, `train_loss.{dat,csv,png}`, "
-        "`runs/<scheme>_seed<N>/` (each run's config, metrics, checkpoints and evaluation "
+     << (in.literature_csv.empty() ? "" : "`literature.csv` (the tables of \"Against the literature\"), ")
+     << "`runs/<scheme>_seed<N>/` (each run's config, metrics, checkpoints and evaluation "
         "cache).\n\n";
   md << "## Reproduce\n\n```sh\n" << in.command << "\n```\n\n";
   md << "Re-running the command reuses finished runs and cached evaluations and resumes "

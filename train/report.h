@@ -75,6 +75,9 @@ struct ReportInput {
   // Markdown of the hyper-parameter search (compare.search: what each candidate scored on
   // validation, what was chosen), printed as its own section; "" = no search.
   std::string search_markdown;
+  // Markdown of the "Against the literature" section (train/literature.h) and the text of
+  // literature.csv; "" = the config has no literature section (a stale literature.csv is removed).
+  std::string literature_markdown, literature_csv;
   // compare.unconverged: "report" (keep runs that missed the stop criterion, marked †) or
   // "exclude" (leave them out of means and intervals; the tables say how many). "fail" reports
   // like "report"; the command fails after writing it (compare.h).
@@ -110,6 +113,25 @@ struct Stat {
 };
 // Mean and interval of `values` (no convergence information) for `metric`'s range.
 Stat stat_of(const std::vector<double>& values, const std::string& metric);
+// The same with the interval clipped to [lo, hi] (e.g. -inf, inf for differences of a metric).
+Stat stat_of_range(const std::vector<double>& values, double lo, double hi);
+// One run's value (seed, value, converged: 1 / 0 / -1 as ResultRow::converged).
+struct RunMean {
+  int64_t seed = 0;
+  double value = std::numeric_limits<double>::quiet_NaN();
+  int converged = -1;
+};
+// Each run's mean of `metric` over the columns (splits) of `label` with in_distribution ==
+// `in_distribution` — or, with length > 0, over its columns at that length only —, by seed; a run
+// counts only when every such column has a value. *status (when given) gets "n/a" when some
+// column was not available.
+std::vector<RunMean> run_means(const std::vector<ResultRow>& rows, const std::string& label,
+                               int in_distribution, const std::string& metric, int64_t length = 0,
+                               std::string* status = nullptr);
+// The statistic of run values as the report's tables compute it (exclude_unconverged leaves out
+// runs with converged == 0, counted in n_excluded).
+Stat stat_of_run_means(const std::vector<RunMean>& runs, const std::string& metric,
+                       bool exclude_unconverged, const std::string& status = "");
 // Statistic of `metric` over the rows of `label` on `split`; exclude_unconverged leaves out rows
 // of runs that missed their stop criterion (counted in n_excluded).
 Stat aggregate(const std::vector<ResultRow>& rows, const std::string& label,
@@ -163,5 +185,7 @@ std::string gnuplot_quote(const std::string& s);
 void write_text_file(const std::string& path, const std::string& text);
 std::string read_text_file(const std::string& path);
 std::string format_double(double v, int precision = 6);  // "%.*g"; "" when not finite
+std::string csv_field(const std::string& s);  // quoted ("...", "" for ") when it needs to be
+std::string csv_number(double v);             // 17 significant digits; "" when not finite
 
 }  // namespace pelab

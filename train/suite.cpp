@@ -76,8 +76,11 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
                             const std::vector<std::string>& overrides) {
   SuiteSpec spec;
   spec.source = source;
-  std::string rest;
-  const YAML::Node root = load_config_block(yaml, "suite", source, rest);
+  std::string suite_rest;
+  const YAML::Node root = load_config_block(yaml, "suite", source, suite_rest);
+  // The literature section belongs to the summary: the tasks' comparisons do not see it.
+  YAML::Node literature;
+  const std::string rest = split_literature_block(suite_rest, source, &literature);
   const YAML::Node s = root.IsMap() ? root["suite"] : YAML::Node();
   if (!s.IsDefined() || !s.IsMap())
     suite_fail(source, "suite must be a mapping with suite.tasks (see docs/experiments.md, Suites)");
@@ -179,6 +182,17 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
     // without the suite block, with the task's settings as --set overrides (t.spec.overrides).
     t.spec.source = source + " [suite task " + t.name + "]";
     spec.tasks.push_back(std::move(t));
+  }
+  if (literature.IsDefined()) {
+    LiteratureContext ctx;
+    ctx.suite = true;
+    for (const auto& t : spec.tasks) {
+      for (const auto& l : compare_row_labels(t.spec))
+        if (std::find(ctx.rows.begin(), ctx.rows.end(), l) == ctx.rows.end()) ctx.rows.push_back(l);
+      ctx.lm = ctx.lm || t.spec.base.task.name == "lm";
+    }
+    ctx.default_metric = spec.metric;
+    spec.literature = parse_literature(literature, source, ctx);
   }
   return spec;
 }
@@ -285,6 +299,23 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
         << format_double(c.stat.ci_low) << "," << format_double(c.stat.ci_high) << ","
         << c.stat.n << "," << c.stat.n_converged << "," << c.stat.n_unconverged << ","
         << (c.best ? "true" : "false") << ",\"" << text << "\"\n";
+  }
+  if (!spec.literature.empty()) {
+    std::vector<LiteratureTask> lt;
+    int64_t n_seeds = 0;
+    for (size_t t = 0; t < spec.tasks.size(); ++t) {
+      LiteratureTask x;
+      x.name = spec.tasks[t].name;
+      x.rows = rows[t];
+      x.exclude_unconverged = spec.tasks[t].spec.unconverged == "exclude";
+      for (const auto& sc : spec.tasks[t].spec.schemes)
+        if (sc.cannot_learn) x.cannot_learn.insert(sc.name);
+      n_seeds = std::max<int64_t>(n_seeds, static_cast<int64_t>(spec.tasks[t].spec.seeds.size()));
+      lt.push_back(std::move(x));
+    }
+    const LiteratureSection lit = literature_for_suite(spec.literature, lt, metric, n_seeds);
+    md << "\n## Against the literature\n\n" << lit.markdown;
+    sum.literature_csv = lit.csv;
   }
   md << "\n## Tasks\n\n| task | settings | training lengths | extrapolation lengths | report |\n"
         "|---|---|---|---|---|\n";
@@ -427,6 +458,13 @@ SuiteResult run_suite(const SuiteSpec& spec, const CompareOptions& opt,
   else if (opt.plots)
     md += "\n(no plot: " + why + ")\n";
   write_text_file(res.summary_csv, s.csv);
+  const std::string literature_csv = (fs::path(out) / "literature.csv").string();
+  if (!s.literature_csv.empty()) {
+    write_text_file(literature_csv, s.literature_csv);
+  } else if (fs::exists(literature_csv, ec)) {
+    fs::remove(literature_csv, ec);  // from an earlier config with a literature section
+    PELAB_CHECK(!ec, "suite: cannot remove the stale ", literature_csv, ": ", ec.message());
+  }
   write_text_file(res.summary_md, md);
   log << "pelab suite: summary " << res.summary_md << "\n";
   return res;

@@ -19,7 +19,8 @@
 // Then <out>/summary.md, summary.csv and summary.{png,dat,gp}: scheme × task, each cell the mean
 // over seeds of each run's mean metric over the task's extrapolation lengths (test lengths
 // longer than task.train_max_len), with the 95 % t-interval, † / ‡ as in the compare report, the
-// best mean of each task in bold.
+// best mean of each task in bold. A top-level `literature:` section (train/literature.h) adds the
+// papers' tables to summary.md and <out>/literature.csv; the tasks' comparisons do not see it.
 //
 // Suite checks (one error naming FILE:LINE of the task entry, nothing trained): an unknown task
 // (did-you-mean), any config error of a task's resolved config (e.g. a length the task cannot
@@ -46,6 +47,9 @@ struct SuiteSpec {
   std::string source, title, out;
   std::string metric = "exact_match";
   std::vector<SuiteTask> tasks;
+  // The top-level `literature:` section (train/literature.h), for the summary; the tasks'
+  // comparisons never see it.
+  std::vector<LiteratureEntry> literature;
 };
 
 // True when the file (text) has a top-level `suite:` key.
@@ -70,6 +74,7 @@ struct SuiteSummary {
   std::vector<std::string> tasks, labels;
   std::vector<SuiteCell> cells;  // tasks × labels present
   std::string markdown, csv;
+  std::string literature_csv;  // literature.csv ("" without a literature section)
 };
 
 // The summary table from each task's result rows (rows of CompareResult, in task order).
