@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "models/pe/pe.h"
 #include "models/pe/rope_math.h"
 #include "tests/test_util.h"
 
@@ -20,6 +21,13 @@ using pelab::Config;
 using pelab::ConfigError;
 
 namespace {
+
+// The registered scheme names as the pe.scheme error lists them ("alibi, learned, ...").
+std::string registered_schemes() {
+  std::string s;
+  for (const std::string& n : pelab::models::pe_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
 
 class ConfigTest : public pelab::testing::TempDirTest {
  protected:
@@ -189,8 +197,8 @@ TEST_F(ConfigTest, ConfigOutOfRange) {
 TEST_F(ConfigTest, ConfigUnknownEnumValue) {
   const std::string f = path("c.yaml");
   EXPECT_EQ(error_of("pe:\n  scheme: rop\n"),
-            f + ":2: pe.scheme: 'rop' is not one of alibi, learned, none, rope, shaw, sinusoidal, "
-                "t5; did you mean 'rope'?");
+            f + ":2: pe.scheme: 'rop' is not one of " + registered_schemes() +
+                "; did you mean 'rope'?");
   EXPECT_EQ(error_of("train:\n  schedule: linear\n"),
             f + ":2: train.schedule: 'linear' is not one of constant, warmup_cosine, "
                 "inverse_sqrt");
@@ -285,8 +293,8 @@ TEST_F(ConfigTest, ConfigSetErrors) {
   EXPECT_EQ(err("model.dropout=1.5"),
             "--set model.dropout=1.5: model.dropout: 1.5 is out of range [0, 1)");
   EXPECT_EQ(err("pe.scheme=roep"),
-            "--set pe.scheme=roep: pe.scheme: 'roep' is not one of alibi, learned, none, rope, "
-            "shaw, sinusoidal, t5; did you mean 'rope'?");
+            "--set pe.scheme=roep: pe.scheme: 'roep' is not one of " + registered_schemes() +
+                "; did you mean 'rope'?");
   EXPECT_EQ(err("modle.heads=3"),
             "--set modle.heads=3: unknown section 'modle'; did you mean 'model'? (sections: "
             "task, model, pe, train, eval)");

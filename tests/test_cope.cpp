@@ -379,3 +379,19 @@ TEST_F(CoPECli, BadPMaxIsOneErrorLineNamingTheKey) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("pe.cope_p_max"), std::string::npos) << r.err;
 }
+
+// Randomised positions keep the order, which is all CoPE reads: the combination is refused (one
+// line, pointing at the file's lines) instead of silently equalling the plain run.
+TEST_F(CoPECli, RandomizedPositionsAreRefused) {
+  const std::string cfg = write(
+      "c.yaml", pelab::testing::tiny_cli_yaml(dir_ / "runs", "pe:\n  scheme: cope\n"
+                                                             "  randomized_positions: true\n"));
+  const auto r = pelab("train " + quote(cfg) + " --progress none");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_EQ(r.err.rfind("pelab: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  EXPECT_NE(r.err.find("pe.randomized_positions has no effect with pe.scheme cope"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("c.yaml:"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));
+}

@@ -166,6 +166,14 @@ PELAB_REGISTER_PE(
         .key("cope_p_max", 64, "[1, inf)",
              "cope: contextual positions are clipped to p_max (embeddings for 0..p_max per layer; "
              "-p_max..p_max in the encoder)")
+        .rule("pe.scheme cope takes no pe.randomized_positions (it reads only the order of the "
+              "positions, which random positions keep: the run would equal one without them)",
+              [](const PEConfig& c, const PEModelDims&) -> PEViolation {
+                if (c.scheme != "cope" || !c.randomized_positions) return {};
+                return {"pe.randomized_positions has no effect with pe.scheme cope (its counts use "
+                        "only the order of the positions): set it to false",
+                        {"pe.randomized_positions", "pe.scheme"}};
+              })
         .parameters([](const PEConfig& c, const StackInfo& s) {
           const int64_t p = c.get_int("cope_p_max");
           return (s.kind == StackKind::Encoder ? 2 * p + 1 : p + 1) * s.head_dim() * s.layers;
