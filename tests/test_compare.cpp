@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "models/pe/t5_buckets.h"
 #include "train/cli.h"
 #include "train/compare.h"
 #include "train/config.h"
@@ -494,42 +495,41 @@ TEST_F(CompareTest, PlotPeSchemePictures) {
   o.rope_dims = 16;
   o.distance = 64;
   const PlotPeResult r = plot_pe(o);
-  // Sinusoidal: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...).
-  const auto sin_rows = read_numeric_csv(dir_ / "pe" / "sinusoidal_heatmap.csv", nullptr);
+  // Every parameter-free scheme is drawn from its hooks. Sinusoidal (hook 1): PE[p, 2i] =
+  // sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...).
+  const auto sin_rows = read_numeric_csv(dir_ / "pe" / "sinusoidal_embedding.csv", nullptr);
   ASSERT_EQ(sin_rows.size(), 16u);
   EXPECT_NEAR(sin_rows[3][1 + 0], std::sin(3.0), 1e-6);
   EXPECT_NEAR(sin_rows[3][1 + 3], std::cos(3.0 / std::pow(10000.0, 2.0 / 8)), 1e-6);
-  // RoPE: the bound is 1 ... at distance 0 it equals (1/(d/2)) Σ_j j = (d/2 + 1) / 2, and the
-  // module score of constant q = k at distance 0 is 1; both decay with distance.
+  // RoPE (hook 2): constant q = k = 1, query at 0 and key at r: q'.k'/d = mean_j cos(r θ_j) with
+  // θ_j = 10000^(-2j/d), j < d/2; the scaled variants are drawn next to it.
   std::string header;
-  const auto rope = read_numeric_csv(dir_ / "pe" / "rope_decay.csv", &header);
+  const auto rope = read_numeric_csv(dir_ / "pe" / "rope_rotation.csv", &header);
   ASSERT_EQ(rope.size(), 65u);
-  EXPECT_EQ(header.substr(0, 20), "distance,bound_rope,");
-  EXPECT_NEAR(rope[0][1], (8 + 1) / 2.0, 1e-9);
-  EXPECT_NEAR(rope[0][5], 1.0, 1e-9);
-  EXPECT_LT(rope[64][1], rope[0][1]);
-  EXPECT_LT(rope[64][5], rope[0][5]);
-  // T5 buckets (32, 128): d = 0 -> 0; d = +1 -> 17 (bidirectional); d = -200 -> 31
-  // (unidirectional).
-  const auto t5 = read_numeric_csv(dir_ / "pe" / "t5_buckets.csv", nullptr);
-  for (const auto& row : t5) {
-    if (row[0] == 0) {
-      EXPECT_EQ(row[1], 0);
-    }
-    if (row[0] == 1) {
-      EXPECT_EQ(row[1], 17);
-    }
-    if (row[0] == -200) {
-      EXPECT_EQ(row[2], 31);
-    }
+  EXPECT_EQ(header.substr(0, 29), "distance,score_rope,score_pi,");
+  for (int r : {0, 1, 7, 64}) {
+    double want = 0;
+    for (int j = 0; j < 8; ++j) want += std::cos(r * std::pow(10000.0, -2.0 * j / 16)) / 8;
+    EXPECT_NEAR(rope[static_cast<size_t>(r)][1], want, 1e-7) << "distance " << r;
   }
-  // ALiBi with 4 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8; bias at distance 10 = -10·m_h.
-  const auto alibi = read_numeric_csv(dir_ / "pe" / "alibi_bias.csv", nullptr);
-  ASSERT_GT(alibi.size(), 10u);
-  EXPECT_NEAR(alibi[10][1], -10.0 / 4.0, 1e-12);
-  EXPECT_NEAR(alibi[10][4], -10.0 / 256.0, 1e-12);
+  // ALiBi (hook 3) with 4 heads, causal, last query (position 15): slopes 2^-2 ... 2^-8, term
+  // -m_h·distance at key - query = -10 (row 5).
+  const auto alibi = read_numeric_csv(dir_ / "pe" / "alibi_bias.csv", &header);
+  EXPECT_EQ(header, "relative_position,head1,head2,head3,head4");
+  ASSERT_EQ(alibi.size(), 16u);
+  EXPECT_EQ(alibi[5][0], -10);
+  EXPECT_NEAR(alibi[5][1], -10.0 / 4.0, 1e-12);
+  EXPECT_NEAR(alibi[5][4], -10.0 / 256.0, 1e-12);
+  EXPECT_NEAR(alibi[15][1], 0.0, 1e-12);
+  // A scheme with trained parameters is drawn from a run only; NoPE has nothing to draw.
+  EXPECT_FALSE(fs::exists(dir_ / "pe" / "t5_bias.csv"));
+  EXPECT_FALSE(fs::exists(dir_ / "pe" / "learned_embedding.csv"));
+  for (const auto& e : fs::directory_iterator(dir_ / "pe"))
+    EXPECT_NE(e.path().filename().string().rfind("none_", 0), 0u) << e.path();
   if (!gnuplot_path().empty()) {
-    EXPECT_EQ(r.pngs.size(), 4u) << r.note;
+    for (const char* png : {"sinusoidal_embedding.png", "rope_rotation.png", "alibi_bias.png"})
+      EXPECT_NE(std::find(r.pngs.begin(), r.pngs.end(), (dir_ / "pe" / png).string()), r.pngs.end())
+          << png << "; " << r.note;
     for (const auto& p : r.pngs) EXPECT_TRUE(is_png_file(p)) << p;
   }
 }
@@ -546,11 +546,38 @@ TEST_F(CompareTest, PlotPeFromTrainedRun) {
   o.input = "0123";
   o.positions = 8;
   o.d_model = 8;
+  o.heads = 2;
   o.rope_dims = 8;
   o.distance = 16;
   const PlotPeResult r = plot_pe(o);
-  EXPECT_TRUE(fs::exists(dir_ / "pe" / "t5_bias_encoder.csv"));
-  EXPECT_TRUE(fs::exists(dir_ / "pe" / "t5_bias_decoder.csv"));
+  // The run's T5 tables through hook 3: each relative position's term is the trained table's
+  // entry at its bucket (HF T5 buckets; bidirectional in the encoder, causal in the decoder).
+  {
+    const std::string run = (dir_ / "report" / "runs" / "t5_seed1").string();
+    const Config cfg = load_config(run + "/config.yaml");
+    LoadedModel lm = load_model(cfg, latest_checkpoint(run));
+    for (const std::string stack : {"encoder", "decoder"}) {
+      SCOPED_TRACE(stack);
+      const Tensor* table = nullptr;
+      std::vector<NamedTensor> ps = lm.model->named_parameters();
+      for (const auto& p : ps)
+        if (p.first == stack + ".pe.rel_bias") table = &p.second;
+      ASSERT_NE(table, nullptr);
+      const std::vector<double> w = table->to_vector();
+      const int64_t nb = table->size(0), H = table->size(1);
+      const auto rows = read_numeric_csv(dir_ / "pe" / ("t5_" + stack + "_bias.csv"), nullptr);
+      ASSERT_FALSE(rows.empty());
+      const bool bidir = stack == "encoder";
+      EXPECT_EQ(rows.back()[0], bidir ? 31 : 0);  // 64 positions: middle or last query
+      for (const auto& row : rows) {
+        const int64_t b = models::t5_relative_bucket(static_cast<int64_t>(row[0]), bidir, nb,
+                                                     cfg.model.pe.get_int("t5_max_distance"));
+        for (int64_t h = 0; h < H; ++h)
+          EXPECT_NEAR(row[static_cast<size_t>(1 + h)], w[static_cast<size_t>(b * H + h)], 1e-6)
+              << "relative position " << row[0] << " head " << h + 1;
+      }
+    }
+  }
   // Attention maps: probabilities of every query row sum to 1 over the keys.
   for (const char* f : {"attention_encoder_self_layer0.csv", "attention_decoder_self_layer0.csv",
                         "attention_decoder_cross_layer0.csv"}) {

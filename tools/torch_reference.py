@@ -4,7 +4,8 @@
 Written from the specification in docs/model.md (not from the C++): both architectures (seq2seq,
 decoder-only), pre-/post-LN, gelu/relu, optional biases, tied embeddings and every positional
 encoding scheme (sinusoidal, learned, shaw, t5, rope with both pairings and partial rotary, alibi,
-cope, none). Everything is computed in float64 from the float32 values stored in a pelab checkpoint.
+none, kerple, fire, xpos, cope). Everything is computed in float64 from the float32 values stored in
+a pelab checkpoint.
 
     tools/torch_reference.py IN.input.h5 OUT.golden.h5
 
@@ -297,8 +298,88 @@ class NoPE(PE):
         pass
 
 
+def site_distance(site):
+    """d[i, j]: p_i - p_j at and before the query in causal sites (0 after it), else |p_i - p_j|."""
+    d = (site["q_pos"][:, None] - site["k_pos"][None, :]).to(DT)
+    return torch.clamp(d, min=0.0) if site["causal"] else d.abs()
+
+
+class Kerple(PE):  # Chi et al. 2022: -r1 log(1 + r2 d) or -r1 d^r2, per head and layer
+    def __init__(self, cfg, P, stack):
+        self.power = cfg.pe["kerple_variant"] == "power"
+        assert cfg.pe["kerple_variant"] in ("log", "power")
+        self.P, self.stack = P, stack
+
+    def score_term(self, q, site):
+        if site["kind"] == "cross":
+            return None
+        l = site["layer"]
+        r1 = torch.nn.functional.softplus(self.P[self.stack + ".pe.r1_raw"][l])[:, None, None]
+        raw2 = self.P[self.stack + ".pe.r2_raw"][l][:, None, None]
+        d = site_distance(site)[None]  # [1, Lq, Lk]
+        if self.power:
+            r2 = 2.0 * torch.sigmoid(raw2)
+            # d^r2 with 0^r2 = 0 (r2 > 0), written so that d = 0 has a finite gradient
+            dp = torch.where(d > 0, torch.exp(r2 * torch.log(torch.clamp(d, min=1.0))),
+                             torch.zeros_like(d))
+            return (-r1 * dp)[None]
+        r2 = torch.nn.functional.softplus(raw2)
+        return (-r1 * torch.log1p(r2 * d))[None]
+
+
+class Fire(PE):  # Li et al. 2023: f(psi(d) / psi(max(L, p_i))), psi(x) = log(|c| x + 1)
+    def __init__(self, cfg, P, stack):
+        self.L0 = as_float(cfg.pe["fire_threshold"])
+        self.learn = as_bool(cfg.pe["fire_learn_threshold"])
+        self.P, self.stack = P, stack
+
+    def score_term(self, q, site):
+        if site["kind"] == "cross":
+            return None
+        l = site["layer"]
+        g = lambda n: self.P["%s.pe.%s" % (self.stack, n)][l]
+        c = g("c").abs()
+        L = (g("threshold_scale").abs() * self.L0) if self.learn else torch.tensor(self.L0, dtype=DT)
+        p = site["q_pos"].to(DT)[:, None]  # [Lq, 1]
+        norm = torch.maximum(L.expand_as(p), p)
+        x = torch.log(c * site_distance(site) + 1) / (torch.log(c * norm + 1) + 1e-6)
+        h = torch.relu(x[..., None] * g("w1") + g("b1"))  # [Lq, Lk, W]
+        f = h @ g("w2").t() + g("b2")  # [Lq, Lk, H]
+        bias = f.permute(2, 0, 1)
+        if site["causal"]:
+            later = site["k_pos"][None, :] > site["q_pos"][:, None]
+            bias = torch.where(later[None], torch.zeros_like(bias), bias)
+        return bias[None]
+
+
+class XPos(PE):  # Sun et al. 2022: RoPE (interleaved pairs) with q * zeta^(n/B), k * zeta^(-m/B)
+    def __init__(self, cfg, P, stack):
+        self.d = cfg.dh
+        self.base = as_float(cfg.pe["xpos_base"])
+        self.B = as_float(cfg.pe["xpos_scale_base"])
+        self.gamma = as_float(cfg.pe["xpos_gamma"])
+
+    def apply(self, x, pos, sign):
+        half = self.d // 2
+        i = torch.arange(half).to(DT)
+        theta = self.base ** (-2.0 * i / self.d)
+        zeta = (2.0 * i / self.d + self.gamma) / (1.0 + self.gamma)
+        n = pos.to(DT)[:, None]
+        scale = zeta[None, :] ** (sign * n / self.B)  # [L, d/2]
+        ang = n * theta[None, :]
+        xa, xb = x[..., 0::2], x[..., 1::2]
+        ya = (xa * torch.cos(ang) - xb * torch.sin(ang)) * scale
+        yb = (xb * torch.cos(ang) + xa * torch.sin(ang)) * scale
+        return torch.stack([ya, yb], dim=-1).flatten(-2)
+
+    def transform_qk(self, q, k, site):
+        if site["kind"] == "cross":
+            return q, k
+        return self.apply(q, site["q_pos"], 1.0), self.apply(k, site["k_pos"], -1.0)
+
+
 SCHEMES = {"sinusoidal": Sinusoidal, "learned": Learned, "shaw": Shaw, "t5": T5, "rope": RoPE,
-           "alibi": ALiBi, "cope": CoPE, "none": NoPE}
+           "alibi": ALiBi, "none": NoPE, "kerple": Kerple, "fire": Fire, "xpos": XPos, "cope": CoPE}
 
 
 # ---------------------------------------------------------------- the model (docs/model.md §2-3)

@@ -13,8 +13,6 @@
 
 #include "data/batch.h"
 #include "models/pe/pe.h"
-#include "models/pe/rope_math.h"
-#include "models/pe/t5_buckets.h"
 #include "models/transformer.h"
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
@@ -33,6 +31,7 @@ namespace {
 
 using models::AttnKind;
 using models::AttnSite;
+using models::PositionalEncoding;
 using models::StackInfo;
 using models::StackKind;
 
@@ -107,21 +106,32 @@ std::vector<int64_t> iota(int64_t n, int64_t from = 0) {
   return v;
 }
 
-// ---------------- scheme pictures ----------------
+// ---------------- pictures of a PE object, asked through its hooks ----------------
+// Nothing here names a scheme: every picture is what a hook of models/pe/pe.h returns for a probe
+// (zeros through hook 1, a query row's term from hook 3 or its table form, constant q = k through
+// hook 2), so a new scheme file is drawn with no edit here.
 
-void sinusoidal_heatmap(Plotter& p, const PlotPeOptions& o) {
-  models::PEConfig pc;
-  pc.scheme = "sinusoidal";
-  StackInfo si;
-  si.d_model = o.d_model;
-  si.heads = 1;
-  si.dtype = DType::Float64;
-  Generator gen(0);
-  auto pe = models::make_pe(pc, si, gen);
-  const int64_t P = o.positions, D = o.d_model;
-  Tensor x = Tensor::zeros({1, P, D}, DType::Float64);
-  const std::vector<double> v = pe->embed(x, iota(P)).to_vector();
-  Matrix m{P, D, v};
+// Hook 1 on x = 0 at positions 0..P-1: the table PE[position, dim] and the cosine similarity of
+// the positions' vectors.
+void embedding_picture(Plotter& p, const std::string& stem, const std::string& label,
+                       PositionalEncoding& pe, int64_t P, int64_t D, DType dt, Device dev) {
+  Tensor x = Tensor::zeros({1, P, D}, dt, dev);
+  const std::vector<double> v = pe.embed(x, iota(P)).to_vector();
+  const Matrix m{P, D, v};
+  Matrix cs{P, P, std::vector<double>(static_cast<size_t>(P * P))};
+  std::vector<double> norm(static_cast<size_t>(P));
+  for (int64_t i = 0; i < P; ++i) {
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) s += m.at(i, d) * m.at(i, d);
+    norm[static_cast<size_t>(i)] = std::sqrt(s) + 1e-12;
+  }
+  for (int64_t i = 0; i < P; ++i)
+    for (int64_t j = 0; j < P; ++j) {
+      double s = 0;
+      for (int64_t d = 0; d < D; ++d) s += m.at(i, d) * m.at(j, d);
+      cs.v[static_cast<size_t>(i * P + j)] =
+          s / (norm[static_cast<size_t>(i)] * norm[static_cast<size_t>(j)]);
+    }
   std::string csv = "position";
   for (int64_t d = 0; d < D; ++d) csv += ",dim" + std::to_string(d);
   csv += "\n";
@@ -130,348 +140,277 @@ void sinusoidal_heatmap(Plotter& p, const PlotPeOptions& o) {
     for (int64_t d = 0; d < D; ++d) csv += "," + num(m.at(r, d));
     csv += "\n";
   }
-  p.data("sinusoidal_heatmap.csv", csv);
-  p.data("sinusoidal_heatmap.dat", matrix_dat(m));
-  std::string gp = terminal(900, 700) + "set output 'sinusoidal_heatmap.png'\n";
-  gp += "set title 'sinusoidal PE (d_model " + std::to_string(D) +
-        ", base 10000): PE[position, dim]'\nset xlabel 'dimension'\nset ylabel 'position'\n";
-  gp += std::string(kDiverging) + "set cbrange [-1:1]\n";
-  gp += "set xrange [-0.5:" + std::to_string(D) + "-0.5]\nset yrange [" + std::to_string(P) +
-        "-0.5:-0.5]\n";
-  gp += "plot 'sinusoidal_heatmap.dat' matrix with image notitle\n";
-  p.plot("sinusoidal_heatmap", gp);
+  p.data(stem + ".csv", csv);
+  p.data(stem + ".dat", "# table\n" + matrix_dat(m) + "\n\n# cosine similarity\n" + matrix_dat(cs));
+  std::string gp = terminal(1200, 560) + "set output '" + stem + ".png'\n";
+  gp += "set multiplot layout 1,2 title '" + label + ": hook 1 (added to the embedding)'\n" +
+        kDiverging;
+  const double a = max_abs(m);
+  gp += "set title 'PE[position, dim]'\nset xlabel 'dim'\nset ylabel 'position'\n";
+  gp += "set cbrange [" + num(-a) + ":" + num(a) + "]\nset xrange [-0.5:" + std::to_string(D) +
+        "-0.5]\nset yrange [" + std::to_string(P) + "-0.5:-0.5]\n";
+  gp += "plot '" + stem + ".dat' index 0 matrix with image notitle\n";
+  gp += "set title 'cosine similarity of positions'\nset xlabel 'position'\nset cbrange [-1:1]\n";
+  gp += "set xrange [-0.5:" + std::to_string(P) + "-0.5]\n";
+  gp += "plot '" + stem + ".dat' index 1 matrix with image notitle\n";
+  gp += "unset multiplot\n";
+  p.plot(stem, gp);
 }
 
-void rope_decay(Plotter& p, const PlotPeOptions& o) {
-  const int64_t d = o.rope_dims, N = o.distance;
-  const double factor = 4.0;
-  const int64_t train_len = std::max<int64_t>(2, N / 4);
-  struct Var {
-    std::string name, scaling;
-  };
-  const std::vector<Var> vars = {{"rope", "none"}, {"pi", "pi"}, {"ntk", "ntk"}, {"yarn", "yarn"}};
-  std::vector<std::vector<double>> bound(vars.size()), score(vars.size());
-  for (size_t k = 0; k < vars.size(); ++k) {
-    models::PEConfig pc;
-    pc.scheme = "rope";
-    pc.set("rope_scaling", vars[k].scaling);
-    pc.set("rope_scaling_factor", vars[k].scaling == "none" ? 1.0 : factor);
-    pc.set("rope_train_length", train_len);
-    // Analytic RoFormer bound from the frequencies pelab uses.
-    const models::RopeFreqs f = models::rope_frequencies(pc, d, N + 1, vars[k].scaling != "none");
-    for (int64_t r = 0; r <= N; ++r) {
-      std::complex<double> s(0, 0);
-      double sum = 0;
-      for (size_t j = 0; j < f.inv_freq.size(); ++j) {
-        s += std::polar(1.0, static_cast<double>(r) * f.inv_freq[j]);
-        sum += std::abs(s);
-      }
-      bound[k].push_back(sum / static_cast<double>(f.inv_freq.size()));
-    }
-    // The rope module itself: score of constant q = k = 1 at distance r, divided by d.
-    StackInfo si;
-    si.d_model = d;
-    si.heads = 1;
-    si.dtype = DType::Float64;
-    Generator gen(0);
-    auto pe = models::make_pe(pc, si, gen);
-    pe->eval();  // scaled variants are eval-time
-    Tensor q = Tensor::ones({1, 1, 1, d}, DType::Float64);
-    Tensor kt = Tensor::ones({1, 1, N + 1, d}, DType::Float64);
-    const std::vector<int64_t> qp = {0}, kp = iota(N + 1);
+// Hook 3 in table form (relative_tables): each layer's key and value tables, rows = relative
+// index, labelled by the relative positions (key - query) of the probe query that use each row.
+bool tables_picture(Plotter& p, const std::string& stem, const std::string& label,
+                    PositionalEncoding& pe, const StackInfo& si, int64_t P) {
+  const std::vector<int64_t> pos = iota(P);
+  const int64_t qi = si.kind == StackKind::Decoder ? P - 1 : P / 2;
+  std::vector<std::pair<std::string, Matrix>> mats;  // title -> [R, dh]
+  std::map<int64_t, std::pair<int64_t, int64_t>> rows_rel;  // row -> (min, max) key - query
+  for (int64_t l = 0; l < si.layers; ++l) {
     AttnSite site;
-    site.kind = AttnKind::EncoderSelf;
-    site.q_pos = &qp;
-    site.k_pos = &kp;
-    pe->transform_qk(q, kt, site);
-    const std::vector<double> qv = q.to_vector(), kv = kt.to_vector();
-    for (int64_t r = 0; r <= N; ++r) {
-      double dot = 0;
-      for (int64_t i = 0; i < d; ++i)
-        dot += qv[static_cast<size_t>(i)] * kv[static_cast<size_t>(r * d + i)];
-      score[k].push_back(dot / static_cast<double>(d));
+    site.kind = si.kind == StackKind::Decoder ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
+    site.causal = si.kind == StackKind::Decoder;
+    site.layer = l;
+    site.q_pos = &pos;
+    site.k_pos = &pos;
+    const PositionalEncoding::RelativeTables t = pe.relative_tables(site);
+    if (!t.index.defined()) continue;
+    if (l == 0) {
+      const std::vector<double> idx = t.index.to_vector();
+      for (int64_t j = 0; j < P; ++j) {
+        const auto r = static_cast<int64_t>(idx[static_cast<size_t>(qi * P + j)]);
+        auto it = rows_rel.find(r);
+        if (it == rows_rel.end())
+          rows_rel[r] = {j - qi, j - qi};
+        else
+          it->second = {std::min(it->second.first, j - qi), std::max(it->second.second, j - qi)};
+      }
+    }
+    for (const auto& [kind, tab] : {std::pair<std::string, Tensor>{"keys", t.keys}, {"values", t.values}}) {
+      if (!tab.defined()) continue;
+      const std::vector<double> w = tab.to_vector();
+      Matrix m;
+      m.rows = tab.size(tab.dim() - 2);
+      m.cols = tab.size(tab.dim() - 1);
+      m.v.assign(static_cast<size_t>(m.rows * m.cols), 0.0);
+      const int64_t H = tab.dim() == 3 ? tab.size(0) : 1;  // per head: the mean over heads
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < m.rows * m.cols; ++i)
+          m.v[static_cast<size_t>(i)] += w[static_cast<size_t>(h * m.rows * m.cols + i)] / H;
+      mats.emplace_back("layer " + std::to_string(l) + " " + kind +
+                            (H > 1 ? " (mean over heads)" : ""), m);
     }
   }
-  std::string csv = "distance";
-  for (const auto& v : vars) csv += ",bound_" + v.name;
-  for (const auto& v : vars) csv += ",score_" + v.name;
+  if (mats.empty()) return false;
+  auto rel = [&](int64_t r) {
+    auto it = rows_rel.find(r);
+    if (it == rows_rel.end()) return std::string("unused");
+    return it->second.first == it->second.second
+               ? std::to_string(it->second.first)
+               : std::to_string(it->second.first) + ".." + std::to_string(it->second.second);
+  };
+  std::string csv = "table,row,relative_positions,dim,value\n", dat;
+  for (const auto& [title, m] : mats) {
+    for (int64_t r = 0; r < m.rows; ++r)
+      for (int64_t c = 0; c < m.cols; ++c)
+        csv += title + "," + std::to_string(r) + "," + rel(r) + "," + std::to_string(c) + "," +
+               num(m.at(r, c)) + "\n";
+    dat += "# " + title + "\n" + matrix_dat(m) + "\n\n";
+  }
+  p.data(stem + ".csv", csv);
+  p.data(stem + ".dat", dat);
+  const size_t rows = (mats.size() + 1) / 2;
+  std::string gp = terminal(1100, static_cast<int>(320 * rows + 60)) + "set output '" + stem +
+                   ".png'\n" + kDiverging;
+  gp += "set multiplot layout " + std::to_string(rows) + ",2 title '" + label +
+        ": hook 3/4 tables (rows: relative index; row r is used for key - query " + rel(0) +
+        " ... " + rel(mats.front().second.rows - 1) + ")'\n";
+  for (size_t i = 0; i < mats.size(); ++i) {
+    const Matrix& m = mats[i].second;
+    const double a = max_abs(m);
+    gp += "set title '" + mats[i].first + "'\nset cbrange [" + num(-a) + ":" + num(a) + "]\n";
+    gp += "set xrange [-0.5:" + std::to_string(m.cols) + "-0.5]\nset yrange [" +
+          std::to_string(m.rows) + "-0.5:-0.5]\nset xlabel 'dim'\nset ylabel 'row'\n";
+    gp += "plot '" + stem + ".dat' index " + std::to_string(i) + " matrix with image notitle\n";
+  }
+  gp += "unset multiplot\n";
+  p.plot(stem, gp);
+  return true;
+}
+
+// Hook 3 on self-attention over positions 0..P-1: the term each head adds for one query (the last
+// one when causal, the middle one otherwise) against the relative position key - query, per layer
+// (layers whose terms are equal are drawn once). A term that depends on the query is drawn for
+// q = (1, ..., 1) and says so.
+void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
+                  PositionalEncoding& pe, const StackInfo& si, int64_t P, Device dev) {
+  const std::vector<int64_t> pos = iota(P);
+  const bool causal = si.kind == StackKind::Decoder;
+  const int64_t qi = causal ? P - 1 : P / 2, H = si.heads, dh = si.head_dim();
+  const int64_t j_end = causal ? qi + 1 : P;
+  bool query_dependent = false;
+  std::vector<std::vector<double>> per_layer;  // [layer][h * n + j]
+  for (int64_t l = 0; l < si.layers; ++l) {
+    AttnSite site;
+    site.kind = causal ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
+    site.causal = causal;
+    site.layer = l;
+    site.q_pos = &pos;
+    site.k_pos = &pos;
+    auto term_for = [&](const Tensor& q) -> std::vector<double> {
+      Tensor t = pe.score_term(q, site);
+      if (!t.defined()) return {};
+      const std::vector<double> v = (t + Tensor::zeros({1, H, P, P}, si.dtype, dev)).to_vector();
+      std::vector<double> row;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < j_end; ++j) row.push_back(v[static_cast<size_t>((h * P + qi) * P + j)]);
+      return row;
+    };
+    std::vector<double> z = term_for(Tensor::zeros({1, H, P, dh}, si.dtype, dev));
+    if (z.empty()) return;
+    const std::vector<double> o = term_for(Tensor::ones({1, H, P, dh}, si.dtype, dev));
+    if (o != z) query_dependent = true;
+    per_layer.push_back(query_dependent ? o : z);
+  }
+  if (per_layer.empty()) return;
+  bool same = true;
+  for (const auto& v : per_layer) same = same && v == per_layer.front();
+  const int64_t n = j_end;
+  for (size_t l = 0; l < (same ? 1 : per_layer.size()); ++l) {
+    const std::string st = stem + (same ? "" : "_layer" + std::to_string(l));
+    std::string csv = "relative_position", dat;
+    for (int64_t h = 0; h < H; ++h) csv += ",head" + std::to_string(h + 1);
+    csv += "\n";
+    for (int64_t j = 0; j < n; ++j) {
+      csv += std::to_string(j - qi);
+      dat += std::to_string(j - qi);
+      for (int64_t h = 0; h < H; ++h) {
+        csv += "," + num(per_layer[l][static_cast<size_t>(h * n + j)]);
+        dat += " " + num(per_layer[l][static_cast<size_t>(h * n + j)]);
+      }
+      csv += "\n";
+      dat += "\n";
+    }
+    p.data(st + ".csv", csv);
+    p.data(st + ".dat", dat);
+    std::string gp = terminal(1000, 600) + "set output '" + st + ".png'\n";
+    gp += "set title '" + label + ": hook 3, the term added to the attention score (" +
+          (same ? (si.layers > 1 ? std::string("every layer") : std::string("layer 0"))
+                : "layer " + std::to_string(l)) +
+          (causal ? ", causal, last query" : ", bidirectional, middle query") +
+          (query_dependent ? ", q = (1,...,1)" : "") + ")'\n";
+    gp += "set xlabel 'relative position (key - query)'\nset ylabel 'score term'\nset grid\n";
+    gp += "set key outside right\nplot ";
+    for (int64_t h = 0; h < H; ++h)
+      gp += std::string(h ? ", " : "") + "'" + st + ".dat' using 1:" + std::to_string(h + 2) +
+            " with lines lw 2 title 'head " + std::to_string(h + 1) + "'";
+    gp += "\n";
+    p.plot(st, gp);
+  }
+}
+
+// Hook 2 on constant q = k = (1, ..., 1), the query at position N and keys at N - r, r = 0..N: the score
+// q'.k'/dh against the distance, averaged over heads — a rotary scheme's long-range behaviour. The
+// scheme's eval-time variants (PEScheme::variants, e.g. RoPE's scalings) are drawn next to it
+// with factor 4 and training length N/4, each from a fresh module in evaluation mode, when the
+// scheme has no trained parameters. Nothing is written when hook 2 changes nothing.
+void rotation_picture(Plotter& p, const std::string& stem, const std::string& label,
+                      PositionalEncoding& pe, const models::PEConfig& pc, const StackInfo& si,
+                      int64_t N, Device dev) {
+  const int64_t H = si.heads, dh = si.head_dim();
+  // The query at position N and key r at N - r (the keys a causal query sees, r = its distance).
+  const std::vector<int64_t> qp = {N};
+  std::vector<int64_t> kp(static_cast<size_t>(N + 1));
+  for (int64_t r = 0; r <= N; ++r) kp[static_cast<size_t>(r)] = N - r;
+  auto scores = [&](PositionalEncoding& m) -> std::vector<double> {
+    Tensor q = Tensor::ones({1, H, 1, dh}, si.dtype, dev);
+    Tensor k = Tensor::ones({1, H, N + 1, dh}, si.dtype, dev);
+    AttnSite site;
+    site.kind = si.kind == StackKind::Decoder ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
+    site.q_pos = &qp;
+    site.k_pos = &kp;
+    m.transform_qk(q, k, site);
+    const std::vector<double> qv = q.to_vector(), kv = k.to_vector();
+    std::vector<double> s(static_cast<size_t>(N + 1), 0.0);
+    bool changed = false;
+    for (double x : qv) changed = changed || x != 1.0;
+    for (double x : kv) changed = changed || x != 1.0;
+    if (!changed) return {};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r <= N; ++r) {
+        double dot = 0;
+        for (int64_t i = 0; i < dh; ++i)
+          dot += qv[static_cast<size_t>(h * dh + i)] * kv[static_cast<size_t>((h * (N + 1) + r) * dh + i)];
+        s[static_cast<size_t>(r)] += dot / static_cast<double>(dh * H);
+      }
+    return s;
+  };
+  std::vector<std::string> names = {pc.scheme};
+  std::vector<std::vector<double>> curves = {scores(pe)};
+  if (curves.front().empty()) return;
+  const models::PEScheme& sch = models::pe_scheme(pc.scheme);
+  const double factor = 4.0;
+  const int64_t train_len = std::max<int64_t>(2, N / 4);
+  if (!sch.variant_key.empty() && pe.parameters().empty()) {
+    for (const models::PEKey* k : models::pe_keys()) {
+      if (k->scheme != pc.scheme || k->name != sch.variant_key) continue;
+      for (const std::string& choice : k->choices) {
+        if (choice == k->def.s) continue;
+        models::PEConfig v = pc;
+        v.set(sch.variant_key, choice);
+        v.set(sch.variant_factor_key, factor);
+        v.train_positions = train_len;
+        Generator gen(0);
+        auto m = models::make_pe(v, si, gen);
+        m->eval();
+        names.push_back(choice);
+        curves.push_back(scores(*m));
+      }
+    }
+  }
+  std::string csv = "distance", dat;
+  for (const auto& n : names) csv += ",score_" + n;
   csv += "\n";
-  std::string dat;
   for (int64_t r = 0; r <= N; ++r) {
     csv += std::to_string(r);
     dat += std::to_string(r);
-    for (size_t k = 0; k < vars.size(); ++k) {
-      csv += "," + num(bound[k][static_cast<size_t>(r)]);
-      dat += " " + num(bound[k][static_cast<size_t>(r)]);
-    }
-    for (size_t k = 0; k < vars.size(); ++k) {
-      csv += "," + num(score[k][static_cast<size_t>(r)]);
-      dat += " " + num(score[k][static_cast<size_t>(r)]);
+    for (const auto& c : curves) {
+      csv += "," + num(c[static_cast<size_t>(r)]);
+      dat += " " + num(c[static_cast<size_t>(r)]);
     }
     csv += "\n";
     dat += "\n";
   }
-  p.data("rope_decay.csv", csv);
-  p.data("rope_decay.dat", dat);
-  const std::string fs_ = format_double(factor, 3), tl = std::to_string(train_len);
-  std::string gp = terminal(1000, 850) + "set output 'rope_decay.png'\n";
-  gp += "set multiplot layout 2,1\nset grid\nset key top right\nset xlabel 'relative distance'\n";
-  gp += "set title 'RoPE long-term decay (RoFormer bound, d = " + std::to_string(d) +
-        ", base 10000; scalings with factor " + fs_ + ", train length " + tl + ")'\n";
-  gp += "set ylabel '(1/(d/2)) sum_j |S_j|'\n";
-  gp +=
-      "plot 'rope_decay.dat' using 1:2 with lines lw 2 title 'rope', '' using 1:3 with lines lw 2 "
-      "title 'pi', '' using 1:4 with lines lw 2 title 'ntk', '' using 1:5 with lines lw 2 "
-      "title 'yarn'\n";
-  gp += "set title \"score q'.k'/d of constant q = k through pelab's rope module (eval mode)\"\n";
-  gp += "set ylabel 'score / d'\n";
-  gp +=
-      "plot 'rope_decay.dat' using 1:6 with lines lw 1.5 title 'rope', '' using 1:7 with lines "
-      "lw 1.5 title 'pi', '' using 1:8 with lines lw 1.5 title 'ntk', '' using 1:9 with lines "
-      "lw 1.5 title 'yarn'\n";
-  gp += "unset multiplot\n";
-  p.plot("rope_decay", gp);
-}
-
-void t5_buckets(Plotter& p, int64_t nb, int64_t maxd) {
-  const int64_t R = std::max<int64_t>(2 * maxd, 32);
-  models::t5_check_buckets(true, nb, maxd);
-  models::t5_check_buckets(false, nb, maxd);
-  std::string csv = "relative_position,bucket_bidirectional,bucket_unidirectional\n";
-  std::string dat;
-  for (int64_t r = -R; r <= R; ++r) {
-    const int64_t b = models::t5_relative_bucket(r, true, nb, maxd);
-    const int64_t u = models::t5_relative_bucket(r, false, nb, maxd);
-    csv += std::to_string(r) + "," + std::to_string(b) + "," + std::to_string(u) + "\n";
-    dat += std::to_string(r) + " " + std::to_string(b) + " " + std::to_string(u) + "\n";
-  }
-  p.data("t5_buckets.csv", csv);
-  p.data("t5_buckets.dat", dat);
-  std::string gp = terminal(1000, 600) + "set output 't5_buckets.png'\n";
-  gp += "set title 'T5 relative-position buckets (num_buckets " + std::to_string(nb) +
-        ", max_distance " + std::to_string(maxd) + "); relative position = key - query'\n";
-  gp +=
-      "set xlabel 'relative position (key - query)'\nset ylabel 'bucket'\nset grid\nset key top "
-      "left\n";
-  gp +=
-      "plot 't5_buckets.dat' using 1:2 with steps lw 2 title 'bidirectional (encoder)', '' using "
-      "1:3 with steps lw 2 dt 2 title 'unidirectional (decoder)'\n";
-  p.plot("t5_buckets", gp);
-}
-
-void alibi_bias(Plotter& p, int64_t heads) {
-  const int64_t L = 64;
-  models::PEConfig pc;
-  pc.scheme = "alibi";
-  StackInfo si;
-  si.kind = StackKind::Decoder;
-  si.d_model = heads * 8;
-  si.heads = heads;
-  si.dtype = DType::Float64;
-  Generator gen(0);
-  auto pe = models::make_pe(pc, si, gen);
-  const std::vector<int64_t> pos = iota(L);
-  AttnSite site;
-  site.kind = AttnKind::DecoderSelf;
-  site.causal = true;
-  site.q_pos = &pos;
-  site.k_pos = &pos;
-  Tensor q = Tensor::zeros({1, heads, L, 8}, DType::Float64);
-  Tensor t = pe->score_term(q, site);
-  PELAB_CHECK(t.defined(), "plot-pe: alibi returned no score term");
-  const std::vector<double> v = (t + Tensor::zeros({1, heads, L, L}, DType::Float64)).to_vector();
-  // Last query (position L-1) against keys L-1-r: bias at distance r.
-  std::string csv = "distance";
-  for (int64_t h = 0; h < heads; ++h) csv += ",head" + std::to_string(h + 1);
-  csv += "\n";
-  std::string dat;
-  for (int64_t r = 0; r < L; ++r) {
-    csv += std::to_string(r);
-    dat += std::to_string(r);
-    for (int64_t h = 0; h < heads; ++h) {
-      const double b = v[static_cast<size_t>(((h * L) + (L - 1)) * L + (L - 1 - r))];
-      csv += "," + num(b);
-      dat += " " + num(b);
-    }
-    csv += "\n";
-    dat += "\n";
-  }
-  p.data("alibi_bias.csv", csv);
-  p.data("alibi_bias.dat", dat);
-  std::string gp = terminal(1000, 600) + "set output 'alibi_bias.png'\n";
-  gp += "set title 'ALiBi bias -m_h (i - j) per head (" + std::to_string(heads) +
-        " heads, causal), from pelab''s alibi module'\n";
-  gp += "set xlabel 'distance i - j'\nset ylabel 'bias added to the attention score'\nset grid\n";
-  gp += "set key outside right\nplot ";
-  for (int64_t h = 0; h < heads; ++h)
-    gp += std::string(h ? ", " : "") + "'alibi_bias.dat' using 1:" + std::to_string(h + 2) +
-          " with lines lw 2 title 'head " + std::to_string(h + 1) + "'";
+  p.data(stem + ".csv", csv);
+  p.data(stem + ".dat", dat);
+  std::string gp = terminal(1000, 600) + "set output '" + stem + ".png'\n";
+  gp += "set title \"" + label + ": hook 2, score q'.k'/d_head of constant q = k against the distance" +
+        (names.size() > 1 ? "\\n(variants: factor " + format_double(factor, 3) + ", training length " +
+                                std::to_string(train_len) + ", evaluation mode)"
+                          : std::string()) +
+        "\"\n";
+  gp += "set xlabel 'relative distance'\nset ylabel 'score / d_head'\nset grid\nset key top right\nplot ";
+  for (size_t i = 0; i < names.size(); ++i)
+    gp += std::string(i ? ", " : "") + "'" + stem + ".dat' using 1:" + std::to_string(i + 2) +
+          " with lines lw 1.5 title '" + names[i] + "'";
   gp += "\n";
-  p.plot("alibi_bias", gp);
+  p.plot(stem, gp);
+}
+
+// Every picture the hooks of one PE object give. P: positions for hooks 1 and 3; N: distances for
+// hook 2. A scheme with a position limit gets at most that many positions.
+void pe_pictures(Plotter& p, const std::string& stem, const std::string& label,
+                 PositionalEncoding& pe, const models::PEConfig& pc, const StackInfo& si, int64_t P,
+                 int64_t N, Device dev) {
+  const int64_t limit = models::pe_max_positions(pc);
+  if (limit > 0) P = std::min(P, limit), N = std::min(N, limit - 1);
+  NoGradGuard ng;
+  if (pe.additive()) embedding_picture(p, stem + "_embedding", label, pe, P, si.d_model, si.dtype, dev);
+  if (!tables_picture(p, stem + "_tables", label, pe, si, P))
+    bias_picture(p, stem + "_bias", label, pe, si, P, dev);
+  if (N > 0) rotation_picture(p, stem + "_rotation", label, pe, pc, si, N, dev);
 }
 
 // ---------------- pictures from a run ----------------
-
-const Tensor* find_param(const std::vector<NamedTensor>& ps, const std::string& name) {
-  for (const auto& p : ps)
-    if (p.first == name) return &p.second;
-  return nullptr;
-}
-
-void t5_bias(Plotter& p, const Config& cfg, const std::vector<NamedTensor>& ps) {
-  for (const std::string stack : {"encoder", "decoder"}) {
-    std::vector<std::pair<std::string, const Tensor*>> tables;
-    if (const Tensor* t = find_param(ps, stack + ".pe.rel_bias")) tables.emplace_back("", t);
-    for (int l = 0; l < 64; ++l)
-      if (const Tensor* t = find_param(ps, stack + ".pe.layers." + std::to_string(l) + ".rel_bias"))
-        tables.emplace_back("_layer" + std::to_string(l), t);
-    const bool bidir = stack == "encoder";
-    const int64_t nb = cfg.model.pe.get_int("t5_num_buckets"), maxd = cfg.model.pe.get_int("t5_max_distance");
-    const int64_t R = std::max<int64_t>(2 * maxd, 32);
-    for (const auto& [suffix, t] : tables) {
-      const int64_t N = t->size(0), H = t->size(1);
-      const std::vector<double> w = t->to_vector();
-      const std::string stem = "t5_bias_" + stack + suffix;
-      std::string csv = "relative_position,bucket";
-      for (int64_t h = 0; h < H; ++h) csv += ",head" + std::to_string(h + 1);
-      csv += "\n";
-      std::string dat;
-      for (int64_t r = -R; r <= (bidir ? R : 0); ++r) {
-        const int64_t b = models::t5_relative_bucket(r, bidir, N, maxd);
-        csv += std::to_string(r) + "," + std::to_string(b);
-        dat += std::to_string(r);
-        for (int64_t h = 0; h < H; ++h) {
-          csv += "," + num(w[static_cast<size_t>(b * H + h)]);
-          dat += " " + num(w[static_cast<size_t>(b * H + h)]);
-        }
-        csv += "\n";
-        dat += "\n";
-      }
-      (void)nb;
-      p.data(stem + ".csv", csv);
-      p.data(stem + ".dat", dat);
-      std::string gp = terminal(1000, 600) + "set output '" + stem + ".png'\n";
-      gp += "set title 'learned T5 bias per head, " + stack + suffix + " (" +
-            (bidir ? "bidirectional" : "unidirectional") + ")'\n";
-      gp +=
-          "set xlabel 'relative position (key - query)'\nset ylabel 'bias'\nset grid\n"
-          "set key outside right\nplot ";
-      for (int64_t h = 0; h < H; ++h)
-        gp += std::string(h ? ", " : "") + "'" + stem + ".dat' using 1:" + std::to_string(h + 2) +
-              " with steps lw 2 title 'head " + std::to_string(h + 1) + "'";
-      gp += "\n";
-      p.plot(stem, gp);
-    }
-  }
-}
-
-void shaw_tables(Plotter& p, const Config& cfg, const std::vector<NamedTensor>& ps) {
-  for (const std::string stack : {"encoder", "decoder"}) {
-    std::vector<std::pair<std::string, Matrix>> mats;  // title -> [2k+1, dh]
-    for (int l = 0; l < 64; ++l)
-      for (const std::string kind : {"rel_k", "rel_v"}) {
-        const Tensor* t = find_param(ps, stack + ".pe.layers." + std::to_string(l) + "." + kind);
-        if (!t) continue;
-        Matrix m;
-        const std::vector<double> w = t->to_vector();
-        if (t->dim() == 3) {  // per head: mean over heads
-          const int64_t H = t->size(0);
-          m.rows = t->size(1);
-          m.cols = t->size(2);
-          m.v.assign(static_cast<size_t>(m.rows * m.cols), 0.0);
-          for (int64_t h = 0; h < H; ++h)
-            for (int64_t i = 0; i < m.rows * m.cols; ++i)
-              m.v[static_cast<size_t>(i)] += w[static_cast<size_t>(h * m.rows * m.cols + i)] / H;
-        } else {
-          m.rows = t->size(0);
-          m.cols = t->size(1);
-          m.v = w;
-        }
-        mats.emplace_back("layer " + std::to_string(l) + " " + kind, m);
-      }
-    if (mats.empty()) continue;
-    const std::string stem = "shaw_" + stack;
-    const int64_t k = cfg.model.pe.get_int("shaw_k");
-    std::string csv = "table,relative_position,dim,value\n", dat;
-    for (const auto& [title, m] : mats) {
-      for (int64_t r = 0; r < m.rows; ++r)
-        for (int64_t c = 0; c < m.cols; ++c)
-          csv += title + "," + std::to_string(r - k) + "," + std::to_string(c) + "," +
-                 num(m.at(r, c)) + "\n";
-      dat += "# " + title + "\n" + matrix_dat(m) + "\n\n";
-    }
-    p.data(stem + ".csv", csv);
-    p.data(stem + ".dat", dat);
-    const size_t cols = 2, rows = (mats.size() + 1) / 2;
-    std::string gp = terminal(1100, static_cast<int>(320 * rows + 60)) + "set output '" + stem +
-                     ".png'\n" + kDiverging;
-    gp += "set multiplot layout " + std::to_string(rows) + "," + std::to_string(cols) +
-          " title 'Shaw relative tables, " + stack + " (rows: relative position -" +
-          std::to_string(k) + "..+" + std::to_string(k) +
-          (cfg.model.pe.get_bool("shaw_per_head") ? "; mean over heads" : "") + ")'\n";
-    for (size_t i = 0; i < mats.size(); ++i) {
-      const Matrix& m = mats[i].second;
-      const double a = max_abs(m);
-      gp += "set title '" + mats[i].first + "'\nset cbrange [" + num(-a) + ":" + num(a) + "]\n";
-      gp += "set xrange [-0.5:" + std::to_string(m.cols) + "-0.5]\nset yrange [" +
-            std::to_string(m.rows) + "-0.5:-0.5]\n";
-      gp += "set ytics ('-" + std::to_string(k) + "' 0, '0' " + std::to_string(k) + ", '+" +
-            std::to_string(k) + "' " + std::to_string(2 * k) + ")\nset xlabel 'dim'\n";
-      gp += "plot '" + stem + ".dat' index " + std::to_string(i) + " matrix with image notitle\n";
-    }
-    gp += "unset multiplot\n";
-    p.plot(stem, gp);
-  }
-}
-
-void learned_positions(Plotter& p, const Config& cfg, const std::vector<NamedTensor>& ps,
-                       int64_t train_positions) {
-  for (const std::string stack : {"encoder", "decoder"}) {
-    const Tensor* t = find_param(ps, stack + ".pe.weight");
-    if (!t) continue;
-    const int64_t P = std::min<int64_t>(t->size(0), std::max<int64_t>(2 * train_positions, 64));
-    const int64_t D = t->size(1);
-    const std::vector<double> w = t->to_vector();
-    Matrix m{P, D, std::vector<double>(w.begin(), w.begin() + P * D)};
-    Matrix cs{P, P, std::vector<double>(static_cast<size_t>(P * P))};
-    std::vector<double> norm(static_cast<size_t>(P));
-    for (int64_t i = 0; i < P; ++i) {
-      double s = 0;
-      for (int64_t d = 0; d < D; ++d) s += m.at(i, d) * m.at(i, d);
-      norm[static_cast<size_t>(i)] = std::sqrt(s) + 1e-12;
-    }
-    for (int64_t i = 0; i < P; ++i)
-      for (int64_t j = 0; j < P; ++j) {
-        double s = 0;
-        for (int64_t d = 0; d < D; ++d) s += m.at(i, d) * m.at(j, d);
-        cs.v[static_cast<size_t>(i * P + j)] =
-            s / (norm[static_cast<size_t>(i)] * norm[static_cast<size_t>(j)]);
-      }
-    const std::string stem = "learned_positions_" + stack;
-    std::string csv = "position_i,position_j,cosine_similarity\n";
-    for (int64_t i = 0; i < P; ++i)
-      for (int64_t j = 0; j < P; ++j)
-        csv += std::to_string(i) + "," + std::to_string(j) + "," + num(cs.at(i, j)) + "\n";
-    p.data(stem + ".csv", csv);
-    p.data(stem + ".dat",
-           "# table\n" + matrix_dat(m) + "\n\n# cosine similarity\n" + matrix_dat(cs));
-    std::string gp = terminal(1200, 560) + "set output '" + stem + ".png'\n";
-    gp += "set multiplot layout 1,2 title 'learned absolute positions, " + stack + " (first " +
-          std::to_string(P) + " of " + std::to_string(t->size(0)) + "; trained: 0.." +
-          std::to_string(train_positions - 1) + ")'\n" + kDiverging;
-    const double a = max_abs(m);
-    gp += "set title 'table [position, dim]'\nset xlabel 'dim'\nset ylabel 'position'\n";
-    gp += "set cbrange [" + num(-a) + ":" + num(a) + "]\nset xrange [-0.5:" + std::to_string(D) +
-          "-0.5]\nset yrange [" + std::to_string(P) + "-0.5:-0.5]\n";
-    gp += "plot '" + stem + ".dat' index 0 matrix with image notitle\n";
-    gp += "set title 'cosine similarity of positions'\nset xlabel 'position'\nset cbrange [-1:1]\n";
-    gp += "set xrange [-0.5:" + std::to_string(P) + "-0.5]\n";
-    gp += "plot '" + stem + ".dat' index 1 matrix with image notitle\n";
-    gp += "unset multiplot\n";
-    p.plot(stem, gp);
-    (void)cfg;
-  }
-}
 
 std::string token_label(const data::Vocab& v, int64_t id) {
   std::string s = v.symbol(id);
@@ -656,10 +595,31 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
   }
   PELAB_CHECK(!opt.run_only || have_run, "plot-pe: --run-only needs --run RUN_DIR");
   if (!opt.run_only) {
-    sinusoidal_heatmap(p, opt);
-    rope_decay(p, opt);
-    t5_buckets(p, have_run ? cfg.model.pe.get_int("t5_num_buckets") : 32, have_run ? cfg.model.pe.get_int("t5_max_distance") : 128);
-    alibi_bias(p, have_run ? cfg.model.heads : opt.heads);
+    // Every registered scheme without trained parameters, from its definition (a scheme with
+    // parameters is drawn from a trained run: --run).
+    for (const std::string& name : models::pe_names()) {
+      models::PEConfig pc;
+      pc.scheme = name;
+      StackInfo si;
+      si.kind = StackKind::Decoder;
+      si.d_model = opt.d_model;
+      si.heads = opt.heads;
+      si.dtype = DType::Float64;
+      Generator gen(0);
+      auto pe = models::make_pe(pc, si, gen);
+      if (!pe->parameters().empty()) continue;
+      pe->eval();
+      pe_pictures(p, name, name + " (definition, d_model " + std::to_string(opt.d_model) + ")", *pe,
+                  pc, si, opt.positions, 0, Device::cpu());
+      StackInfo rot = si;  // hook 2 with one head of opt.rope_dims dims
+      rot.d_model = opt.rope_dims;
+      rot.heads = 1;
+      auto pe1 = models::make_pe(pc, rot, gen);
+      pe1->eval();
+      NoGradGuard ng;
+      rotation_picture(p, name + "_rotation", name + " (definition, d_head " + std::to_string(opt.rope_dims) + ")",
+                       *pe1, pc, rot, opt.distance, Device::cpu());
+    }
   }
   if (!have_run) {
     PELAB_CHECK(opt.input.empty(), "plot-pe: --input needs --run RUN_DIR (a trained run)");
@@ -670,9 +630,30 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
   PELAB_CHECK(!ck.empty(), "plot-pe: no checkpoint in ", opt.run, "/checkpoints");
   LoadedModel lm = load_model(cfg, ck);
   const std::vector<NamedTensor> ps = lm.model->named_parameters();
-  if (cfg.model.pe.scheme == "t5") t5_bias(p, cfg, ps);
-  if (cfg.model.pe.scheme == "shaw") shaw_tables(p, cfg, ps);
-  if (cfg.model.pe.scheme == "learned") learned_positions(p, cfg, ps, lm.train_positions);
+  {
+    // The run's own PE objects, per stack, through the same hooks.
+    models::Transformer& model = *lm.model;
+    const Device dev = model.parameters().front().device();
+    model.eval();
+    const int64_t P = std::max<int64_t>(2 * lm.train_positions, 64), N = 4 * lm.train_positions;
+    models::PEConfig pc = cfg.model.pe;
+    pc.train_positions = lm.train_positions;
+    auto stack = [&](const char* name, StackKind kind, PositionalEncoding& pe, int64_t layers) {
+      StackInfo si;
+      si.kind = kind;
+      si.layers = layers;
+      si.d_model = cfg.model.d_model;
+      si.heads = cfg.model.heads;
+      si.dtype = model.dtype();
+      pe_pictures(p, pc.scheme + "_" + name, pc.scheme + ", " + name + " of the run", pe, pc, si, P, N,
+                  dev);
+    };
+    if (model.encoder)
+      stack("encoder", StackKind::Encoder, *model.encoder->pe,
+            static_cast<int64_t>(model.encoder->layers->size()));
+    stack("decoder", StackKind::Decoder, *model.decoder->pe,
+          static_cast<int64_t>(model.decoder->layers->size()));
+  }
   attention_maps(p, cfg, lm, opt.input);
   return res;
 }
@@ -683,14 +664,14 @@ const char* kPlotPeHelp =
     "usage: pelab plot-pe [--out DIR] [--run RUN_DIR [--input TEXT] [--checkpoint PATH]\n"
     "                     [--run-only]] [--no-plots]\n"
     "\n"
-    "Draws the positional encodings with pelab's own modules, each as a PNG (gnuplot) plus the\n"
-    "CSV behind it: the sinusoidal table, RoPE's long-range decay (RoFormer bound; plain, pi, "
-    "ntk,\n"
-    "yarn), the T5 bucket map and the ALiBi biases per head. With --run RUN_DIR (a trained run)\n"
-    "also its learned tables (T5 bias per head, Shaw key/value tables, learned absolute "
-    "positions)\n"
-    "and attention maps per layer and head for --input TEXT (default: the first example of the\n"
-    "run's longest test length).\n"
+    "Draws the positional encodings through their modules' own hooks, each as a PNG (gnuplot)\n"
+    "plus the CSV behind it: what hook 1 adds to the embedding (table, cosine similarity of\n"
+    "positions), the score term hook 3 adds per head against key - query (or its relative\n"
+    "tables), and the score of constant q = k through hook 2 against the distance (with the\n"
+    "scheme's eval-time variants, e.g. RoPE pi/ntk/yarn). Without --run: every scheme without\n"
+    "trained parameters, from its definition. With --run RUN_DIR (a trained run): the run's\n"
+    "encoder and decoder PE objects the same way, and attention maps per layer and head for\n"
+    "--input TEXT (default: the first example of the run's longest test length).\n"
     "\n"
     "options:\n"
     "  --out DIR          output directory (default reports/pe)\n"

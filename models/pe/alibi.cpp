@@ -10,11 +10,12 @@
 //   otherwise, with n the largest power of two below H: the n slopes for n, then every other slope of
 //   the 2n construction (its 1st, 3rd, ...) until H slopes (H = 6: 1/4, 1/16, 1/64, 1/256, 1/2, 1/8).
 // Positions are the site's absolute positions (cache offsets, randomized subsets); the bias [1, H, Lq,
-// Lk] is built on the host and cached per (positions, form, dtype, device).
+// Lk] is built on the host (site_tables.h's distances) and cached per (positions, form, dtype,
+// device).
 #include <cmath>
-#include <deque>
 
 #include "models/pe/pe.h"
+#include "models/pe/site_tables.h"
 
 namespace pelab::models {
 namespace {
@@ -51,39 +52,23 @@ class AlibiPE : public PositionalEncoding {
                     q.size(2) == static_cast<int64_t>(site.q_pos->size()),
                 "alibi: expected q [B, ", slopes_.size(), ", ", site.q_pos->size(), ", dh], got ",
                 q.defined() ? shape_str(q.shape()) : std::string("undefined"));
-    for (const Entry& e : cache_)
-      if (e.causal == site.causal && e.dtype == q.dtype() && e.device == q.device() &&
-          e.q == *site.q_pos && e.k == *site.k_pos)
-        return e.bias;
     const std::vector<int64_t>& qp = *site.q_pos;
     const std::vector<int64_t>& kp = *site.k_pos;
+    if (const Tensor* bias = cache_.find(qp, kp, site.causal, q.dtype(), q.device())) return *bias;
     const int64_t H = static_cast<int64_t>(slopes_.size());
     const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
-    std::vector<double> v(static_cast<size_t>(H * Lq * Lk));
+    const std::vector<double> dist = site_distances(qp, kp, site.causal);
+    std::vector<double> v(static_cast<size_t>(H) * dist.size());
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < Lq; ++i)
-        for (int64_t j = 0; j < Lk; ++j) {
-          const int64_t d = qp[i] - kp[j];  // distance back from the query to the key
-          const double dist = site.causal ? (d > 0 ? d : 0) : (d < 0 ? -d : d);
-          v[(h * Lq + i) * Lk + j] = -slopes_[h] * dist;
-        }
-    if (cache_.size() >= 4) cache_.pop_front();
-    cache_.push_back({qp, kp, site.causal, q.dtype(), q.device(),
-                      Tensor::from_vector(v, {1, H, Lq, Lk}, q.dtype(), q.device())});
-    return cache_.back().bias;
+      for (size_t e = 0; e < dist.size(); ++e) v[h * dist.size() + e] = -slopes_[h] * dist[e];
+    return cache_.put(qp, kp, site.causal, q.dtype(), q.device(),
+                      Tensor::from_vector(v, {1, H, Lq, Lk}, q.dtype(), q.device()));
   }
 
  private:
-  struct Entry {
-    std::vector<int64_t> q, k;
-    bool causal;
-    DType dtype;
-    Device device;
-    Tensor bias;
-  };
   bool symmetric_;
   std::vector<double> slopes_;
-  std::deque<Entry> cache_;
+  PositionCache<Tensor> cache_;
 };
 
 }  // namespace

@@ -88,14 +88,8 @@ class RopePE : public PositionalEncoding {
           t.inv_freq == f.inv_freq)
         return t;
     const int64_t L = static_cast<int64_t>(pos.size()), half = rot_ / 2;
-    std::vector<double> c(static_cast<size_t>(L * half)), s(c.size());
-    for (int64_t m = 0; m < L; ++m) {
-      for (int64_t i = 0; i < half; ++i) {
-        const double a = static_cast<double>(pos[m]) * f.inv_freq[i];
-        c[m * half + i] = std::cos(a) * f.mscale;
-        s[m * half + i] = std::sin(a) * f.mscale;
-      }
-    }
+    std::vector<double> c, s;
+    rope_cos_sin(pos, f.inv_freq, [&](size_t, size_t) { return f.mscale; }, c, s);
     if (cache_.size() >= 4) cache_.pop_front();
     cache_.push_back({pos, f.inv_freq, f.mscale, dt, dev, Tensor::from_vector(c, {L, half}, dt, dev),
                       Tensor::from_vector(s, {L, half}, dt, dev)});

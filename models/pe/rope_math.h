@@ -156,6 +156,22 @@ inline RopeFreqs rope_frequencies(const RopeParams& cfg, int64_t rot, int64_t cu
   }
   return out;
 }
+// The cos/sin tables [L, P] (row-major, P = inv_freq.size()) of the angles pos[m]·inv_freq[i], each
+// times scale(m, i): RoPE passes its mscale, xPos its per-dimension decay. rotate_pairs takes them.
+template <class Scale>
+inline void rope_cos_sin(const std::vector<int64_t>& pos, const std::vector<double>& inv_freq,
+                         Scale scale, std::vector<double>& cos_out, std::vector<double>& sin_out) {
+  const size_t L = pos.size(), P = inv_freq.size();
+  cos_out.assign(L * P, 0.0);
+  sin_out.assign(L * P, 0.0);
+  for (size_t m = 0; m < L; ++m)
+    for (size_t i = 0; i < P; ++i) {
+      const double a = static_cast<double>(pos[m]) * inv_freq[i], g = scale(m, i);
+      cos_out[m * P + i] = std::cos(a) * g;
+      sin_out[m * P + i] = std::sin(a) * g;
+    }
+}
+
 inline RopeFreqs rope_frequencies(const PEConfig& cfg, int64_t rot, int64_t current_length, bool scaled) {
   return rope_frequencies(RopeParams::from(cfg), rot, current_length, scaled);
 }

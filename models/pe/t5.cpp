@@ -8,9 +8,9 @@
 // per (positions, direction, device), flattened to [Lq·Lk]; the bias is index_select(tableᵀ, 1, ids)
 // [H, Lq·Lk] viewed as [1, H, Lq, Lk] (contiguous: the score add runs at unit stride).
 #include <cmath>
-#include <deque>
 
 #include "models/pe/pe.h"
+#include "models/pe/site_tables.h"
 #include "models/pe/t5_buckets.h"
 
 namespace pelab::models {
@@ -67,31 +67,20 @@ class T5PE : public PositionalEncoding {
   }
 
  private:
-  struct Entry {
-    std::vector<int64_t> q, k;
-    bool bidirectional;
-    Device device;
-    Tensor ids;
-  };
-
   Tensor bucket_ids(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp,
                     bool bidirectional, Device dev) {
-    for (const Entry& e : cache_)
-      if (e.bidirectional == bidirectional && e.device == dev && e.q == qp && e.k == kp)
-        return e.ids;
+    if (const Tensor* ids = cache_.find(qp, kp, bidirectional, DType::Int64, dev)) return *ids;
     const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
     std::vector<int64_t> v(static_cast<size_t>(Lq * Lk));
     for (int64_t i = 0; i < Lq; ++i)
       for (int64_t j = 0; j < Lk; ++j)
         v[i * Lk + j] = t5_relative_bucket(kp[j] - qp[i], bidirectional, num_buckets_, max_distance_);
-    if (cache_.size() >= 4) cache_.pop_front();
-    cache_.push_back({qp, kp, bidirectional, dev, Tensor::from_ints(v, {Lq * Lk}, dev)});
-    return cache_.back().ids;
+    return cache_.put(qp, kp, bidirectional, DType::Int64, dev, Tensor::from_ints(v, {Lq * Lk}, dev));
   }
 
   int64_t num_buckets_, max_distance_, heads_;
   std::vector<Tensor> tables_;  // handles to the registered parameters
-  std::deque<Entry> cache_;
+  PositionCache<Tensor> cache_;
 };
 
 }  // namespace

@@ -1,0 +1,137 @@
+// pelab — FIRE, functional interpolation for relative positions (Li et al. 2023), hook 3
+// (score_term), self-attention only. A learned function of the log-transformed distance normalised
+// by the query position, added unscaled to the scores:
+//   bias[h, i, j] = f_θ( ψ(d_ij) / (ψ(max(L, p_i)) + ε) )_h,   ψ(x) = log(|c|·x + 1),  ε = 1e-6
+// with f_θ: R -> R^H a two-layer MLP, x -> W2 · relu(W1 x + b1) + b2 (hidden width
+// pe.fire_mlp_width), c a learnable scalar (initial pe.fire_c_init) and L the threshold that keeps
+// the normalisation from blowing up the distances of short sequences (the paper's "adaptive
+// threshold"): L = |λ|·pe.fire_threshold with λ learnable, initial 1 (fixed at 1 without
+// pe.fire_learn_threshold). ε and the absolute values as in the paper's reference code.
+//   causal sites (decoder self-attention): d_ij = p_i − p_j for keys at or before the query; later
+//     keys (blocked by the causal mask) get bias 0.
+//   non-causal sites (encoder self-attention): d_ij = |p_i − p_j| (the paper defines FIRE for causal
+//     attention; this is its symmetric form), still normalised by the query position p_i.
+//   cross-attention: no term.
+// One FIRE per layer (the paper's default; it also studies sharing one across layers). Parameters
+// [layers, ...]: "w1" [layers, W] (W1 is [W, 1]), "b1" [layers, W], "w2" [layers, H, W], "b2"
+// [layers, H], "c" [layers], "threshold_scale" [layers] (λ, only with pe.fire_learn_threshold).
+// Init: W1, b1 ~ U(−1, 1) and W2, b2 ~ U(−1/√W, 1/√W) (PyTorch's nn.Linear default, which the
+// reference code uses). Positions are the site's absolute positions; the distance, query-position
+// and mask tables are built on the host per site and cached.
+#include <cmath>
+
+#include "models/pe/pe.h"
+#include "models/pe/site_tables.h"
+
+namespace pelab::models {
+namespace {
+
+constexpr double kFireEps = 1e-6;
+
+Tensor abs_of(const Tensor& x) { return maximum(x, neg(x)); }
+
+class FirePE : public PositionalEncoding {
+ public:
+  FirePE(const PEConfig& cfg, const StackInfo& s, Generator& gen)
+      : width_(cfg.get_int("fire_mlp_width")), heads_(s.heads),
+        threshold_(cfg.get_float("fire_threshold")) {
+    const double c0 = cfg.get_float("fire_c_init");
+    PELAB_CHECK(width_ >= 1, "pe.fire_mlp_width: must be >= 1, got ", width_);
+    PELAB_CHECK(c0 > 0 && std::isfinite(c0), "pe.fire_c_init: must be > 0, got ", c0);
+    PELAB_CHECK(threshold_ > 0 && std::isfinite(threshold_), "pe.fire_threshold: must be > 0, got ",
+                threshold_);
+    PELAB_CHECK(s.layers >= 1, "fire: stack needs at least one layer, got ", s.layers);
+    const int64_t Ly = s.layers;
+    auto uniform = [&](const Shape& shape, double a) {
+      Tensor t = Tensor::empty(shape, s.dtype);
+      init::uniform_(t, -a, a, gen);
+      return t;
+    };
+    const double a2 = 1.0 / std::sqrt(static_cast<double>(width_));
+    w1_ = register_parameter("w1", uniform({Ly, width_}, 1.0));
+    b1_ = register_parameter("b1", uniform({Ly, width_}, 1.0));
+    w2_ = register_parameter("w2", uniform({Ly, heads_, width_}, a2));
+    b2_ = register_parameter("b2", uniform({Ly, heads_}, a2));
+    c_ = register_parameter("c", Tensor::full({Ly}, c0, s.dtype));
+    if (cfg.get_bool("fire_learn_threshold"))
+      lambda_ = register_parameter("threshold_scale", Tensor::full({Ly}, 1.0, s.dtype));
+  }
+  std::string name() const override { return "fire"; }
+
+  Tensor score_term(const Tensor& q, const AttnSite& site) override {
+    if (site.kind == AttnKind::Cross) return Tensor();
+    PELAB_CHECK(site.q_pos && site.k_pos, "fire: attention site without positions");
+    const int64_t l = site.layer;
+    PELAB_CHECK(l >= 0 && l < c_.size(0), "fire: layer ", l, " out of range (stack has ",
+                c_.size(0), " layers)");
+    const int64_t Lq = static_cast<int64_t>(site.q_pos->size());
+    const int64_t Lk = static_cast<int64_t>(site.k_pos->size());
+    const Tables& t = tables(*site.q_pos, *site.k_pos, site.causal, q.dtype(), q.device());
+    auto row = [&](const Tensor& p, const Shape& shape) {
+      return reshape(slice(p, 0, l, l + 1), shape);
+    };
+    const Tensor c = abs_of(row(c_, {1, 1}));
+    auto psi = [&](const Tensor& x) { return log(add_scalar(mul(c, x), 1.0)); };
+    // max(L, p_i) [Lq, 1]: with a learnable threshold the max is taken on tensors (its gradient
+    // goes to L where L is the larger), else on the host.
+    const Tensor norm = lambda_.defined()
+                            ? maximum(mul_scalar(abs_of(row(lambda_, {1, 1})), threshold_), t.q_pos)
+                            : t.q_norm;
+    const Tensor x = div(psi(t.d), add_scalar(psi(norm), kFireEps));  // [Lq, Lk]
+    const Tensor h = relu(linear(reshape(x, {Lq * Lk, 1}), row(w1_, {width_, 1}), row(b1_, {width_})));
+    const Tensor f = linear(h, row(w2_, {heads_, width_}), row(b2_, {heads_}));  // [Lq·Lk, H]
+    Tensor bias = reshape(transpose(f, 0, 1).contiguous(), {1, heads_, Lq, Lk});
+    return t.mask.defined() ? mul(bias, t.mask) : bias;
+  }
+
+ private:
+  struct Tables {
+    Tensor d;       // [Lq, Lk] distances
+    Tensor q_pos;   // [Lq, 1] p_i
+    Tensor q_norm;  // [Lq, 1] max(L, p_i) (fixed threshold only)
+    Tensor mask;    // [Lq, Lk] 1 for p_j <= p_i (causal sites only)
+  };
+
+  const Tables& tables(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp, bool causal,
+                       DType dt, Device dev) {
+    if (const Tables* t = cache_.find(qp, kp, causal, dt, dev)) return *t;
+    const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());
+    const std::vector<double> d = site_distances(qp, kp, causal);
+    std::vector<double> m(d.size()), p(static_cast<size_t>(Lq)), n(p.size());
+    for (int64_t i = 0; i < Lq; ++i) {
+      p[i] = static_cast<double>(qp[i]);
+      n[i] = std::max(threshold_, p[i]);
+      for (int64_t j = 0; j < Lk; ++j) m[i * Lk + j] = kp[j] <= qp[i] ? 1.0 : 0.0;
+    }
+    Tables t;
+    t.d = Tensor::from_vector(d, {Lq, Lk}, dt, dev);
+    t.q_pos = Tensor::from_vector(p, {Lq, 1}, dt, dev);
+    t.q_norm = Tensor::from_vector(n, {Lq, 1}, dt, dev);
+    if (causal) t.mask = Tensor::from_vector(m, {Lq, Lk}, dt, dev);
+    return cache_.put(qp, kp, causal, dt, dev, std::move(t));
+  }
+
+  int64_t width_, heads_;
+  double threshold_;
+  Tensor w1_, b1_, w2_, b2_, c_, lambda_;  // lambda_ undefined with a fixed threshold
+  PositionCache<Tables> cache_;
+};
+
+}  // namespace
+
+PELAB_REGISTER_PE(
+    PEScheme("fire", [](const PEConfig& c, const StackInfo& s, Generator& g) {
+      return std::shared_ptr<PositionalEncoding>(std::make_shared<FirePE>(c, s, g));
+    })
+        .key("fire_mlp_width", 32, "[1, inf)", "fire: hidden width of the MLP f_theta (per layer)")
+        .key("fire_c_init", 0.1, "(0, inf)", "fire: initial c of the log transform psi(x) = log(abs(c) x + 1)")
+        .key("fire_threshold", 512.0, "(0, inf)",
+             "fire: threshold L of the query-position normaliser psi(max(L, i)) (initial value when learned)")
+        .key("fire_learn_threshold", true, "",
+             "fire: learn L = abs(lambda) * pe.fire_threshold, lambda initial 1 (false: L fixed)")
+        .parameters([](const PEConfig& c, const StackInfo& s) {
+          const int64_t W = c.get_int("fire_mlp_width");
+          return s.layers * (2 * W + s.heads * W + s.heads + 1 + (c.get_bool("fire_learn_threshold") ? 1 : 0));
+        }));
+
+}  // namespace pelab::models
