@@ -356,6 +356,19 @@ TEST_F(CoPECli, SetSchemeCopeTrainsBothArchitectures) {
     EXPECT_TRUE(fs::exists(dir_ / "runs" / arch / "eval.json")) << arch;
     const std::string used = slurp(dir_ / "runs" / arch / "config.yaml");
     EXPECT_NE(used.find("cope_p_max: 3"), std::string::npos) << used;
+    // plot-pe draws the trained term through keyed_score_term (score_term alone has none): the
+    // decoder's, and in seq2seq the encoder's with keys on both sides of the middle query.
+    const fs::path out = dir_ / ("pe_" + arch);
+    const auto p = pelab("plot-pe --run " + quote((dir_ / "runs" / arch).string()) + " --out " +
+                         quote(out.string()) + " --run-only --no-plots");
+    EXPECT_EQ(p.rc, 0) << p.err;
+    for (const std::string stack : {"decoder", "encoder"}) {
+      if (stack == "encoder" && arch == "decoder") continue;
+      const std::string csv = slurp(out / ("cope_" + stack + "_bias.csv"));
+      EXPECT_EQ(csv.rfind("relative_position,head1,head2\n", 0), 0u) << stack << ": " << csv;
+      EXPECT_EQ(csv.find("nan"), std::string::npos) << csv;
+      if (stack == "encoder") { EXPECT_NE(csv.find("\n1,"), std::string::npos) << csv; }
+    }
   }
 }
 
