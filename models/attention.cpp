@@ -81,11 +81,11 @@ Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tens
   if (!keep_probs && !(is_training() && dropout_p > 0) &&
       (rel.values.defined() || !pe.has_value_term(site))) {
     // nothing needs the probabilities: one fused op, the hooks' table forms inside it
-    const Tensor term = rel.keys.defined() ? Tensor() : pe.score_term(qh, site);
+    const Tensor term = rel.keys.defined() ? Tensor() : pe.keyed_score_term(qh, kh, blocked, site);
     out = scaled_dot_attention(qh, kh, vh, term, blocked, scale, kMaskedScore, rel.index, rel.keys,
                                rel.values);
   } else {
-    const Tensor term = pe.score_term(qh, site);
+    const Tensor term = pe.keyed_score_term(qh, kh, blocked, site);
     // q k^T / sqrt(dh), the scale applied inside the GEMM
     Tensor scores = matmul(qh, transpose(kh, 2, 3), scale);
     if (term.defined()) scores = add(scores, term);

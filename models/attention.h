@@ -2,7 +2,9 @@
 //
 //   q, k, v = split_heads(x W_qᵀ + b_q), ...            [B, H, L, dh]
 //   pe.transform_qk(q, k, site)                          (hook 2, e.g. RoPE)
-//   s = q kᵀ / √dh + pe.score_term(q, site)              (hook 3, e.g. T5 / ALiBi / Shaw-K)
+//   s = q kᵀ / √dh + pe.keyed_score_term(q, k, blocked, site)
+//                                                        (hook 3, e.g. T5 / ALiBi / Shaw-K / CoPE;
+//                                                        default: pe.score_term(q, site))
 //   s = masked_fill(s, blocked, -1e9)                    (causal and key-padding masks)
 //   p = dropout(softmax(s))
 //   out = p v + pe.value_term(p, site)                   (hook 4, e.g. Shaw-V)

@@ -4,8 +4,8 @@
 Written from the specification in docs/model.md (not from the C++): both architectures (seq2seq,
 decoder-only), pre-/post-LN, gelu/relu, optional biases, tied embeddings and every positional
 encoding scheme (sinusoidal, learned, shaw, t5, rope with both pairings and partial rotary, alibi,
-none, kerple, fire, xpos). Everything is computed in float64 from the float32 values stored in a
-pelab checkpoint.
+none, kerple, fire, xpos, cope). Everything is computed in float64 from the float32 values stored in
+a pelab checkpoint.
 
     tools/torch_reference.py IN.input.h5 OUT.golden.h5
 
@@ -88,6 +88,9 @@ class PE:
 
     def score_term(self, q, site):
         return None
+
+    def keyed_score_term(self, q, k, blocked, site):  # hook 3 with the keys and the mask
+        return self.score_term(q, site)
 
     def value_term(self, probs, site):
         return None
@@ -260,6 +263,36 @@ class ALiBi(PE):
         return (-m * d.abs())[None]
 
 
+class CoPE(PE):  # Golovneva et al. 2024: gated counts, interpolated embeddings, inside 1/sqrt(dh)
+    def __init__(self, cfg, P, stack):
+        self.p_max = int(cfg.pe["cope_p_max"])
+        self.offset = self.p_max if stack == "encoder" else 0  # encoder rows: counts -p_max..p_max
+        self.dh = cfg.dh
+        self.P, self.stack = P, stack
+
+    def keyed_score_term(self, q, k, blocked, site):
+        if site["kind"] == "cross":
+            return None
+        e = self.P["%s.pe.layers.%d.pos_emb" % (self.stack, site["layer"])]  # [rows, dh]
+        s = 1.0 / math.sqrt(self.dh)
+        g = torch.sigmoid(q @ k.transpose(-1, -2) * s).masked_fill(blocked, 0.0)  # gates
+        qp, kp = site["q_pos"], site["k_pos"]
+        before = kp[None, :] <= qp[:, None]  # [Lq, Lk]: key at or before the query
+        # sum of the gates from key j up to the query: a reversed cumulative sum
+        back = torch.flip(torch.cumsum(torch.flip(g * before, [-1]), -1), [-1])
+        if site["causal"]:
+            c = torch.clamp(back, max=self.p_max)
+        else:  # keys after the query: minus the sum from the query up to key j
+            fwd = torch.cumsum(g * (kp[None, :] >= qp[:, None]), -1)
+            c = torch.clamp(torch.where(before, back, -fwd), -self.p_max, self.p_max)
+        u = c + self.offset
+        lo = torch.floor(u).long()
+        hi = torch.clamp(lo + 1, max=e.shape[0] - 1)
+        w = u - lo
+        z = q @ e.t() * s  # q_i . e[n] / sqrt(dh) for every integer n: [B, H, Lq, rows]
+        return w * z.gather(-1, hi) + (1 - w) * z.gather(-1, lo)
+
+
 class NoPE(PE):
     def __init__(self, cfg, P, stack):
         pass
@@ -346,7 +379,7 @@ class XPos(PE):  # Sun et al. 2022: RoPE (interleaved pairs) with q * zeta^(n/B)
 
 
 SCHEMES = {"sinusoidal": Sinusoidal, "learned": Learned, "shaw": Shaw, "t5": T5, "rope": RoPE,
-           "alibi": ALiBi, "none": NoPE, "kerple": Kerple, "fire": Fire, "xpos": XPos}
+           "alibi": ALiBi, "none": NoPE, "kerple": Kerple, "fire": Fire, "xpos": XPos, "cope": CoPE}
 
 
 # ---------------------------------------------------------------- the model (docs/model.md §2-3)
@@ -407,15 +440,15 @@ class Model:
         k = split(self.linear(xkv, name + ".k"), Lk)
         v = split(self.linear(xkv, name + ".v"), Lk)
         q, k = pe.transform_qk(q, k, site)
-        a = q @ k.transpose(-1, -2) / math.sqrt(c.dh)
-        st = pe.score_term(q, site)
-        if st is not None:
-            a = a + st
         blocked = (key_mask == 0)[:, None, None, :].expand(B, 1, Lq, Lk)
         if site["causal"]:
             i = torch.arange(Lq)[:, None]
             j = torch.arange(Lk)[None, :]
             blocked = blocked | (j > Lk - Lq + i)[None, None]
+        a = q @ k.transpose(-1, -2) / math.sqrt(c.dh)
+        st = pe.keyed_score_term(q, k, blocked, site)
+        if st is not None:
+            a = a + st
         a = a.masked_fill(blocked, -1e9)
         p = torch.softmax(a, dim=-1)
         o = p @ v

@@ -239,15 +239,16 @@ bool tables_picture(Plotter& p, const std::string& stem, const std::string& labe
 
 // Hook 3 on self-attention over positions 0..P-1: the term each head adds for one query (the last
 // one when causal, the middle one otherwise) against the relative position key - query, per layer
-// (layers whose terms are equal are drawn once). A term that depends on the query is drawn for
-// q = (1, ..., 1) and says so.
+// (layers whose terms are equal are drawn once), through keyed_score_term as attention calls it. A
+// term that depends on the query is drawn for q = (1, ..., 1), one that depends on the keys too
+// (CoPE's gates) for k = q, and the title says so.
 void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
                   PositionalEncoding& pe, const StackInfo& si, int64_t P, Device dev) {
   const std::vector<int64_t> pos = iota(P);
   const bool causal = si.kind == StackKind::Decoder;
   const int64_t qi = causal ? P - 1 : P / 2, H = si.heads, dh = si.head_dim();
   const int64_t j_end = causal ? qi + 1 : P;
-  bool query_dependent = false;
+  bool query_dependent = false, key_dependent = false;
   std::vector<std::vector<double>> per_layer;  // [layer][h * n + j]
   for (int64_t l = 0; l < si.layers; ++l) {
     AttnSite site;
@@ -256,8 +257,8 @@ void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
     site.layer = l;
     site.q_pos = &pos;
     site.k_pos = &pos;
-    auto term_for = [&](const Tensor& q) -> std::vector<double> {
-      Tensor t = pe.score_term(q, site);
+    auto term_for = [&](const Tensor& q, const Tensor& k) -> std::vector<double> {
+      Tensor t = pe.keyed_score_term(q, k, Tensor(), site);
       if (!t.defined()) return {};
       const std::vector<double> v = (t + Tensor::zeros({1, H, P, P}, si.dtype, dev)).to_vector();
       std::vector<double> row;
@@ -265,10 +266,13 @@ void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
         for (int64_t j = 0; j < j_end; ++j) row.push_back(v[static_cast<size_t>((h * P + qi) * P + j)]);
       return row;
     };
-    std::vector<double> z = term_for(Tensor::zeros({1, H, P, dh}, si.dtype, dev));
+    const Tensor zeros = Tensor::zeros({1, H, P, dh}, si.dtype, dev);
+    const Tensor ones = Tensor::ones({1, H, P, dh}, si.dtype, dev);
+    std::vector<double> z = term_for(zeros, zeros);
     if (z.empty()) return;
-    const std::vector<double> o = term_for(Tensor::ones({1, H, P, dh}, si.dtype, dev));
+    const std::vector<double> o = term_for(ones, ones);
     if (o != z) query_dependent = true;
+    if (o != term_for(ones, zeros)) key_dependent = true;
     per_layer.push_back(query_dependent ? o : z);
   }
   if (per_layer.empty()) return;
@@ -297,7 +301,8 @@ void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
           (same ? (si.layers > 1 ? std::string("every layer") : std::string("layer 0"))
                 : "layer " + std::to_string(l)) +
           (causal ? ", causal, last query" : ", bidirectional, middle query") +
-          (query_dependent ? ", q = (1,...,1)" : "") + ")'\n";
+          (key_dependent ? ", q = k = (1,...,1)" : query_dependent ? ", q = (1,...,1)" : "") +
+          ")'\n";
     gp += "set xlabel 'relative position (key - query)'\nset ylabel 'score term'\nset grid\n";
     gp += "set key outside right\nplot ";
     for (int64_t h = 0; h < H; ++h)

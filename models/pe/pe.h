@@ -2,7 +2,8 @@
 //
 //   1. embed         add to the input embedding            (sinusoidal, learned APE)
 //   2. transform_qk  transform queries and keys             (RoPE)
-//   3. score_term    add a term to the attention scores     (Shaw K table, T5 bias, ALiBi)
+//   3. score_term    add a term to the attention scores     (Shaw K table, T5 bias, ALiBi; CoPE
+//                    through keyed_score_term, which also sees the keys and the mask)
 //   4. value_term    add a term to the attention values     (Shaw V table)
 //
 // The attention code calls all four hooks for every attention call and never names a scheme. A scheme
@@ -69,6 +70,16 @@ class PositionalEncoding : public Module {
   // [B, H, Lq, dh]. A scheme whose paper puts its term inside the scale applies 1/√dh itself.
   // Undefined Tensor = no term.
   virtual Tensor score_term(const Tensor& q, const AttnSite& site) { return Tensor(); }
+  // Hook 3 for a term that needs the keys too (CoPE's gates σ(q·k/√dh)); attention calls this one.
+  // k [B, H, Lk, dh]: every key the queries attend to (after transform_qk; with a KV cache the
+  // cached keys followed by the new ones); blocked: the attention's mask (1 = blocked,
+  // broadcastable to [B, H, Lq, Lk]; padding and, at causal sites, the keys after each query) or
+  // undefined when nothing is blocked. Default: score_term(q, site), so a scheme whose term needs
+  // only q overrides score_term and nothing else.
+  virtual Tensor keyed_score_term(const Tensor& q, const Tensor& k, const Tensor& blocked,
+                                  const AttnSite& site) {
+    return score_term(q, site);
+  }
   // Hook 4: a term added to the per-head attention output [B, H, Lq, dh], given the attention
   // probabilities [B, H, Lq, Lk]. Undefined Tensor = no term.
   virtual Tensor value_term(const Tensor& probs, const AttnSite& site) { return Tensor(); }
