@@ -100,15 +100,6 @@ Tensor tokens_to_hidden(const Tensor& weight, const Tensor& ids, double scale) {
   return scale == 1.0 ? x : mul_scalar(x, scale);
 }
 
-// Puts a module in eval mode and restores its mode on scope exit.
-class EvalGuard {
- public:
-  explicit EvalGuard(Module& m) : m_(m), was_(m.is_training()) { m_.eval(); }
-  ~EvalGuard() { m_.train(was_); }
- private:
-  Module& m_;
-  bool was_;
-};
 }  // namespace
 
 // ---------------- FeedForward ----------------
@@ -511,7 +502,7 @@ GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& 
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
   check_ids(src, "greedy_decode");
   NoGradGuard ng;
-  EvalGuard eg(model);
+  EvalModeGuard eg(model);
   const int64_t B = src.size(0);
   const Device dev = model_device(model);
   GreedyResult r;
@@ -546,7 +537,7 @@ GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int
               "is '", model.config().arch, "' (pass a source batch instead)");
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
   NoGradGuard ng;
-  EvalGuard eg(model);
+  EvalModeGuard eg(model);
   const Device dev = model_device(model);
   GreedyResult r;
   r.tokens.resize(prompts.size());

@@ -34,6 +34,7 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/plot_pe.h"
+#include "train/stop_signal.h"
 #include "train/suite.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
@@ -43,30 +44,6 @@ namespace fs = std::filesystem;
 namespace pelab {
 
 namespace {
-
-// ---------------- signals (between runs and evaluations) ----------------
-
-std::atomic<int> g_compare_signal{0};
-void on_compare_signal(int sig) { g_compare_signal.store(sig); }
-
-struct CompareSignalScope {
-  CompareSignalScope() {
-    g_compare_signal.store(0);
-    struct sigaction sa {};
-    sa.sa_handler = on_compare_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGHUP, &sa, &old_hup);  // like the trainer: a closed terminal stops cleanly
-  }
-  ~CompareSignalScope() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-    sigaction(SIGHUP, &old_hup, nullptr);
-  }
-  struct sigaction old_int {
-  }, old_term{}, old_hup{};
-};
 
 double now_s() {
   using namespace std::chrono;
@@ -1067,8 +1044,7 @@ EvalResult evaluate_random_positions(models::Transformer& model, const TaskData&
     return r;
   }
   NoGradGuard ng;
-  const bool was_training = model.is_training();
-  model.eval();
+  EvalModeGuard mode(model);
   const Device dev = model.parameters().front().device();
   const int64_t EB = cfg.eval.batch_size;
   double loss_sum = 0;
@@ -1132,7 +1108,6 @@ EvalResult evaluate_random_positions(models::Transformer& model, const TaskData&
       }
     }
   }
-  model.train(was_training);
   r.tokens = tokens;
   if (tokens > 0) {
     r.loss = loss_sum / static_cast<double>(tokens);
@@ -1183,7 +1158,7 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
   Generator gen(
       data::derive_seed(static_cast<uint64_t>(ecfg.train.seed), "compare_eval_positions"));
   for (const auto& s : lm.data->tests()) {
-    if (g_compare_signal.load()) return {};
+    if (stop_signal()) return {};
     res.push_back(pv.random_positions ? evaluate_random_positions(*lm.model, *lm.data, s, ecfg, gen)
                                       : evaluate_set(*lm.model, *lm.data, s, ecfg));
   }
@@ -1368,7 +1343,7 @@ std::string run_who(const ComparePlanRun& run) {
 
 // Trains the runs `todo` (plan indexes) in child processes, at most `jobs` at once: each child is
 // `exe compare CONFIG --only I` with the same --set overrides and --out, its output appended to
-// runs/<run>/compare.log. A signal to this process (g_compare_signal) is forwarded as SIGTERM;
+// runs/<run>/compare.log. A signal to this process (stop_signal()) is forwarded as SIGTERM;
 // returns false when interrupted. A child that fails throws, naming the run and its log.
 bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
                        const std::vector<ComparePlanRun>& plan, const std::vector<size_t>& todo,
@@ -1432,7 +1407,7 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       << " at once (child processes; each one's output in runs/<run>/compare.log)\n"
       << std::flush;
   while ((!stopping && next < todo.size()) || !running.empty()) {
-    if (!stopping && g_compare_signal.load()) {
+    if (!stopping && stop_signal()) {
       stop_all();
       event("pelab compare: stopping " + std::to_string(running.size()) +
             " running runs (they save a checkpoint) ...");
@@ -1513,7 +1488,7 @@ bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::
   for (const auto& v : evals) {
     bool cached = false;
     std::vector<ResultRow> rows = evaluate_run(run, v, dir, cached, wall);
-    if (g_compare_signal.load()) {
+    if (stop_signal()) {
       res.interrupted = true;
       log << " interrupted\n" << std::flush;
       return false;
@@ -1596,7 +1571,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   if (opt.only.empty())
     log << "pelab compare: " << runs_text << "; report in " << res.out_dir << "\n" << std::flush;
 
-  CompareSignalScope signals;
+  StopSignalScope signals;
   // Which runs need training.
   std::vector<RunInspection> ins(N);
   std::vector<size_t> todo;
@@ -1632,7 +1607,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
       const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
       const std::string who = run_who(run);
       const std::string dir = run_directory(run.cfg);
-      if (g_compare_signal.load()) {
+      if (stop_signal()) {
         res.interrupted = true;
         break;
       }

@@ -17,13 +17,6 @@ namespace pelab {
 
 namespace {
 
-struct ModeGuard {
-  explicit ModeGuard(Module& m) : m(m), was(m.is_training()) { m.eval(); }
-  ~ModeGuard() { m.train(was); }
-  Module& m;
-  bool was;
-};
-
 // Positions a split needs; 0 when the model has no absolute table to overflow.
 int64_t positions_needed(const EvalSet& set, bool decoder) {
   int64_t need = 0;
@@ -106,7 +99,7 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
     return r;
   }
   NoGradGuard ng;
-  ModeGuard mode(model);
+  EvalModeGuard mode(model);
   const Device dev = model.parameters().front().device();
   const int64_t EB = cfg.eval.batch_size;
   double loss_sum = 0;

@@ -31,35 +31,13 @@
 #include "train/model_from_config.h"
 #include "train/progress.h"
 #include "train/report.h"
+#include "train/stop_signal.h"
 
 namespace fs = std::filesystem;
 
 namespace pelab {
 
 namespace {
-
-// ---------------- signals ----------------
-
-std::atomic<int> g_signal{0};
-void on_signal(int sig) { g_signal.store(sig); }
-
-struct SignalScope {
-  SignalScope() {
-    g_signal.store(0);
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGHUP, &sa, &old_hup);  // a closed terminal: stop with a checkpoint, like SIGTERM
-  }
-  ~SignalScope() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-    sigaction(SIGHUP, &old_hup, nullptr);
-  }
-  struct sigaction old_int {}, old_term {}, old_hup {};
-};
 
 // ---------------- the run directory lock ----------------
 
@@ -616,7 +594,7 @@ double Trainer::train_step(int64_t& tokens) {
     auto half = [&](uint64_t v, int hi) {
       return last_rank ? static_cast<double>(hi ? v >> 32 : v & 0xffffffffu) : 0.0;
     };
-    std::vector<double> sums = {loss, static_cast<double>(tok), g_signal.load() ? 1.0 : 0.0,
+    std::vector<double> sums = {loss, static_cast<double>(tok), stop_signal() ? 1.0 : 0.0,
                                 half(ends[0], 1), half(ends[0], 0), half(ends[1], 1),
                                 half(ends[1], 0)};
     allreduce_gradients(comm_, optim_->params(), &sums);
@@ -885,7 +863,7 @@ TrainResult Trainer::run() {
   }
   progress_ = std::make_unique<Progress>(root() ? opt_.progress : 2,
                                          root() ? dir_ + "/train.log" : "", cfg_.train.steps);
-  SignalScope signals;
+  StopSignalScope signals;
   TrainResult res;
   res.run_dir = dir_;
   const int64_t total = cfg_.train.steps;
@@ -919,7 +897,7 @@ TrainResult Trainer::run() {
   const TrainConfig& t = cfg_.train;
   while (step_ < stop_at && crit_met_step_ < 0) {
     // Under MPI the ranks stop together: a signal to any rank is seen by all at the step's end.
-    if (mpi ? peer_signal_ : g_signal.load() != 0) {
+    if (mpi ? peer_signal_ : stop_signal() != 0) {
       res.interrupted = true;
       break;
     }

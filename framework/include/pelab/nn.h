@@ -53,6 +53,20 @@ class Module {
   bool training_ = true;
 };
 
+// Puts a module (and its children) in evaluation mode for a scope and restores its previous mode
+// when the scope ends, on an exception too.
+class EvalModeGuard {
+ public:
+  explicit EvalModeGuard(Module& m) : m_(m), was_(m.is_training()) { m_.eval(); }
+  ~EvalModeGuard() { m_.train(was_); }
+  EvalModeGuard(const EvalModeGuard&) = delete;
+  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
+
+ private:
+  Module& m_;
+  bool was_;
+};
+
 // Children named "0", "1", ...
 class ModuleList : public Module {
  public:
