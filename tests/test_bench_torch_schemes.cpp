@@ -20,6 +20,7 @@ class BenchTorchSchemes : public pelab::testing::TempDirTest {
   BenchTorchSchemes() : TempDirTest("bench_torch_schemes") {}
 
   void SetUp() override {
+    TempDirTest::SetUp();  // dir_
     if (!pelab::testing::python_has_module("torch"))
       GTEST_SKIP() << "torch cannot be imported by " << pelab::testing::python3();
   }
