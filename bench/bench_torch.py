@@ -1,10 +1,22 @@
 #!/usr/bin/env python3
 """pelab — PyTorch eager counterpart of bench/bench_train.cpp: the same seq2seq transformer (pre-LN,
-exact GELU, dropout 0, every PE scheme, the math of tools/torch_reference.py / docs/model.md) as an
-idiomatic float32 nn.Module, trained with torch.optim.AdamW. Times full training steps and prints one
-JSON line (ms/step, peak RSS). Driven by bench/run.sh, one process per measurement.
+exact GELU, dropout 0) as an idiomatic float32 nn.Module, trained with torch.optim.AdamW. Times full
+training steps and prints one JSON line (ms/step, peak RSS). Driven by bench/run.sh, one process per
+measurement.
 
-    bench_torch.py --scheme rope --d_model 128 --heads 4 --d_ff 512 --layers 2 --batch 32 --len 32
+    bench_torch.py --pelab build/pelab --scheme rope --d_model 128 --heads 4 --d_ff 512 --layers 2 \
+        --batch 32 --len 32
+
+The positional encodings are not written here: every scheme is the class of tools/torch_reference.py
+(the float64 reference the golden tests check pelab against), with its parameters created from the
+class's params() declaration, so the bench trains every registered scheme the reference has. The
+config is pelab's default one (read from `PELAB config-reference`, as bench_train starts from it) with
+the sizes of the command line; a scheme pelab does not register, or one without a reference class, is
+an error. The nn.Module's parameter names are pelab's checkpoint names.
+
+--check-against-reference runs one forward and backward of this nn.Module and of the reference's Model
+on the same float64 parameters and batch and exits non-zero unless logits, loss and gradients agree to
+1e-10 (one JSON line).
 
 Every JSON line carries "blas": the BLAS this process ran on (bench/blas_info.py torch_record: the
 mapped shared objects, OpenBLAS's config / variant / threads, torch's version, threads and build
@@ -16,7 +28,9 @@ of torch.cuda.max_memory_allocated (tools/gpu_check.sh's bench_torch step).
 import argparse
 import json
 import math
+import os
 import resource
+import sys
 import time
 
 import torch
@@ -24,222 +38,215 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import blas_info
+import pelab_config
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import torch_reference as ref  # noqa: E402
 
 
-def t5_bucket(rel, bidirectional, num_buckets, max_distance):
-    buckets = torch.zeros_like(rel)
-    if bidirectional:
-        num_buckets //= 2
-        buckets = buckets + (rel > 0).to(torch.long) * num_buckets
-        rel = torch.abs(rel)
-    else:
-        rel = -torch.min(rel, torch.zeros_like(rel))
-    max_exact = num_buckets // 2
-    is_small = rel < max_exact
-    large = max_exact + (torch.log(rel.float() / max_exact + 1e-20) /
-                         math.log(max_distance / max_exact) * (num_buckets - max_exact)).to(torch.long)
-    large = torch.min(large, torch.full_like(large, num_buckets - 1))
-    return buckets + torch.where(is_small, rel, large)
-
-
-def alibi_slopes(n):
-    def pow2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
-        return [start * start ** i for i in range(n)]
-    if math.log2(n).is_integer():
-        return pow2(n)
-    c = 2 ** math.floor(math.log2(n))
-    return pow2(c) + alibi_slopes(2 * c)[0::2][: n - c]
-
-
-class PE(nn.Module):
-    """One per stack; hooks as in models/pe/pe.h."""
-
-    def __init__(self, scheme, D, H, layers, max_pos=512, shaw_k=16, t5_buckets=32, t5_maxd=128):
-        super().__init__()
-        self.scheme, self.D, self.H, self.dh = scheme, D, H, D // H
-        self.shaw_k, self.t5_buckets, self.t5_maxd = shaw_k, t5_buckets, t5_maxd
-        if scheme == "learned":
-            self.weight = nn.Parameter(torch.randn(max_pos, D) * 0.02)
-        if scheme == "shaw":
-            R = 2 * shaw_k + 1
-            self.rel_k = nn.ParameterList([nn.Parameter(torch.randn(R, self.dh) * 0.02)
-                                           for _ in range(layers)])
-            self.rel_v = nn.ParameterList([nn.Parameter(torch.randn(R, self.dh) * 0.02)
-                                           for _ in range(layers)])
-        if scheme == "t5":
-            self.rel_bias = nn.Parameter(torch.randn(t5_buckets, H) * 0.02)
-        if scheme == "alibi":
-            self.register_buffer("slopes", torch.tensor(alibi_slopes(H)))
-
-    def additive(self):
-        return self.scheme in ("sinusoidal", "learned")
-
-    def embed(self, x, pos):
-        if self.scheme == "sinusoidal":
-            D = x.shape[-1]
-            i = torch.arange(D, device=x.device)
-            omega = torch.exp(-2.0 * (i // 2).float() * math.log(10000.0) / D)
-            ang = pos.float()[:, None] * omega[None]
-            return x + torch.where((i % 2 == 0)[None], torch.sin(ang), torch.cos(ang))[None]
-        if self.scheme == "learned":
-            return x + self.weight[pos][None]
-        return x
-
-    def transform_qk(self, q, k, qp, kp, cross):
-        if self.scheme != "rope" or cross:
-            return q, k
-        return self.rope(q, qp), self.rope(k, kp)
-
-    def rope(self, x, pos):  # half pairing, full rotary
-        half = self.dh // 2
-        theta = 10000.0 ** (-2.0 * torch.arange(half, device=x.device).float() / self.dh)
-        ang = pos.float()[:, None] * theta[None]
-        cos, sin = torch.cos(ang), torch.sin(ang)
-        xa, xb = x[..., :half], x[..., half:]
-        return torch.cat([xa * cos - xb * sin, xb * cos + xa * sin], dim=-1)
-
-    def rel_index(self, qp, kp):
-        d = kp[None, :] - qp[:, None]
-        return torch.clamp(d, -self.shaw_k, self.shaw_k) + self.shaw_k
-
-    def score_term(self, q, layer, qp, kp, kind):
-        if kind == "cross":
-            return None
-        if self.scheme == "shaw":
-            a = self.rel_k[layer][self.rel_index(qp, kp)]  # [Lq, Lk, dh]
-            return torch.einsum("bhid,ijd->bhij", q, a) / math.sqrt(self.dh)
-        if self.scheme == "t5":
-            rel = kp[None, :] - qp[:, None]
-            b = t5_bucket(rel, kind == "enc", self.t5_buckets, self.t5_maxd)
-            return self.rel_bias[b].permute(2, 0, 1)[None]
-        if self.scheme == "alibi":
-            d = (qp[:, None] - kp[None, :]).float()
-            m = self.slopes[:, None, None]
-            if kind == "dec":
-                return (-m * torch.clamp(d, min=0))[None]
-            return (-m * d.abs())[None]
-        return None
-
-    def value_term(self, p, layer, qp, kp, kind):
-        if kind == "cross" or self.scheme != "shaw":
-            return None
-        a = self.rel_v[layer][self.rel_index(qp, kp)]
-        return torch.einsum("bhij,ijd->bhid", p, a)
+def add_param(root, name, value):
+    """Registers `value` as root's parameter `name` (dotted: "pe.layers.0.rel_k"), making the
+    intermediate modules, so named_parameters() gives pelab's checkpoint names."""
+    *path, leaf = name.split(".")
+    m = root
+    for part in path:
+        if part not in m._modules:
+            m.add_module(part, nn.Module())
+        m = m._modules[part]
+    m.register_parameter(leaf, nn.Parameter(value))
 
 
 class MHA(nn.Module):
-    def __init__(self, D, H):
+    def __init__(self, D, H, bias):
         super().__init__()
         self.H, self.dh = H, D // H
-        self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(D, D, bias=bias) for _ in range(4))
 
-    def forward(self, xq, xkv, pe, layer, qp, kp, kind, causal):
+    def forward(self, xq, xkv, pe, site, blocked):  # blocked: [1 | B, 1, Lq, Lk] or None
         B, Lq, D = xq.shape
         Lk = xkv.shape[1]
         q = self.q(xq).view(B, Lq, self.H, self.dh).transpose(1, 2)
         k = self.k(xkv).view(B, Lk, self.H, self.dh).transpose(1, 2)
         v = self.v(xkv).view(B, Lk, self.H, self.dh).transpose(1, 2)
-        q, k = pe.transform_qk(q, k, qp, kp, kind == "cross")
+        q, k = pe.transform_qk(q, k, site)
         a = q @ k.transpose(-1, -2) / math.sqrt(self.dh)
-        st = pe.score_term(q, layer, qp, kp, kind)
+        st = pe.keyed_score_term(q, k, blocked, site)
         if st is not None:
             a = a + st
-        if causal is not None:
-            a = a.masked_fill(causal, -1e9)
+        if blocked is not None:
+            a = a.masked_fill(blocked, -1e9)
         p = torch.softmax(a, dim=-1)
         o = p @ v
-        vt = pe.value_term(p, layer, qp, kp, kind)
+        vt = pe.value_term(p, site)
         if vt is not None:
             o = o + vt
         return self.o(o.transpose(1, 2).reshape(B, Lq, D))
 
 
 class FF(nn.Module):
-    def __init__(self, D, Fd):
+    def __init__(self, D, Fd, bias):
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(D, Fd), nn.Linear(Fd, D)
+        self.fc1, self.fc2 = nn.Linear(D, Fd, bias=bias), nn.Linear(Fd, D, bias=bias)
 
     def forward(self, x):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
 class EncLayer(nn.Module):
-    def __init__(self, D, H, Fd):
+    def __init__(self, c):
         super().__init__()
-        self.attn, self.ff = MHA(D, H), FF(D, Fd)
-        self.n1, self.n2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        D = c.d_model
+        self.self_attn, self.ff = MHA(D, c.heads, c.bias), FF(D, c.d_ff, c.bias)
+        self.norm1, self.norm2 = nn.LayerNorm(D, c.norm_eps), nn.LayerNorm(D, c.norm_eps)
 
-    def forward(self, x, pe, l, pos):
-        h = self.n1(x)
-        x = x + self.attn(h, h, pe, l, pos, pos, "enc", None)
-        return x + self.ff(self.n2(x))
+    def forward(self, x, pe, site):
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, pe, site, None)
+        return x + self.ff(self.norm2(x))
 
 
 class DecLayer(nn.Module):
-    def __init__(self, D, H, Fd):
+    def __init__(self, c):
         super().__init__()
-        self.attn, self.cross, self.ff = MHA(D, H), MHA(D, H), FF(D, Fd)
-        self.n1, self.n2, self.n3 = nn.LayerNorm(D), nn.LayerNorm(D), nn.LayerNorm(D)
+        D = c.d_model
+        self.self_attn, self.cross_attn = MHA(D, c.heads, c.bias), MHA(D, c.heads, c.bias)
+        self.ff = FF(D, c.d_ff, c.bias)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(D, c.norm_eps) for _ in range(3))
 
-    def forward(self, x, mem, pe, l, pos, spos, causal):
-        h = self.n1(x)
-        x = x + self.attn(h, h, pe, l, pos, pos, "dec", causal)
-        x = x + self.cross(self.n2(x), mem, pe, l, pos, spos, "cross", None)
-        return x + self.ff(self.n3(x))
+    def forward(self, x, mem, pe, site, cross_site, causal):
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, pe, site, causal)
+        x = x + self.cross_attn(self.norm2(x), mem, pe, cross_site, None)
+        return x + self.ff(self.norm3(x))
+
+
+class Stack(nn.Module):
+    """encoder or decoder: embed.weight, pe.<the scheme's parameters>, layers, norm."""
+
+    def __init__(self, c, stack, layer):
+        super().__init__()
+        add_param(self, "embed.weight", torch.randn(c.vocab, c.d_model) * 0.02)
+        for name, shape, init in ref.SCHEMES[c.scheme].params(c, stack):
+            add_param(self, "pe." + name, init(shape).float())
+        self.layers = nn.ModuleList([layer(c) for _ in range(ref.stack_layers(c, stack))])
+        self.norm = nn.LayerNorm(c.d_model, c.norm_eps)
 
 
 class Seq2Seq(nn.Module):
-    def __init__(self, scheme, V, D, H, Fd, layers, max_pos):
+    def __init__(self, c):
         super().__init__()
-        self.E_enc = nn.Parameter(torch.randn(V, D) * 0.02)
-        self.E_dec = nn.Parameter(torch.randn(V, D) * 0.02)
-        self.W_out = nn.Parameter(torch.randn(V, D) * 0.02)
-        self.pe_enc = PE(scheme, D, H, layers, max_pos)
-        self.pe_dec = PE(scheme, D, H, layers, max_pos)
-        self.enc = nn.ModuleList([EncLayer(D, H, Fd) for _ in range(layers)])
-        self.dec = nn.ModuleList([DecLayer(D, H, Fd) for _ in range(layers)])
-        self.n_enc, self.n_dec = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.scale = math.sqrt(D) if self.pe_enc.additive() else 1.0
+        if c.arch != "seq2seq" or c.norm != "pre" or c.activation != "gelu" or c.tie:
+            raise SystemExit("bench_torch.py: the bench model is seq2seq, pre-LN, gelu, untied")
+        self.c = c
+        self.encoder, self.decoder = Stack(c, "encoder", EncLayer), Stack(c, "decoder", DecLayer)
+        add_param(self, "lm_head.weight", torch.randn(c.vocab, c.d_model) * 0.02)
+        self.scale = ref.embed_scale(c)
+        self.pe_enc = self.pe_dec = None
+
+    def bind(self):
+        """Builds the scheme objects on the parameters (after .to() / .double())."""
+        P = dict(self.named_parameters())
+        self.pe_enc = ref.SCHEMES[self.c.scheme](self.c, P, "encoder")
+        self.pe_dec = ref.SCHEMES[self.c.scheme](self.c, P, "decoder")
+        return self
 
     def forward(self, src, tgt):
         S, T = src.shape[1], tgt.shape[1]
         spos, tpos = torch.arange(S, device=src.device), torch.arange(T, device=src.device)
-        x = self.pe_enc.embed(self.E_enc[src] * self.scale, spos)
-        for l, layer in enumerate(self.enc):
-            x = layer(x, self.pe_enc, l, spos)
-        mem = self.n_enc(x)
+        x = self.pe_enc.embed(self.encoder.embed.weight[src] * self.scale, spos)
+        for l, layer in enumerate(self.encoder.layers):
+            x = layer(x, self.pe_enc, dict(kind="enc_self", layer=l, q_pos=spos, k_pos=spos,
+                                           causal=False))
+        mem = self.encoder.norm(x)
         causal = torch.ones(T, T, dtype=torch.bool, device=src.device).triu(1)[None, None]
-        y = self.pe_dec.embed(self.E_dec[tgt] * self.scale, tpos)
-        for l, layer in enumerate(self.dec):
-            y = layer(y, mem, self.pe_dec, l, tpos, spos, causal)
-        return self.n_dec(y) @ self.W_out.t()
+        y = self.pe_dec.embed(self.decoder.embed.weight[tgt] * self.scale, tpos)
+        for l, layer in enumerate(self.decoder.layers):
+            y = layer(y, mem, self.pe_dec,
+                      dict(kind="dec_self", layer=l, q_pos=tpos, k_pos=tpos, causal=True),
+                      dict(kind="cross", layer=l, q_pos=tpos, k_pos=spos, causal=False), causal)
+        return self.decoder.norm(y) @ self.lm_head.weight.t()
+
+
+def make_config(a):
+    """pelab's default config (as bench_train's) with the command line's sizes, or an error line."""
+    c = pelab_config.defaults(a.pelab)
+    schemes = pelab_config.registered_schemes(a.pelab)
+    if a.scheme not in schemes:
+        raise SystemExit("bench_torch.py: unknown scheme '%s' (pelab registers: %s)"
+                         % (a.scheme, ", ".join(schemes)))
+    if a.scheme not in ref.SCHEMES:
+        raise SystemExit("bench_torch.py: scheme '%s' has no class in tools/torch_reference.py "
+                         "(add its reference there)" % a.scheme)
+    c["model"].update(arch="seq2seq", d_model=a.d_model, heads=a.heads, d_ff=a.d_ff,
+                      encoder_layers=a.layers, decoder_layers=a.layers, dropout=0.0, norm="pre",
+                      activation="gelu")
+    c["pe"].update(scheme=a.scheme, max_positions=max(512, a.len))
+    return ref.Cfg(c, a.vocab)
+
+
+def check_against_reference(model, src, tin, tout):
+    """This nn.Module against the reference's Model on the same float64 parameters and batch."""
+    model.double().bind()
+    params = dict(model.named_parameters())
+    logits = model(src, tin)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tout.reshape(-1))
+    grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    ones = torch.ones_like(src)
+    batch = dict(src=src, src_mask=ones, src_pos=torch.arange(src.shape[1]), tgt=tin,
+                 tgt_mask=torch.ones_like(tin), tgt_pos=torch.arange(tin.shape[1]))
+    r_logits = ref.Model(model.c, params).forward(batch)
+    r_loss = ref.cross_entropy(r_logits, tout, -100, 0.0)
+    r_grads = torch.autograd.grad(r_loss, list(params.values()), allow_unused=True)
+
+    def diff(x, y):
+        if x is None or y is None:
+            return 0.0 if x is None and y is None else float("inf")
+        return float((x - y).abs().max())
+    row = {"check": "reference", "scheme": model.c.scheme, "param_tensors": len(params),
+           "max_logit_diff": diff(logits, r_logits), "loss_diff": diff(loss, r_loss),
+           "max_grad_diff": max(diff(g, h) for g, h in zip(grads, r_grads))}
+    ok = max(row["max_logit_diff"], row["loss_diff"], row["max_grad_diff"]) <= 1e-10
+    print(json.dumps(row))
+    if not ok:
+        raise SystemExit("bench_torch.py: the bench model differs from tools/torch_reference.py "
+                         "by more than 1e-10 (scheme %s)" % model.c.scheme)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scheme", default="sinusoidal")
+    ap.add_argument("--pelab", help="the pelab binary: its config-reference gives the defaults")
     for k, d in (("d_model", 128), ("heads", 4), ("d_ff", 512), ("layers", 2), ("batch", 32),
                  ("len", 32), ("vocab", 32), ("steps", 20), ("warmup", 3), ("threads", 2)):
         ap.add_argument("--" + k, type=int, default=d)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--blas-info", action="store_true", help="print only the BLAS record")
+    ap.add_argument("--check-against-reference", action="store_true",
+                    help="compare one float64 forward/backward with tools/torch_reference.py's Model")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.blas_info:
         print(json.dumps(blas_info.torch_record(torch)))
         return
+    if not a.pelab:
+        raise SystemExit("bench_torch.py: --pelab PATH is needed (the pelab binary whose "
+                         "config-reference gives the default config bench_train trains)")
+    cfg = make_config(a)
     torch.manual_seed(1)
     dev = torch.device(a.device)
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    model = Seq2Seq(a.scheme, a.vocab, a.d_model, a.heads, a.d_ff, a.layers, max(512, a.len)).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    model = Seq2Seq(cfg)
     g = torch.Generator().manual_seed(7)
-    src = torch.randint(3, a.vocab, (a.batch, a.len), generator=g).to(dev)
-    tin = torch.randint(3, a.vocab, (a.batch, a.len), generator=g).to(dev)
-    tout = torch.randint(3, a.vocab, (a.batch, a.len), generator=g).to(dev)
+    src = torch.randint(3, a.vocab, (a.batch, a.len), generator=g)
+    tin = torch.randint(3, a.vocab, (a.batch, a.len), generator=g)
+    tout = torch.randint(3, a.vocab, (a.batch, a.len), generator=g)
+    if a.check_against_reference:
+        return check_against_reference(model, src, tin, tout)
+    model = model.to(dev).bind()
+    src, tin, tout = src.to(dev), tin.to(dev), tout.to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
     def step():
         opt.zero_grad(set_to_none=True)

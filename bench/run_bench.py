@@ -22,18 +22,13 @@ import subprocess
 import sys
 
 import blas_info
+import pelab_config
 
 
 def registered_schemes(bin_dir):  # bin_dir: the build directory (bench_train and pelab)
-    """The registered PE schemes, read from pelab's config reference (the pe.scheme row's allowed
-    values come from the scheme registry), so a new models/pe/ file is benchmarked without an edit."""
-    ref = subprocess.run([os.path.join(bin_dir, "pelab"), "config-reference"], check=True,
-                         capture_output=True, text=True).stdout
-    for line in ref.splitlines():
-        if line.startswith("| `pe.scheme` |"):
-            allowed = line.split("|")[4]
-            return [v.strip().strip("`") for v in allowed.split(",") if v.strip()]
-    raise SystemExit("pelab config-reference has no pe.scheme row")
+    """The registered PE schemes (pelab_config.py: from pelab's config reference), so a new
+    models/pe/ file is benchmarked without an edit."""
+    return pelab_config.registered_schemes(os.path.join(bin_dir, "pelab"))
 
 
 def train_flops(V, D, H, Fd, layers, B, L):
@@ -110,7 +105,9 @@ def main():
                     help="sweep batch = sweep_tokens / L (0: keep batch 32)")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
-    schemes = a.schemes.split(",") if a.schemes else registered_schemes(os.path.dirname(os.path.abspath(a.bin)))
+    bin_dir = os.path.dirname(os.path.abspath(a.bin))
+    pelab = os.path.join(bin_dir, "pelab")  # bench_torch.py reads pelab's default config from it
+    schemes = a.schemes.split(",") if a.schemes else registered_schemes(bin_dir)
     policies = a.policies.split(",")
     for p in policies:
         if p not in POLICIES:
@@ -153,7 +150,7 @@ def main():
                     order.reverse()
                 for impl, pol in order:
                     cmd = [a.bin] + args if impl == "pelab" else \
-                        [a.python, os.path.join(here, "bench_torch.py")] + args
+                        [a.python, os.path.join(here, "bench_torch.py"), "--pelab", pelab] + args
                     load = blas_info.loadavg()[0]
                     m = run_json(cmd, policy_env(pol))
                     m.update(impl=impl, what="train", config=cname, policy=pol, rep=r, load1=load,

@@ -32,13 +32,7 @@ class BenchBlas : public pelab::testing::TempDirTest {
     return run_captured(cmd, dir_ / "out.txt", dir_ / "err.txt");
   }
 
-  // Whether python3 has torch (found without importing it: the probe stays fast).
-  static bool torch_present() {
-    const std::string probe = pelab::testing::python3() +
-                              " -c 'import importlib.util, sys; "
-                              "sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1";
-    return std::system(probe.c_str()) == 0;
-  }
+  static bool torch_present() { return pelab::testing::python_has_module("torch"); }
 };
 
 // The string value of "key" in a flat JSON text ("" when absent or not a string).

@@ -123,6 +123,15 @@ inline CommandResult run_captured(const std::string& command, const fs::path& ou
 
 // The CLI tests' tiny run (reverse over 4 symbols, a 1+1-layer model, 4 steps) as YAML, its runs
 // under `run_dir`, followed by `extra`.
+// Whether pelab::testing::python3() can import `module` (found without importing it: fast). The
+// tests that need PyTorch skip without it.
+inline bool python_has_module(const std::string& module) {
+  const std::string probe = python3() +
+                            " -c 'import importlib.util, sys; "
+                            "sys.exit(importlib.util.find_spec(\"" + module + "\") is None)' >/dev/null 2>&1";
+  return std::system(probe.c_str()) == 0;
+}
+
 inline std::string tiny_cli_yaml(const fs::path& run_dir, const std::string& extra = "") {
   return "task:\n  name: reverse\n  num_symbols: 4\n  train_max_len: 4\n"
          "  test_lengths: [3, 6]\n  num_eval_examples: 4\n"

@@ -547,7 +547,7 @@ bench_torch() {
     for scheme in sinusoidal learned shaw t5 rope alibi none; do
       lim=$(step_limit bench_torch)
       if [ "$lim" -lt 5 ]; then record bench_torch FAIL "not finished: time budget spent" "$(elapsed "$t0")"; return; fi
-      if timeout --kill-after=10 "$lim" "$PY" "$TREE/src/bench/bench_torch.py" --device cuda --scheme "$scheme" \
+      if timeout --kill-after=10 "$lim" "$PY" "$TREE/src/bench/bench_torch.py" --pelab "$TREE/bin/pelab" --device cuda --scheme "$scheme" \
            "${args[@]}" --layers 2 --batch 32 --steps "${PELAB_GPU_BENCH_STEPS:-20}" \
            > "$OUT/bench_torch.tmp" 2>> "$OUT/bench_torch.log"; then
         tail -1 "$OUT/bench_torch.tmp" | sed "s/^{/{\"config\": \"$cfg\", /" >> "$OUT/bench_torch.jsonl"

@@ -22,17 +22,10 @@ import argparse
 import math
 import sys
 
-import h5py
 import numpy as np
 import torch
 
-try:
-    import yaml
-except ImportError:  # pragma: no cover
-    sys.exit("torch_reference.py: needs PyYAML (apt-get install python3-yaml)")
-
-torch.set_default_dtype(torch.float64)
-DT = torch.float64
+DT = torch.float64  # the goldens' dtype (main); the classes compute in the dtype of their inputs
 
 
 # ---------------------------------------------------------------- config
@@ -47,8 +40,11 @@ def as_bool(x):
 
 
 class Cfg:
-    def __init__(self, text, vocab):
-        c = yaml.safe_load(text)
+    """A pelab config: `c` is its parsed YAML (a dict with "model" and "pe" sections). A scheme
+    reads its pe keys when it is built (and its params() inits when they draw), so a checkpoint
+    written before an init key existed still loads."""
+
+    def __init__(self, c, vocab):
         m, p = c["model"], c["pe"]
         self.arch = m["arch"]
         self.vocab = vocab
@@ -76,9 +72,37 @@ class Cfg:
 
 # ---------------------------------------------------------------- positional encodings
 # docs/model.md §7. Each PE object implements the four hooks; `site` is a dict with kind
-# ("enc_self" | "dec_self" | "cross"), layer, q_pos, k_pos (LongTensors) and causal.
+# ("enc_self" | "dec_self" | "cross"), layer, q_pos, k_pos (LongTensors) and causal. A scheme object
+# reads its parameters from P (name -> tensor, pelab's checkpoint names "<stack>.pe.<name>") and
+# computes in the dtype and on the device of its inputs (the goldens: float64 on the CPU).
+#
+# params(cfg, stack) declares the parameters pelab's scheme creates for a stack ("encoder" or
+# "decoder"): a list of (name under "<stack>.pe.", shape, init) with init(shape) -> a new float64
+# tensor drawn as pelab initialises it (models/pe/<scheme>.cpp; torch's generator, not pelab's).
+# main() checks the names and shapes against every golden input's checkpoint; bench/bench_torch.py
+# creates its trainable parameters from them.
+def normal_init(std):
+    return lambda shape: torch.randn(shape, dtype=DT) * std
+
+
+def uniform_init(a):
+    return lambda shape: (torch.rand(shape, dtype=DT) * 2.0 - 1.0) * a
+
+
+def const_init(v):
+    return lambda shape: torch.full(shape, float(v), dtype=DT)
+
+
+def stack_layers(cfg, stack):
+    return cfg.encoder_layers if stack == "encoder" else cfg.decoder_layers
+
+
 class PE:
     additive = False
+
+    @staticmethod
+    def params(cfg, stack):
+        return []
 
     def embed(self, x, pos):
         return x
@@ -102,16 +126,16 @@ class Sinusoidal(PE):  # Vaswani et al. 2017, §3.5
     def __init__(self, cfg, P, stack):
         self.base = as_float(cfg.pe["sinusoidal_base"])
 
-    def table(self, pos, D):
-        p = pos.to(DT)[:, None]
-        i = torch.arange(D)
-        pair = (i // 2).to(DT)
+    def table(self, pos, D, dtype):
+        p = pos.to(dtype)[:, None]
+        i = torch.arange(D, device=pos.device)
+        pair = (i // 2).to(dtype)
         omega = torch.exp(-2.0 * pair * math.log(self.base) / D)
         ang = p * omega[None, :]
         return torch.where((i % 2 == 0)[None, :], torch.sin(ang), torch.cos(ang))
 
     def embed(self, x, pos):
-        return x + self.table(pos, x.shape[-1])[None]
+        return x + self.table(pos, x.shape[-1], x.dtype)[None]
 
 
 class Learned(PE):
@@ -121,6 +145,10 @@ class Learned(PE):
         self.w = P[stack + ".pe.weight"]
         self.max_positions = int(cfg.pe["max_positions"])
         assert self.w.shape[0] == self.max_positions
+
+    @staticmethod
+    def params(cfg, stack):
+        return [("weight", (int(cfg.pe["max_positions"]), cfg.d_model), normal_init(0.02))]
 
     def embed(self, x, pos):
         assert int(pos.max()) < self.max_positions, "learned PE: position out of range"
@@ -137,29 +165,37 @@ class Shaw(PE):  # Shaw et al. 2018: a^K inside the 1/sqrt(dh) scale, a^V added 
         self.P_heads = cfg.heads
         self.P, self.stack = P, stack
 
+    @staticmethod
+    def params(cfg, stack):
+        R = 2 * int(cfg.pe["shaw_k"]) + 1
+        shape = (cfg.heads, R, cfg.dh) if as_bool(cfg.pe["shaw_per_head"]) else (R, cfg.dh)
+        which = [w for w, on in (("rel_k", cfg.pe["shaw_keys"]), ("rel_v", cfg.pe["shaw_values"]))
+                 if as_bool(on)]
+        return [("layers.%d.%s" % (l, w), shape, normal_init(0.02))
+                for l in range(stack_layers(cfg, stack)) for w in which]
+
     def rel(self, site):
         d = site["k_pos"][None, :] - site["q_pos"][:, None]  # p_j - p_i
         return torch.clamp(d, -self.k, self.k) + self.k  # [Lq, Lk]
 
     def table(self, site, which):
+        """[H, Lq, Lk, dh] per head, else [Lq, Lk, dh] (shared by the heads: not expanded)."""
         t = self.P["%s.pe.layers.%d.%s" % (self.stack, site["layer"], which)]
         r = self.rel(site)
-        if self.per_head:
-            return t[:, r]  # [H, Lq, Lk, dh]
-        H = self.P_heads
-        return t[r][None].expand(H, -1, -1, -1)  # [H, Lq, Lk, dh]
+        return t[:, r] if self.per_head else t[r]
 
     def score_term(self, q, site):
         if site["kind"] == "cross" or not self.keys:
             return None
         a = self.table(site, "rel_k")
-        return torch.einsum("bhid,hijd->bhij", q, a) / math.sqrt(self.dh)
+        return torch.einsum("bhid,hijd->bhij" if self.per_head else "bhid,ijd->bhij", q, a) / \
+            math.sqrt(self.dh)
 
     def value_term(self, probs, site):
         if site["kind"] == "cross" or not self.values:
             return None
         a = self.table(site, "rel_v")
-        return torch.einsum("bhij,hijd->bhid", probs, a)
+        return torch.einsum("bhij,hijd->bhid" if self.per_head else "bhij,ijd->bhid", probs, a)
 
 
 def t5_bucket(rel, bidirectional, num_buckets, max_distance):
@@ -188,6 +224,13 @@ class T5(PE):  # Raffel et al. 2020: a learned scalar per (bucket, head), added 
         self.per_layer = as_bool(cfg.pe["t5_per_layer"])
         self.P, self.stack = P, stack
 
+    @staticmethod
+    def params(cfg, stack):
+        shape, init = (int(cfg.pe["t5_num_buckets"]), cfg.heads), normal_init(cfg.d_model ** -0.5)
+        if not as_bool(cfg.pe["t5_per_layer"]):
+            return [("rel_bias", shape, init)]
+        return [("layers.%d.rel_bias" % l, shape, init) for l in range(stack_layers(cfg, stack))]
+
     def score_term(self, q, site):
         if site["kind"] == "cross":
             return None
@@ -211,23 +254,21 @@ class RoPE(PE):  # Su et al. 2021 (interleaved pairs) / GPT-NeoX (half pairs, pa
 
     def rotate(self, x, pos):
         half = self.rot // 2
-        m = torch.arange(half).to(DT)
+        m = torch.arange(half, device=x.device).to(x.dtype)
         theta = self.base ** (-2.0 * m / self.rot)  # [rot/2]
-        ang = pos.to(DT)[:, None] * theta[None, :]  # [L, rot/2]
+        ang = pos.to(x.dtype)[:, None] * theta[None, :]  # [L, rot/2]
         cos, sin = torch.cos(ang), torch.sin(ang)
-        if self.pairing == "half":
-            ia = torch.arange(half)
-            ib = ia + half
-        else:
-            ia = 2 * torch.arange(half)
-            ib = ia + 1
-        xa, xb = x[..., ia], x[..., ib]
+        if self.pairing == "half":  # pairs (i, i + rot/2)
+            xa, xb = x[..., :half], x[..., half:self.rot]
+        else:  # pairs (2i, 2i + 1)
+            xa, xb = x[..., 0:self.rot:2], x[..., 1:self.rot:2]
         ya = xa * cos - xb * sin
         yb = xb * cos + xa * sin
-        out = x.clone()
-        out[..., ia] = ya
-        out[..., ib] = yb
-        return out
+        if self.pairing == "half":
+            y = torch.cat([ya, yb], dim=-1)
+        else:
+            y = torch.stack([ya, yb], dim=-1).flatten(-2)
+        return y if self.rot == x.shape[-1] else torch.cat([y, x[..., self.rot:]], dim=-1)
 
     def transform_qk(self, q, k, site):
         if site["kind"] == "cross":
@@ -248,14 +289,18 @@ def alibi_slopes(n):
 
 class ALiBi(PE):
     def __init__(self, cfg, P, stack):
-        self.m = torch.tensor(alibi_slopes(cfg.heads), dtype=DT)
+        self.slopes = alibi_slopes(cfg.heads)
+        self.m = {}  # (dtype, device) -> the slopes as a tensor
         self.symmetric = as_bool(cfg.pe["alibi_symmetric"])
 
     def score_term(self, q, site):
         if site["kind"] == "cross":
             return None
-        d = (site["q_pos"][:, None] - site["k_pos"][None, :]).to(DT)  # p_i - p_j
-        m = self.m[:, None, None]
+        d = (site["q_pos"][:, None] - site["k_pos"][None, :]).to(q.dtype)  # p_i - p_j
+        key = (q.dtype, q.device)
+        if key not in self.m:
+            self.m[key] = torch.tensor(self.slopes, dtype=q.dtype, device=q.device)
+        m = self.m[key][:, None, None]
         if site["causal"]:
             return (-m * torch.where(d >= 0, d, torch.zeros_like(d)))[None]
         if not self.symmetric:
@@ -270,12 +315,21 @@ class CoPE(PE):  # Golovneva et al. 2024: gated counts, interpolated embeddings,
         self.dh = cfg.dh
         self.P, self.stack = P, stack
 
-    def keyed_score_term(self, q, k, blocked, site):
+    @staticmethod
+    def params(cfg, stack):
+        p = int(cfg.pe["cope_p_max"])
+        rows = 2 * p + 1 if stack == "encoder" else p + 1
+        return [("layers.%d.pos_emb" % l, (rows, cfg.dh), normal_init(0.02))
+                for l in range(stack_layers(cfg, stack))]
+
+    def keyed_score_term(self, q, k, blocked, site):  # blocked: None when nothing is masked
         if site["kind"] == "cross":
             return None
         e = self.P["%s.pe.layers.%d.pos_emb" % (self.stack, site["layer"])]  # [rows, dh]
         s = 1.0 / math.sqrt(self.dh)
-        g = torch.sigmoid(q @ k.transpose(-1, -2) * s).masked_fill(blocked, 0.0)  # gates
+        g = torch.sigmoid(q @ k.transpose(-1, -2) * s)  # gates
+        if blocked is not None:
+            g = g.masked_fill(blocked, 0.0)
         qp, kp = site["q_pos"], site["k_pos"]
         before = kp[None, :] <= qp[:, None]  # [Lq, Lk]: key at or before the query
         # sum of the gates from key j up to the query: a reversed cumulative sum
@@ -298,9 +352,9 @@ class NoPE(PE):
         pass
 
 
-def site_distance(site):
+def site_distance(site, dtype):
     """d[i, j]: p_i - p_j at and before the query in causal sites (0 after it), else |p_i - p_j|."""
-    d = (site["q_pos"][:, None] - site["k_pos"][None, :]).to(DT)
+    d = (site["q_pos"][:, None] - site["k_pos"][None, :]).to(dtype)
     return torch.clamp(d, min=0.0) if site["causal"] else d.abs()
 
 
@@ -310,13 +364,31 @@ class Kerple(PE):  # Chi et al. 2022: -r1 log(1 + r2 d) or -r1 d^r2, per head an
         assert cfg.pe["kerple_variant"] in ("log", "power")
         self.P, self.stack = P, stack
 
+    @staticmethod
+    def params(cfg, stack):
+        def inv_softplus(r):
+            return torch.where(r > 30, r, torch.log(torch.expm1(r)))
+
+        def r2_raw(r):  # 2 sigmoid^-1 (power), else softplus^-1
+            return torch.log(r / (2.0 - r)) if cfg.pe["kerple_variant"] == "power" else inv_softplus(r)
+
+        def init(key, raw):  # each head and layer: init * (1 + spread * u), u ~ U[-1, 1)
+            def draw(shape):
+                u = 2 * torch.rand(shape, dtype=DT) - 1
+                return raw(as_float(cfg.pe[key]) * (1 + as_float(cfg.pe["kerple_init_spread"]) * u))
+            return draw
+
+        shape = (stack_layers(cfg, stack), cfg.heads)
+        return [("r1_raw", shape, init("kerple_r1_init", inv_softplus)),
+                ("r2_raw", shape, init("kerple_r2_init", r2_raw))]
+
     def score_term(self, q, site):
         if site["kind"] == "cross":
             return None
         l = site["layer"]
         r1 = torch.nn.functional.softplus(self.P[self.stack + ".pe.r1_raw"][l])[:, None, None]
         raw2 = self.P[self.stack + ".pe.r2_raw"][l][:, None, None]
-        d = site_distance(site)[None]  # [1, Lq, Lk]
+        d = site_distance(site, q.dtype)[None]  # [1, Lq, Lk]
         if self.power:
             r2 = 2.0 * torch.sigmoid(raw2)
             # d^r2 with 0^r2 = 0 (r2 > 0), written so that d = 0 has a finite gradient
@@ -333,16 +405,28 @@ class Fire(PE):  # Li et al. 2023: f(psi(d) / psi(max(L, p_i))), psi(x) = log(|c
         self.learn = as_bool(cfg.pe["fire_learn_threshold"])
         self.P, self.stack = P, stack
 
+    @staticmethod
+    def params(cfg, stack):
+        Ly, W, H = stack_layers(cfg, stack), int(cfg.pe["fire_mlp_width"]), cfg.heads
+        a2 = 1.0 / math.sqrt(W)
+        p = [("w1", (Ly, W), uniform_init(1.0)), ("b1", (Ly, W), uniform_init(1.0)),
+             ("w2", (Ly, H, W), uniform_init(a2)), ("b2", (Ly, H), uniform_init(a2)),
+             ("c", (Ly,), lambda shape: const_init(as_float(cfg.pe["fire_c_init"]))(shape))]
+        if as_bool(cfg.pe["fire_learn_threshold"]):
+            p.append(("threshold_scale", (Ly,), const_init(1.0)))
+        return p
+
     def score_term(self, q, site):
         if site["kind"] == "cross":
             return None
         l = site["layer"]
         g = lambda n: self.P["%s.pe.%s" % (self.stack, n)][l]
         c = g("c").abs()
-        L = (g("threshold_scale").abs() * self.L0) if self.learn else torch.tensor(self.L0, dtype=DT)
-        p = site["q_pos"].to(DT)[:, None]  # [Lq, 1]
+        L = (g("threshold_scale").abs() * self.L0) if self.learn else \
+            torch.tensor(self.L0, dtype=q.dtype, device=q.device)
+        p = site["q_pos"].to(q.dtype)[:, None]  # [Lq, 1]
         norm = torch.maximum(L.expand_as(p), p)
-        x = torch.log(c * site_distance(site) + 1) / (torch.log(c * norm + 1) + 1e-6)
+        x = torch.log(c * site_distance(site, q.dtype) + 1) / (torch.log(c * norm + 1) + 1e-6)
         h = torch.relu(x[..., None] * g("w1") + g("b1"))  # [Lq, Lk, W]
         f = h @ g("w2").t() + g("b2")  # [Lq, Lk, H]
         bias = f.permute(2, 0, 1)
@@ -361,10 +445,10 @@ class XPos(PE):  # Sun et al. 2022: RoPE (interleaved pairs) with q * zeta^(n/B)
 
     def apply(self, x, pos, sign):
         half = self.d // 2
-        i = torch.arange(half).to(DT)
+        i = torch.arange(half, device=x.device).to(x.dtype)
         theta = self.base ** (-2.0 * i / self.d)
         zeta = (2.0 * i / self.d + self.gamma) / (1.0 + self.gamma)
-        n = pos.to(DT)[:, None]
+        n = pos.to(x.dtype)[:, None]
         scale = zeta[None, :] ** (sign * n / self.B)  # [L, d/2]
         ang = n * theta[None, :]
         xa, xb = x[..., 0::2], x[..., 1::2]
@@ -383,6 +467,13 @@ SCHEMES = {"sinusoidal": Sinusoidal, "learned": Learned, "shaw": Shaw, "t5": T5,
 
 
 # ---------------------------------------------------------------- the model (docs/model.md §2-3)
+def embed_scale(cfg):
+    """The token embedding multiplier (model.embed_scale; auto: sqrt(d_model) for additive PE)."""
+    D = cfg.d_model
+    return {"auto": math.sqrt(D) if SCHEMES[cfg.scheme].additive else 1.0, "sqrt_d": math.sqrt(D),
+            "none": 1.0}[cfg.embed_scale]
+
+
 class Model:
     def __init__(self, cfg, P):
         self.cfg, self.P = cfg, P
@@ -402,10 +493,7 @@ class Model:
             self.W_out = P["lm_head.weight"]
         self.pe_enc = SCHEMES[cfg.scheme](cfg, P, "encoder") if s2s else None
         self.pe_dec = SCHEMES[cfg.scheme](cfg, P, "decoder")
-        additive = SCHEMES[cfg.scheme].additive
-        D = cfg.d_model
-        self.scale = {"auto": math.sqrt(D) if additive else 1.0, "sqrt_d": math.sqrt(D),
-                      "none": 1.0}[cfg.embed_scale]
+        self.scale = embed_scale(cfg)
 
     # -- building blocks
     def linear(self, x, name):
@@ -442,8 +530,8 @@ class Model:
         q, k = pe.transform_qk(q, k, site)
         blocked = (key_mask == 0)[:, None, None, :].expand(B, 1, Lq, Lk)
         if site["causal"]:
-            i = torch.arange(Lq)[:, None]
-            j = torch.arange(Lk)[None, :]
+            i = torch.arange(Lq, device=xq.device)[:, None]
+            j = torch.arange(Lk, device=xq.device)[None, :]
             blocked = blocked | (j > Lk - Lq + i)[None, None]
         a = q @ k.transpose(-1, -2) / math.sqrt(c.dh)
         st = pe.keyed_score_term(q, k, blocked, site)
@@ -544,7 +632,25 @@ def read_str(f, name):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def check_declared(cfg, stored):
+    """The schemes' params() declarations against a checkpoint: the same "<stack>.pe." names and
+    shapes (so bench/bench_torch.py, which creates its parameters from them, builds pelab's)."""
+    stacks = ["encoder", "decoder"] if cfg.arch == "seq2seq" else ["decoder"]
+    declared = {"%s.pe.%s" % (st, n): tuple(shape) for st in stacks
+                for n, shape, _ in SCHEMES[cfg.scheme].params(cfg, st)}
+    found = {n: tuple(v.shape) for n, v in stored.items() if ".pe." in n}
+    if declared != found:
+        raise SystemExit("torch_reference.py: %s.params() declares %s, the checkpoint holds %s"
+                         % (SCHEMES[cfg.scheme].__name__, declared, found))
+
+
 def main():
+    import h5py  # the goldens' I/O only: bench/bench_torch.py imports this file without them
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover
+        sys.exit("torch_reference.py: needs PyYAML (apt-get install python3-yaml)")
+    torch.set_default_dtype(DT)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("input")
     ap.add_argument("output")
@@ -552,7 +658,7 @@ def main():
 
     with h5py.File(args.input, "r") as f:
         vocab = [s.decode() if isinstance(s, bytes) else s for s in f["vocab"][()]]
-        cfg = Cfg(read_str(f, "config"), len(vocab))
+        cfg = Cfg(yaml.safe_load(read_str(f, "config")), len(vocab))
         names = [s.decode() if isinstance(s, bytes) else s for s in f["param_names"][()]]
         stored = {n: np.asarray(f["params"][n][()]) for n in names}
         gi = f["golden_input"]
@@ -566,6 +672,9 @@ def main():
                                                            "weight_decay")}
     if cfg.arch not in ("seq2seq", "decoder"):
         raise SystemExit("torch_reference.py: unknown model.arch '%s'" % cfg.arch)
+    if cfg.scheme not in SCHEMES:
+        raise SystemExit("torch_reference.py: no reference for pe.scheme '%s'" % cfg.scheme)
+    check_declared(cfg, stored)
 
     # float32 checkpoint values, cast exactly to float64
     leaves = {n: torch.from_numpy(stored[n].astype(np.float64)).requires_grad_(True) for n in names}
