@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/pe_test_util.h"
 #include "models/attention.h"
 #include "models/pe/pe.h"
 #include "pelab/pelab.h"
@@ -46,22 +47,9 @@ std::shared_ptr<PositionalEncoding> build_cope(StackKind kind, int64_t p_max, in
   return make_pe(cfg, stack_of(kind, layers, d_model, heads), g);
 }
 
-AttnSite site_of(AttnKind kind, const std::vector<int64_t>& qp, const std::vector<int64_t>& kp,
-                 bool causal, int64_t layer = 0) {
-  AttnSite s;
-  s.kind = kind;
-  s.layer = layer;
-  s.q_pos = &qp;
-  s.k_pos = &kp;
-  s.causal = causal;
-  return s;
-}
+using pelab::testing::site_of;
 
-std::vector<int64_t> iota(int64_t n, int64_t start = 0) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = start + i;
-  return v;
-}
+using pelab::testing::iota;
 
 Tensor randn(const Shape& shape, uint64_t seed, double std = 1.0) {
   Generator g(seed);

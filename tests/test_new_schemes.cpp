@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/pe_test_util.h"
 #include "models/pe/pe.h"
 #include "pelab/pelab.h"
 #include "train/config.h"
@@ -34,16 +35,7 @@ std::shared_ptr<PositionalEncoding> build(const PEConfig& cfg, const StackInfo& 
   return make_pe(cfg, s, g);
 }
 
-AttnSite site_of(AttnKind kind, const std::vector<int64_t>& qp, const std::vector<int64_t>& kp,
-                 bool causal, int64_t layer = 0) {
-  AttnSite s;
-  s.kind = kind;
-  s.layer = layer;
-  s.q_pos = &qp;
-  s.k_pos = &kp;
-  s.causal = causal;
-  return s;
-}
+using pelab::testing::site_of;
 
 // Writes v into a float64 parameter (row-major).
 void set_param(PositionalEncoding& pe, const std::string& name, const std::vector<double>& v) {

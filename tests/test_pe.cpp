@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/pe_test_util.h"
 #include "models/pe/pe.h"
 #include "models/pe/rope_math.h"
 #include "models/pe/t5_buckets.h"
@@ -45,22 +46,9 @@ std::shared_ptr<PositionalEncoding> build(const PEConfig& cfg, const StackInfo& 
   return make_pe(cfg, s, g);
 }
 
-AttnSite site_of(AttnKind kind, const std::vector<int64_t>& qp, const std::vector<int64_t>& kp,
-                 bool causal, int64_t layer = 0) {
-  AttnSite s;
-  s.kind = kind;
-  s.layer = layer;
-  s.q_pos = &qp;
-  s.k_pos = &kp;
-  s.causal = causal;
-  return s;
-}
+using pelab::testing::site_of;
 
-std::vector<int64_t> iota(int64_t n, int64_t start = 0) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = start + i;
-  return v;
-}
+using pelab::testing::iota;
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
