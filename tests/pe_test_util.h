@@ -1,5 +1,5 @@
 // pelab — helpers of the positional-encoding tests (test_pe.cpp, test_new_schemes.cpp,
-// test_cope.cpp): one attention site, position lists.
+// test_cope.cpp): a stack, one attention site, position lists.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,18 @@ inline models::AttnSite site_of(models::AttnKind kind, const std::vector<int64_t
   s.q_pos = &qp;
   s.k_pos = &kp;
   s.causal = causal;
+  return s;
+}
+
+// A float64 stack of `kind` with `layers` layers of width d_model and `heads` heads.
+inline models::StackInfo stack_of(models::StackKind kind, int64_t layers, int64_t d_model,
+                                  int64_t heads) {
+  models::StackInfo s;
+  s.kind = kind;
+  s.layers = layers;
+  s.d_model = d_model;
+  s.heads = heads;
+  s.dtype = DType::Float64;
   return s;
 }
 

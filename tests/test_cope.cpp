@@ -28,15 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-StackInfo stack_of(StackKind kind, int64_t layers, int64_t d_model, int64_t heads) {
-  StackInfo s;
-  s.kind = kind;
-  s.layers = layers;
-  s.d_model = d_model;
-  s.heads = heads;
-  s.dtype = DType::Float64;
-  return s;
-}
+using pelab::testing::stack_of;
 
 std::shared_ptr<PositionalEncoding> build_cope(StackKind kind, int64_t p_max, int64_t layers,
                                                int64_t d_model, int64_t heads) {

@@ -20,14 +20,9 @@ using namespace pelab::models;
 
 namespace {
 
+// A float64 decoder stack (pe_test_util.h's stack_of).
 StackInfo stack(int64_t d_model, int64_t heads, int64_t layers = 1) {
-  StackInfo s;
-  s.kind = StackKind::Decoder;
-  s.layers = layers;
-  s.d_model = d_model;
-  s.heads = heads;
-  s.dtype = DType::Float64;
-  return s;
+  return pelab::testing::stack_of(StackKind::Decoder, layers, d_model, heads);
 }
 
 std::shared_ptr<PositionalEncoding> build(const PEConfig& cfg, const StackInfo& s) {

@@ -30,15 +30,7 @@ Tensor randn(const Shape& shape, uint64_t seed) {
   return t;
 }
 
-StackInfo stack_of(StackKind kind, int64_t layers, int64_t d_model, int64_t heads) {
-  StackInfo s;
-  s.kind = kind;
-  s.layers = layers;
-  s.d_model = d_model;
-  s.heads = heads;
-  s.dtype = DType::Float64;
-  return s;
-}
+using pelab::testing::stack_of;
 
 std::shared_ptr<PositionalEncoding> build(const PEConfig& cfg, const StackInfo& s,
                                           uint64_t seed = 11) {

@@ -111,6 +111,28 @@ std::vector<int64_t> iota(int64_t n, int64_t from = 0) {
 // (zeros through hook 1, a query row's term from hook 3 or its table form, constant q = k through
 // hook 2), so a new scheme file is drawn with no edit here.
 
+// Series against one x column: stem.csv (header "x_name,name...", a row per x) and stem.dat (the
+// same numbers space-separated, for gnuplot); cols[c][i] is column c's value at x[i].
+void series_files(Plotter& p, const std::string& stem, const std::string& x_name,
+                  const std::vector<std::string>& names, const std::vector<int64_t>& x,
+                  const std::vector<std::vector<double>>& cols) {
+  std::string csv = x_name, dat;
+  for (const auto& n : names) csv += "," + n;
+  csv += "\n";
+  for (size_t i = 0; i < x.size(); ++i) {
+    csv += std::to_string(x[i]);
+    dat += std::to_string(x[i]);
+    for (const auto& c : cols) {
+      csv += "," + num(c[i]);
+      dat += " " + num(c[i]);
+    }
+    csv += "\n";
+    dat += "\n";
+  }
+  p.data(stem + ".csv", csv);
+  p.data(stem + ".dat", dat);
+}
+
 // Hook 1 on x = 0 at positions 0..P-1: the table PE[position, dim] and the cosine similarity of
 // the positions' vectors.
 void embedding_picture(Plotter& p, const std::string& stem, const std::string& label,
@@ -281,21 +303,14 @@ void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
   const int64_t n = j_end;
   for (size_t l = 0; l < (same ? 1 : per_layer.size()); ++l) {
     const std::string st = stem + (same ? "" : "_layer" + std::to_string(l));
-    std::string csv = "relative_position", dat;
-    for (int64_t h = 0; h < H; ++h) csv += ",head" + std::to_string(h + 1);
-    csv += "\n";
-    for (int64_t j = 0; j < n; ++j) {
-      csv += std::to_string(j - qi);
-      dat += std::to_string(j - qi);
-      for (int64_t h = 0; h < H; ++h) {
-        csv += "," + num(per_layer[l][static_cast<size_t>(h * n + j)]);
-        dat += " " + num(per_layer[l][static_cast<size_t>(h * n + j)]);
-      }
-      csv += "\n";
-      dat += "\n";
+    std::vector<std::string> heads;
+    std::vector<std::vector<double>> cols(static_cast<size_t>(H));
+    for (int64_t h = 0; h < H; ++h) {
+      heads.push_back("head" + std::to_string(h + 1));
+      const auto from = per_layer[l].begin() + h * n;
+      cols[static_cast<size_t>(h)].assign(from, from + n);
     }
-    p.data(st + ".csv", csv);
-    p.data(st + ".dat", dat);
+    series_files(p, st, "relative_position", heads, iota(n, -qi), cols);
     std::string gp = terminal(1000, 600) + "set output '" + st + ".png'\n";
     gp += "set title '" + label + ": hook 3, the term added to the attention score (" +
           (same ? (si.layers > 1 ? std::string("every layer") : std::string("layer 0"))
@@ -372,21 +387,9 @@ void rotation_picture(Plotter& p, const std::string& stem, const std::string& la
       }
     }
   }
-  std::string csv = "distance", dat;
-  for (const auto& n : names) csv += ",score_" + n;
-  csv += "\n";
-  for (int64_t r = 0; r <= N; ++r) {
-    csv += std::to_string(r);
-    dat += std::to_string(r);
-    for (const auto& c : curves) {
-      csv += "," + num(c[static_cast<size_t>(r)]);
-      dat += " " + num(c[static_cast<size_t>(r)]);
-    }
-    csv += "\n";
-    dat += "\n";
-  }
-  p.data(stem + ".csv", csv);
-  p.data(stem + ".dat", dat);
+  std::vector<std::string> score_names;
+  for (const auto& n : names) score_names.push_back("score_" + n);
+  series_files(p, stem, "distance", score_names, iota(N + 1), curves);
   std::string gp = terminal(1000, 600) + "set output '" + stem + ".png'\n";
   gp += "set title \"" + label + ": hook 2, score q'.k'/d_head of constant q = k against the distance" +
         (names.size() > 1 ? "\\n(variants: factor " + format_double(factor, 3) + ", training length " +
