@@ -113,6 +113,7 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
   std::set<std::string> names;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const YAML::Node e = tasks[i];
+    std::vector<YAML::Node> cannot_of;  // the entry's cannot_learn: {SCHEME: "why", ...}, if any
     SuiteTask t;
     t.where = at(source, e);
     const std::string what = "suite.tasks[" + std::to_string(i) + "]";
@@ -121,12 +122,14 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
     } else if (e.IsMap()) {
       for (auto f = e.begin(); f != e.end(); ++f) {
         const std::string fk = f->first.Scalar();
-        if (fk != "name" && fk != "set")
-          suite_fail(at(source, f->first), what + ": unknown key '" + fk + "' (valid: name, set)");
+        if (fk != "name" && fk != "set" && fk != "cannot_learn")
+          suite_fail(at(source, f->first),
+                     what + ": unknown key '" + fk + "' (valid: name, set, cannot_learn)");
       }
       if (!e["name"] || !e["name"].IsScalar()) suite_fail(t.where, what + " needs a name");
       t.name = e["name"].Scalar();
       t.sets = parse_config_set_map(e["set"], source, what);
+      if (e["cannot_learn"]) cannot_of.push_back(e["cannot_learn"]);
     } else {
       suite_fail(t.where, what + " must be a task name or {name: N, set: {...}}");
     }
@@ -151,6 +154,30 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
       suite_fail(t.where, "suite task '" + t.name + "': " + ex.what());
     } catch (const data::DataError& ex) {
       suite_fail(t.where, "suite task '" + t.name + "': " + ex.what());
+    }
+    for (const YAML::Node& cannot : cannot_of) {
+      if (!cannot.IsMap() || cannot.size() == 0)
+        suite_fail(at(source, cannot), what + ".cannot_learn must be a map {SCHEME: \"why\", ...} "
+                                              "of the schemes that cannot learn this task by "
+                                              "construction");
+      for (auto c = cannot.begin(); c != cannot.end(); ++c) {
+        const std::string sn = c->first.Scalar();
+        auto s = std::find_if(t.spec.schemes.begin(), t.spec.schemes.end(),
+                              [&](const CompareScheme& x) { return x.name == sn; });
+        if (s == t.spec.schemes.end()) {
+          std::vector<std::string> known;
+          for (const auto& x : t.spec.schemes) known.push_back(x.name);
+          suite_fail(at(source, c->first), what + ".cannot_learn: '" + sn +
+                                               "' is not a scheme of compare.schemes (" +
+                                               join(known, ", ") + ")");
+        }
+        if (!c->second.IsScalar() ||
+            c->second.Scalar().find_first_not_of(" \t") == std::string::npos)
+          suite_fail(at(source, c->first), what + ".cannot_learn." + sn +
+                                               ": give the reason as a non-empty string");
+        s->cannot_learn = true;
+        s->why = c->second.Scalar();  // a YAML scalar: no outer blanks
+      }
     }
     const TaskConfig& tc = t.spec.base.task;
     const auto registered = data::task_names();

@@ -11,6 +11,8 @@
 //       - parity_check
 //       - {name: reverse_string, set: {task.name: reverse, task.num_symbols: 2}}
 //       - {name: modular_arithmetic, set: {task.test_lengths: [21, 31, 41]}}  # task.name = name
+//       - {name: even_pairs, cannot_learn: {none: "why"}}  # schemes unable to learn THIS task by
+//                                      #   construction (as a scheme's expect: cannot_learn, per task)
 //
 // Each task is one comparison (run_compare) of the config with the task's `set:` overrides (then the
 // command line's --set), written to <out>/<task>/ exactly as `pelab compare` writes a report (runs
