@@ -512,7 +512,8 @@ void greedy_loop(Transformer& model, std::vector<std::vector<int64_t>> seq,
   const int64_t B = static_cast<int64_t>(group.size());
   const Device dev = model_device(model);
   DecoderCache cache;
-  if (use_cache) cache = memory ? model.start_cache(*memory, src_mask, src_pos) : model.start_cache(B);
+  if (use_cache)
+    cache = memory ? model.start_cache(*memory, src_mask, src_pos) : model.start_cache(B);
   for (int64_t t = 0; t < max_len; ++t) {
     const int64_t L = static_cast<int64_t>(seq[0].size());
     const int64_t from = use_cache ? cache.offset() : 0;  // first token this step feeds

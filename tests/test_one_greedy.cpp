@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,10 +15,10 @@
 #include "models/pe/pe.h"
 #include "models/transformer.h"
 #include "pelab/pelab.h"
+#include "tests/test_util.h"
 #include "train/compare.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
-#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
@@ -200,17 +200,23 @@ TEST(OneGreedy, TooFewExplicitPositionsIsOneClearError) {
   models::Transformer s2s(tiny_model("seq2seq", models::pe_names().front()));
   Tensor src = Tensor::from_ints({5, 6, 7}, {1, 3});
   models::GreedyPositions gp{{0, 1, 2}, {0, 1, 2}};
-  const std::string e = pelab::testing::error_of([&] { models::greedy_decode(s2s, src, Tensor(), 4, true, {}, &gp); });
-  EXPECT_NE(e.find("3 explicit target positions for a decode that feeds 4 tokens"), std::string::npos)
+  const std::string e = pelab::testing::error_of(
+      [&] { models::greedy_decode(s2s, src, Tensor(), 4, true, {}, &gp); });
+  EXPECT_NE(e.find("3 explicit target positions for a decode that feeds 4 tokens"),
+            std::string::npos)
       << e;
   models::Transformer dec(tiny_model("decoder", models::pe_names().front()));
   models::GreedyPositions dp{{}, {0, 1, 2, 3, 4}};  // prompt 3 + 4 - 1 = 6 needed
-  const std::string d = pelab::testing::error_of([&] { models::greedy_decode(dec, {{1, 5, 4}}, 4, true, {}, &dp); });
-  EXPECT_NE(d.find("5 explicit target positions for a decode that feeds 6 tokens"), std::string::npos)
+  const std::string d = pelab::testing::error_of([&] {
+    models::greedy_decode(dec, {{1, 5, 4}}, 4, true, {}, &dp);
+  });
+  EXPECT_NE(d.find("5 explicit target positions for a decode that feeds 6 tokens"),
+            std::string::npos)
       << d;
   models::GreedyPositions bad{{0}, {0, 1, 2, 3, 4, 5}};
-  EXPECT_NE(pelab::testing::error_of([&] { models::greedy_decode(dec, {{1, 5, 4}}, 4, true, {}, &bad); })
-                .find("has no source"),
+  EXPECT_NE(pelab::testing::error_of([&] {
+              models::greedy_decode(dec, {{1, 5, 4}}, 4, true, {}, &bad);
+            }).find("has no source"),
             std::string::npos);
 }
 
@@ -225,15 +231,19 @@ class OneGreedyRandpos : public pelab::testing::TempDirTest {
   std::string config(const std::string& arch) {
     return write(arch + ".yaml",
                  "task: {name: reverse, num_symbols: 2, train_min_len: 1, train_max_len: 4,\n"
-                 "       test_lengths: [2, 4, 6], num_eval_examples: 12, formulation: " + arch + "}\n"
-                 "model: {arch: " + arch + ", d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1,\n"
-                 "        decoder_layers: 1}\n"
-                 "pe: {scheme: rope, randomized_positions: true, randomized_max_position: 32}\n"
-                 "train: {steps: 200, batch_size: 8, lr: 0.01, warmup: 2, log_every: 100,\n"
-                 "        eval_every: 0, checkpoint_every: 200, threads: 1}\n"
-                 "eval: {batch_size: 5}\n"
-                 "compare:\n  title: tiny\n  seeds: [1]\n  jobs: 1\n  schemes: [rope]\n"
-                 "  variants: [randpos]\n");
+                 "       test_lengths: [2, 4, 6], num_eval_examples: 12, formulation: " +
+                     arch +
+                     "}\n"
+                     "model: {arch: " +
+                     arch +
+                     ", d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1,\n"
+                     "        decoder_layers: 1}\n"
+                     "pe: {scheme: rope, randomized_positions: true, randomized_max_position: 32}\n"
+                     "train: {steps: 200, batch_size: 8, lr: 0.01, warmup: 2, log_every: 100,\n"
+                     "        eval_every: 0, checkpoint_every: 200, threads: 1}\n"
+                     "eval: {batch_size: 5}\n"
+                     "compare:\n  title: tiny\n  seeds: [1]\n  jobs: 1\n  schemes: [rope]\n"
+                     "  variants: [randpos]\n");
   }
 
   std::vector<ResultRow> compare(const std::string& arch) {
@@ -280,7 +290,8 @@ TEST_F(OneGreedyRandpos, CompareRandposRowsEqualTheValuesBeforeTheMove) {
       EXPECT_EQ(rows[i].length, want[i].length) << arch;
       EXPECT_EQ(rows[i].status, "ok") << arch;
       EXPECT_NEAR(rows[i].loss, want[i].loss, 1e-9) << arch << " length " << want[i].length;
-      EXPECT_DOUBLE_EQ(rows[i].token_accuracy, want[i].token_accuracy) << arch << " " << want[i].length;
+      EXPECT_DOUBLE_EQ(rows[i].token_accuracy, want[i].token_accuracy)
+          << arch << " " << want[i].length;
       EXPECT_DOUBLE_EQ(rows[i].exact_match, want[i].exact_match) << arch << " " << want[i].length;
     }
   }
@@ -297,7 +308,8 @@ TEST_F(OneGreedyRandpos, EvaluateRandomPositionsEqualsAWrittenOutReference) {
     compare(arch);
     Config cfg = load_compare(config(arch)).base;
     LoadedModel lm = load_model(
-        cfg, (dir_ / ("report_" + arch) / "runs" / "rope_seed1" / "checkpoints" / "last.h5").string());
+        cfg,
+        (dir_ / ("report_" + arch) / "runs" / "rope_seed1" / "checkpoints" / "last.h5").string());
     models::Transformer& m = *lm.model;
     const TaskData& data = *lm.data;
     const int64_t maxp = cfg.model.pe.randomized_max_position, EB = cfg.eval.batch_size;
@@ -317,7 +329,8 @@ TEST_F(OneGreedyRandpos, EvaluateRandomPositionsEqualsAWrittenOutReference) {
         for (const auto& [len, group] : by_len) {
           for (size_t i0 = 0; i0 < group.size(); i0 += static_cast<size_t>(EB)) {
             std::vector<data::Example> batch(
-                group.begin() + i0, group.begin() + std::min(group.size(), i0 + static_cast<size_t>(EB)));
+                group.begin() + i0,
+                group.begin() + std::min(group.size(), i0 + static_cast<size_t>(EB)));
             Tensor logits, targets;
             models::GreedyResult g;
             if (arch == "seq2seq") {
@@ -326,8 +339,9 @@ TEST_F(OneGreedyRandpos, EvaluateRandomPositionsEqualsAWrittenOutReference) {
               const std::vector<int64_t> tp = random_positions(rg, b.T, maxp);
               Tensor src = ids_tensor(b.src, b.B, b.S, Device::cpu()),
                      sm = mask_tensor(b.src_mask, b.B, b.S, Device::cpu());
-              logits = m.forward_seq2seq(src, sm, ids_tensor(b.tgt_in, b.B, b.T, Device::cpu()),
-                                         mask_tensor(b.tgt_mask, b.B, b.T, Device::cpu()), &sp, &tp);
+              logits =
+                  m.forward_seq2seq(src, sm, ids_tensor(b.tgt_in, b.B, b.T, Device::cpu()),
+                                    mask_tensor(b.tgt_mask, b.B, b.T, Device::cpu()), &sp, &tp);
               targets = targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, Device::cpu());
               Tensor memory = m.encode(src, sm, &sp);
               g = reference_greedy(m, std::vector<std::vector<int64_t>>(batch.size(), {1}), &memory,
@@ -351,7 +365,8 @@ TEST_F(OneGreedyRandpos, EvaluateRandomPositionsEqualsAWrittenOutReference) {
               n += tg[i] != kIgnoreIndex;
               correct += tg[i] != kIgnoreIndex && am[i] == tg[i];
             }
-            loss_sum += cross_entropy(logits, targets, kIgnoreIndex, 0.0).item() * static_cast<double>(n);
+            loss_sum +=
+                cross_entropy(logits, targets, kIgnoreIndex, 0.0).item() * static_cast<double>(n);
             tokens += n;
             for (size_t i = 0; i < batch.size(); ++i) {
               exact += g.finished[i] && g.tokens[i] == batch[i].tgt;
@@ -373,17 +388,20 @@ TEST_F(OneGreedyRandpos, EvaluateRandomPositionsEqualsAWrittenOutReference) {
         ASSERT_EQ(r.status, "ok") << what;
         EXPECT_EQ(r.tokens, tokens) << what;
         EXPECT_NEAR(r.loss, loss_sum / static_cast<double>(tokens), 1e-12) << what;
-        EXPECT_DOUBLE_EQ(r.token_accuracy, static_cast<double>(correct) / static_cast<double>(tokens))
+        EXPECT_DOUBLE_EQ(r.token_accuracy,
+                         static_cast<double>(correct) / static_cast<double>(tokens))
             << what;
-        EXPECT_DOUBLE_EQ(r.exact_match, static_cast<double>(exact) / static_cast<double>(r.examples))
+        EXPECT_DOUBLE_EQ(r.exact_match,
+                         static_cast<double>(exact) / static_cast<double>(r.examples))
             << what;
         ASSERT_EQ(r.predictions.size(), outputs.size()) << what;
-        for (size_t i = 0; i < outputs.size(); ++i) EXPECT_EQ(r.predictions[i].output, outputs[i]) << what;
+        for (size_t i = 0; i < outputs.size(); ++i)
+          EXPECT_EQ(r.predictions[i].output, outputs[i]) << what;
         if (!set.example_lengths.empty()) {  // per-length scores follow the regrouped examples
           double sum = 0;
           for (const auto& [len, e] : r.exact_by_length)
-            sum += e * static_cast<double>(std::count(set.example_lengths.begin(),
-                                                      set.example_lengths.end(), len));
+            sum += e * static_cast<double>(
+                           std::count(set.example_lengths.begin(), set.example_lengths.end(), len));
           EXPECT_NEAR(sum / static_cast<double>(r.examples), r.exact_match, 1e-12) << what;
         }
       }

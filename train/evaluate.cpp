@@ -128,8 +128,8 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
   }
   Generator* const rgen = opt.random_positions;
   const int64_t maxp = opt.random_max_position;
-  PELAB_CHECK(!rgen || maxp >= 1, "evaluate_set: random positions need random_max_position >= 1, got ",
-              maxp);
+  PELAB_CHECK(!rgen || maxp >= 1,
+              "evaluate_set: random positions need random_max_position >= 1, got ", maxp);
   // Draws one stack's positions: a random subset with random positions, else null (0..L-1).
   std::vector<int64_t> drawn;
   auto positions = [&](std::vector<int64_t>& into, int64_t L) -> const std::vector<int64_t>* {
