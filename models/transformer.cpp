@@ -493,52 +493,93 @@ bool take_step(const std::vector<int64_t>& next, const std::vector<size_t>& grou
   }
   return all;
 }
+
+// Positions [from, to) of an explicit position list.
+std::vector<int64_t> span(const std::vector<int64_t>& pos, int64_t from, int64_t to) {
+  return std::vector<int64_t>(pos.begin() + from, pos.begin() + to);
+}
+
+// The one greedy loop, for both architectures: continues `seq` (rows of equal length, the
+// decoder's tokens so far: seq2seq [bos], decoder-only the prompts) by up to max_len argmax
+// tokens, recording them in r for the rows `group` of the result. memory: the encoder output
+// (seq2seq; null for decoder-only). tgt_pos / src_pos: explicit positions or null (0..L-1).
+// With the cache a step feeds the tokens not yet cached (the whole prefix first, then the newest
+// token); without, it reruns the full forward over seq.
+void greedy_loop(Transformer& model, std::vector<std::vector<int64_t>> seq,
+                 const std::vector<size_t>& group, const Tensor* memory, const Tensor& src_mask,
+                 const std::vector<int64_t>* src_pos, const std::vector<int64_t>* tgt_pos,
+                 int64_t max_len, bool use_cache, int64_t eos, GreedyResult& r) {
+  const int64_t B = static_cast<int64_t>(group.size());
+  const Device dev = model_device(model);
+  DecoderCache cache;
+  if (use_cache)
+    cache = memory ? model.start_cache(*memory, src_mask, src_pos) : model.start_cache(B);
+  for (int64_t t = 0; t < max_len; ++t) {
+    const int64_t L = static_cast<int64_t>(seq[0].size());
+    const int64_t from = use_cache ? cache.offset() : 0;  // first token this step feeds
+    std::vector<int64_t> p;
+    if (tgt_pos) p = span(*tgt_pos, from, L);
+    const std::vector<int64_t>* pp = tgt_pos ? &p : nullptr;
+    Tensor logits;
+    if (use_cache) {
+      std::vector<std::vector<int64_t>> cur(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b) cur[b].assign(seq[b].begin() + from, seq[b].end());
+      logits = model.decode_step(cache, ids_tensor(cur, dev), Tensor(), pp);
+    } else if (memory) {
+      logits = model.decode(ids_tensor(seq, dev), Tensor(), *memory, src_mask, pp, src_pos);
+    } else {
+      logits = model.forward_decoder(ids_tensor(seq, dev), Tensor(), pp);
+    }
+    const std::vector<int64_t> next = last_argmax(logits);
+    for (int64_t b = 0; b < B; ++b) seq[b].push_back(next[b]);
+    if (take_step(next, group, eos, r)) break;
+  }
+}
+
+// Checks that explicit target positions cover the `fed` tokens a decode feeds.
+void check_tgt_positions(const GreedyPositions* pos, int64_t fed) {
+  if (!pos) return;
+  PELAB_CHECK(static_cast<int64_t>(pos->tgt.size()) >= fed, "greedy_decode: ", pos->tgt.size(),
+              " explicit target positions for a decode that feeds ", fed,
+              " tokens (give at least that many, or a smaller max_len)");
+}
 }  // namespace
 
 GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& src_mask,
-                           int64_t max_len, bool use_cache, SpecialIds ids) {
+                           int64_t max_len, bool use_cache, SpecialIds ids,
+                           const GreedyPositions* pos) {
   PELAB_CHECK(model.is_seq2seq(), "greedy_decode: this overload is for seq2seq models; arch is '",
               model.config().arch, "' (pass prompts instead)");
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
   check_ids(src, "greedy_decode");
+  check_tgt_positions(pos, max_len);
   NoGradGuard ng;
   EvalModeGuard eg(model);
   const int64_t B = src.size(0);
-  const Device dev = model_device(model);
   GreedyResult r;
   r.tokens.resize(B);
   r.finished.assign(B, false);
   if (max_len == 0 || B == 0) return r;
   std::vector<size_t> rows(B);
   for (int64_t b = 0; b < B; ++b) rows[b] = static_cast<size_t>(b);
-  Tensor memory = model.encode(src, src_mask);
-  std::vector<std::vector<int64_t>> tgt(B, std::vector<int64_t>{ids.bos});
-  DecoderCache cache;
-  if (use_cache) cache = model.start_cache(memory, src_mask);
-  for (int64_t t = 0; t < max_len; ++t) {
-    Tensor logits;
-    if (use_cache) {
-      std::vector<std::vector<int64_t>> cur(B);
-      for (int64_t b = 0; b < B; ++b) cur[b] = {tgt[b].back()};
-      logits = model.decode_step(cache, ids_tensor(cur, dev));
-    } else {
-      logits = model.decode(ids_tensor(tgt, dev), Tensor(), memory, src_mask);
-    }
-    const std::vector<int64_t> next = last_argmax(logits);
-    for (int64_t b = 0; b < B; ++b) tgt[b].push_back(next[b]);
-    if (take_step(next, rows, ids.eos, r)) break;
-  }
+  const std::vector<int64_t>* src_pos = pos ? &pos->src : nullptr;
+  Tensor memory = model.encode(src, src_mask, src_pos);
+  greedy_loop(model, std::vector<std::vector<int64_t>>(B, std::vector<int64_t>{ids.bos}), rows,
+              &memory, src_mask, src_pos, pos ? &pos->tgt : nullptr, max_len, use_cache, ids.eos,
+              r);
   return r;
 }
 
 GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
-                           int64_t max_len, bool use_cache, SpecialIds ids) {
+                           int64_t max_len, bool use_cache, SpecialIds ids,
+                           const GreedyPositions* pos) {
   PELAB_CHECK(!model.is_seq2seq(), "greedy_decode: this overload is for decoder-only models; arch "
               "is '", model.config().arch, "' (pass a source batch instead)");
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
+  PELAB_CHECK(!pos || pos->src.empty(), "greedy_decode: a decoder-only model has no source; got ",
+              pos ? pos->src.size() : 0, " explicit source positions");
   NoGradGuard ng;
   EvalModeGuard eg(model);
-  const Device dev = model_device(model);
   GreedyResult r;
   r.tokens.resize(prompts.size());
   r.finished.assign(prompts.size(), false);
@@ -548,31 +589,13 @@ GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int
                 " is empty (start it with at least a bos token)");
     groups[prompts[i].size()].push_back(i);
   }
-  if (max_len == 0) return r;
+  if (max_len == 0 || groups.empty()) return r;
+  check_tgt_positions(pos, static_cast<int64_t>(groups.rbegin()->first) + max_len - 1);
   for (const auto& g : groups) {
-    const std::vector<size_t>& rows = g.second;
-    const int64_t B = static_cast<int64_t>(rows.size());
     std::vector<std::vector<int64_t>> seq;
-    for (size_t row : rows) seq.push_back(prompts[row]);
-    DecoderCache cache;
-    if (use_cache) cache = model.start_cache(B);
-    for (int64_t t = 0; t < max_len; ++t) {
-      Tensor logits;
-      if (use_cache) {
-        if (t == 0) {
-          logits = model.decode_step(cache, ids_tensor(seq, dev));
-        } else {
-          std::vector<std::vector<int64_t>> cur(B);
-          for (int64_t b = 0; b < B; ++b) cur[b] = {seq[b].back()};
-          logits = model.decode_step(cache, ids_tensor(cur, dev));
-        }
-      } else {
-        logits = model.forward_decoder(ids_tensor(seq, dev), Tensor());
-      }
-      const std::vector<int64_t> next = last_argmax(logits);
-      for (int64_t b = 0; b < B; ++b) seq[b].push_back(next[b]);
-      if (take_step(next, rows, ids.eos, r)) break;
-    }
+    for (size_t row : g.second) seq.push_back(prompts[row]);
+    greedy_loop(model, std::move(seq), g.second, nullptr, Tensor(), nullptr,
+                pos ? &pos->tgt : nullptr, max_len, use_cache, ids.eos, r);
   }
   return r;
 }

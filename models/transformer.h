@@ -179,13 +179,28 @@ struct GreedyResult {
   std::vector<bool> finished;                // per row: an eos was produced within max_len
 };
 
+// Explicit positions for greedy decoding (randomized-position evaluation; default 0..L-1),
+// shared by every row. src: one per source column (seq2seq only). tgt: the position of each
+// decoder token by its index in the decoded sequence: seq2seq bos, then each emitted token;
+// decoder-only the prompt's tokens, then each emitted token. Greedy decoding of max_len tokens
+// feeds max_len tokens (seq2seq) or |prompt| + max_len - 1 (decoder-only), so tgt must hold at
+// least that many positions.
+struct GreedyPositions {
+  std::vector<int64_t> src, tgt;
+};
+
 // Seq2seq greedy decoding: the decoder starts from bos and emits up to max_len tokens per row
 // (stopping a row at its eos). Runs without grad and in eval mode (the mode is restored).
+// With use_cache every step feeds only the new token through the KV cache; without, every step
+// recomputes the full forward (same tokens). pos: explicit positions (nullptr = 0..L-1).
 GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& src_mask,
-                           int64_t max_len, bool use_cache = true, SpecialIds ids = {});
+                           int64_t max_len, bool use_cache = true, SpecialIds ids = {},
+                           const GreedyPositions* pos = nullptr);
 // Decoder-only: continues each prompt (at least one token; rows may differ in length: rows with
-// equal prompt lengths are decoded together) with up to max_len tokens.
+// equal prompt lengths are decoded together) with up to max_len tokens. pos: as above (pos->src
+// must be empty).
 GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
-                           int64_t max_len, bool use_cache = true, SpecialIds ids = {});
+                           int64_t max_len, bool use_cache = true, SpecialIds ids = {},
+                           const GreedyPositions* pos = nullptr);
 
 }  // namespace pelab::models

@@ -27,8 +27,6 @@
 #include "data/batch.h"
 #include "data/rng.h"
 #include "models/pe/pe.h"
-#include "pelab/autograd.h"
-#include "pelab/ops.h"
 #include "pelab/parallel.h"
 #include "pelab/random.h"
 #include "train/evaluate.h"
@@ -520,17 +518,6 @@ const std::set<std::string>& metric_names() {
   return m;
 }
 
-// Positions the longest sequence of an eval set needs (as evaluate.cpp counts them).
-int64_t positions_needed(const EvalSet& set, bool decoder) {
-  int64_t need = 0;
-  for (const auto& ex : set.examples) {
-    const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
-    need = std::max(need, decoder ? s + t + 2 : std::max(s, t) + 1);
-  }
-  for (const auto& w : set.windows) need = std::max(need, static_cast<int64_t>(w.input.size()));
-  return need;
-}
-
 // Text identifying the data a config builds (TaskData depends on the task section only).
 std::string task_key(const Config& c) {
   std::string k;
@@ -973,151 +960,6 @@ int in_distribution(const Config& c, int64_t length) {
   return length >= c.task.train_min_len && length <= c.task.train_max_len ? 1 : 0;
 }
 
-// Adds teacher-forced loss / token accuracy of logits [B, L, V] against targets (kIgnoreIndex
-// where not scored).
-void score_logits(const Tensor& logits, const Tensor& targets, double& loss_sum, int64_t& tokens,
-                  int64_t& correct) {
-  const std::vector<int64_t> tg = targets.to_int_vector();
-  int64_t n = 0;
-  for (int64_t t : tg) n += t != kIgnoreIndex;
-  if (n == 0) return;
-  loss_sum += cross_entropy(logits, targets, kIgnoreIndex, 0.0).item() * static_cast<double>(n);
-  tokens += n;
-  const std::vector<int64_t> am = argmax(logits, -1).to_int_vector();
-  for (size_t i = 0; i < tg.size(); ++i) correct += tg[i] != kIgnoreIndex && am[i] == tg[i];
-}
-
-// Greedy continuation of a decoder cache: feeds `first` (one token per row) and then each argmax,
-// at positions pos[0..], until every row produced eos or pos runs out. Returns per-row tokens
-// (without eos) and whether the row finished.
-void greedy_with_positions(models::Transformer& model, models::DecoderCache& cache,
-                           std::vector<int64_t> cur, const std::vector<int64_t>& pos,
-                           const Tensor* first_logits, std::vector<std::vector<int64_t>>& out,
-                           std::vector<bool>& finished) {
-  const int64_t B = static_cast<int64_t>(cur.size());
-  const Device dev = model.parameters().front().device();
-  out.assign(static_cast<size_t>(B), {});
-  finished.assign(static_cast<size_t>(B), false);
-  auto take = [&](const Tensor& logits) {  // logits [B, n, V]: argmax of the last step
-    const int64_t n = logits.size(1);
-    const std::vector<int64_t> am = argmax(logits, -1).to_int_vector();
-    bool all = true;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t t = am[static_cast<size_t>(b * n + n - 1)];
-      cur[static_cast<size_t>(b)] = t;
-      if (finished[static_cast<size_t>(b)]) continue;
-      if (t == data::Vocab::kEos)
-        finished[static_cast<size_t>(b)] = true;
-      else
-        out[static_cast<size_t>(b)].push_back(t);
-      all = all && finished[static_cast<size_t>(b)];
-    }
-    return all;
-  };
-  size_t k = 0;
-  if (first_logits && take(*first_logits)) return;
-  for (; k < pos.size(); ++k) {
-    std::vector<int64_t> p = {pos[k]};
-    Tensor logits = model.decode_step(cache, Tensor::from_ints(cur, {B, 1}, dev), Tensor(), &p);
-    if (take(logits)) return;
-  }
-}
-
-// evaluate_set with the positions of randomized-position training (Ruoss et al. 2023 evaluate
-// this way): per batch and stack a sorted random subset of [0, pe.randomized_max_position). Greedy
-// decoding gets as many positions as the longest target (+ eos) of the batch, so it can emit the
-// right answer but nothing longer. A sequence longer than pe.randomized_max_position gets status
-// "n/a (> randomized_max_position)".
-EvalResult evaluate_random_positions(models::Transformer& model, const TaskData& data,
-                                     const EvalSet& set, const Config& cfg, Generator& gen) {
-  EvalResult r;
-  r.split = set.name;
-  r.length = set.length;
-  r.examples = static_cast<int64_t>(data.is_lm() ? set.windows.size() : set.examples.size());
-  if (set.empty()) {
-    r.status = "n/a (empty)";
-    return r;
-  }
-  const int64_t maxp = cfg.model.pe.randomized_max_position;
-  if (positions_needed(set, data.is_decoder()) > maxp) {
-    r.status = "n/a (> randomized_max_position)";
-    return r;
-  }
-  NoGradGuard ng;
-  EvalModeGuard mode(model);
-  const Device dev = model.parameters().front().device();
-  const int64_t EB = cfg.eval.batch_size;
-  double loss_sum = 0;
-  int64_t tokens = 0, correct = 0, exact = 0;
-  if (data.is_lm()) {
-    for (size_t i = 0; i < set.windows.size(); i += static_cast<size_t>(EB)) {
-      const size_t end = std::min(set.windows.size(), i + static_cast<size_t>(EB));
-      data::LmBatch b = data::make_lm_batch({set.windows.begin() + i, set.windows.begin() + end});
-      const std::vector<int64_t> pos = random_positions(gen, b.L, maxp);
-      Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor(), &pos);
-      score_logits(logits, ids_tensor(b.target, b.B, b.L, dev), loss_sum, tokens, correct);
-    }
-  } else {
-    // Batches of equal prompt length (decoder-only prompts are not padded).
-    std::map<size_t, std::vector<data::Example>> by_len;
-    for (const auto& ex : set.examples) by_len[ex.src.size()].push_back(ex);
-    for (const auto& [len, group] : by_len) {
-      for (const auto& batch : data::make_batches(group, EB)) {
-        const int64_t B = static_cast<int64_t>(batch.size());
-        std::vector<std::vector<int64_t>> outs;
-        std::vector<bool> fin;
-        if (!data.is_decoder()) {
-          data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
-          const std::vector<int64_t> sp = random_positions(gen, b.S, maxp);
-          const std::vector<int64_t> tp = random_positions(gen, b.T, maxp);
-          Tensor src = ids_tensor(b.src, b.B, b.S, dev),
-                 sm = mask_tensor(b.src_mask, b.B, b.S, dev);
-          Tensor logits = model.forward_seq2seq(src, sm, ids_tensor(b.tgt_in, b.B, b.T, dev),
-                                                mask_tensor(b.tgt_mask, b.B, b.T, dev), &sp, &tp);
-          score_logits(logits, targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, dev), loss_sum,
-                       tokens, correct);
-          Tensor memory = model.encode(src, sm, &sp);
-          models::DecoderCache cache = model.start_cache(memory, sm, &sp);
-          greedy_with_positions(model, cache,
-                                std::vector<int64_t>(static_cast<size_t>(B), data::Vocab::kBos), tp,
-                                nullptr, outs, fin);
-        } else {
-          data::DecoderBatch b = data::make_decoder_batch(batch);
-          const std::vector<int64_t> pos = random_positions(gen, b.L, maxp);
-          Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
-                                                mask_tensor(b.mask, b.B, b.L, dev), &pos);
-          score_logits(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), loss_sum,
-                       tokens, correct);
-          const int64_t P = static_cast<int64_t>(len) + 2;  // bos + src + sep
-          std::vector<int64_t> prompt;
-          for (const auto& ex : batch) {
-            const std::vector<int64_t> p = data::decoder_prompt(ex.src);
-            prompt.insert(prompt.end(), p.begin(), p.end());
-          }
-          models::DecoderCache cache = model.start_cache(B);
-          const std::vector<int64_t> ppos(pos.begin(), pos.begin() + P);
-          Tensor first =
-              model.decode_step(cache, Tensor::from_ints(prompt, {B, P}, dev), Tensor(), &ppos);
-          const std::vector<int64_t> rest(pos.begin() + P, pos.end());
-          greedy_with_positions(model, cache, std::vector<int64_t>(static_cast<size_t>(B), 0), rest,
-                                &first, outs, fin);
-        }
-        for (int64_t i = 0; i < B; ++i)
-          exact += fin[static_cast<size_t>(i)] &&
-                   outs[static_cast<size_t>(i)] == batch[static_cast<size_t>(i)].tgt;
-      }
-    }
-  }
-  r.tokens = tokens;
-  if (tokens > 0) {
-    r.loss = loss_sum / static_cast<double>(tokens);
-    r.perplexity = std::exp(r.loss);
-    r.token_accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
-  }
-  if (!data.is_lm()) r.exact_match = static_cast<double>(exact) / static_cast<double>(r.examples);
-  return r;
-}
-
 // Evaluates one run with one config (cached in <run>/compare_eval/<name>.csv).
 std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlanVariant& pv,
                                     const std::string& run_dir, bool& cached, double train_wall) {
@@ -1157,10 +999,14 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
   std::vector<EvalResult> res;
   Generator gen(
       data::derive_seed(static_cast<uint64_t>(ecfg.train.seed), "compare_eval_positions"));
+  EvalOptions opt;
+  if (pv.random_positions) {  // positions drawn as in training (Ruoss et al. 2023)
+    opt.random_positions = &gen;
+    opt.random_max_position = ecfg.model.pe.randomized_max_position;
+  }
   for (const auto& s : lm.data->tests()) {
     if (stop_signal()) return {};
-    res.push_back(pv.random_positions ? evaluate_random_positions(*lm.model, *lm.data, s, ecfg, gen)
-                                      : evaluate_set(*lm.model, *lm.data, s, ecfg));
+    res.push_back(evaluate_set(*lm.model, *lm.data, s, ecfg, opt));
   }
   const double wall = now_s() - t0;
   std::vector<ResultRow> rows;

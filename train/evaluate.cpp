@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numeric>
+#include <set>
 #include <sstream>
 
 #include "models/pe/pe.h"
@@ -16,17 +18,6 @@
 namespace pelab {
 
 namespace {
-
-// Positions a split needs; 0 when the model has no absolute table to overflow.
-int64_t positions_needed(const EvalSet& set, bool decoder) {
-  int64_t need = 0;
-  for (const auto& ex : set.examples) {
-    const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
-    need = std::max(need, decoder ? s + t + 2 : std::max(s, t) + 1);
-  }
-  for (const auto& w : set.windows) need = std::max(need, static_cast<int64_t>(w.input.size()));
-  return need;
-}
 
 // Scores teacher-forced logits [B, L, V] against targets (ignore_index where not scored).
 void score(const Tensor& logits, const Tensor& targets, double& loss_sum, int64_t& tokens,
@@ -42,7 +33,50 @@ void score(const Tensor& logits, const Tensor& targets, double& loss_sum, int64_
   for (size_t i = 0; i < tg.size(); ++i) correct += tg[i] != kIgnoreIndex && am[i] == tg[i];
 }
 
+// The example batches of a split in evaluation order, as indexes into set.examples: runs of up
+// to EB in set order; with by_source_length, stably grouped by ascending source length first and
+// never mixing two lengths in a batch.
+std::vector<std::vector<size_t>> example_batches(const EvalSet& set, int64_t EB,
+                                                 bool by_source_length) {
+  std::vector<size_t> order(set.examples.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  auto src_len = [&](size_t i) { return set.examples[i].src.size(); };
+  if (by_source_length)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return src_len(a) < src_len(b); });
+  std::vector<std::vector<size_t>> batches;
+  for (size_t i : order) {
+    if (batches.empty() || static_cast<int64_t>(batches.back().size()) == EB ||
+        (by_source_length && src_len(batches.back().front()) != src_len(i)))
+      batches.emplace_back();
+    batches.back().push_back(i);
+  }
+  return batches;
+}
+
 }  // namespace
+
+int64_t positions_needed(const EvalSet& set, bool decoder) {
+  int64_t need = 0;
+  for (const auto& ex : set.examples) {
+    const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
+    need = std::max(need, decoder ? s + t + 2 : std::max(s, t) + 1);
+  }
+  for (const auto& w : set.windows) need = std::max(need, static_cast<int64_t>(w.input.size()));
+  return need;
+}
+
+std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_position) {
+  PELAB_CHECK(L >= 0 && L <= max_position, "random_positions: cannot draw ", L,
+              " distinct positions from [0, ", max_position, ")");
+  // Floyd's algorithm: a uniform L-subset with exactly L draws.
+  std::set<int64_t> chosen;
+  for (int64_t j = max_position - L; j < max_position; ++j) {
+    const int64_t r = static_cast<int64_t>(gen.randint(static_cast<uint64_t>(j + 1)));
+    if (!chosen.insert(r).second) chosen.insert(j);
+  }
+  return std::vector<int64_t>(chosen.begin(), chosen.end());
+}
 
 Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t B, int64_t L, Device dev) {
   return Tensor::from_ints(ids, {B, L}, dev);
@@ -92,8 +126,24 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
     r.status = "n/a (empty)";
     return r;
   }
+  Generator* const rgen = opt.random_positions;
+  const int64_t maxp = opt.random_max_position;
+  PELAB_CHECK(!rgen || maxp >= 1,
+              "evaluate_set: random positions need random_max_position >= 1, got ", maxp);
+  // Draws one stack's positions: a random subset with random positions, else null (0..L-1).
+  std::vector<int64_t> drawn;
+  auto positions = [&](std::vector<int64_t>& into, int64_t L) -> const std::vector<int64_t>* {
+    if (!rgen) return nullptr;
+    into = random_positions(*rgen, L, maxp);
+    return &into;
+  };
   const models::ModelConfig& mc = model.config();
-  const int64_t max_pos = models::pe_max_positions(mc.pe);  // 0 = no limit
+  // 0 = no limit (random positions stay below random_max_position, checked instead).
+  const int64_t max_pos = rgen ? 0 : models::pe_max_positions(mc.pe);
+  if (rgen && positions_needed(set, data.is_decoder()) > maxp) {
+    r.status = kNaRandomMaxPosition;
+    return r;
+  }
   if (max_pos > 0 && positions_needed(set, data.is_decoder()) > max_pos) {
     r.status = kNaMaxPositions;
     return r;
@@ -106,38 +156,48 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
   int64_t tokens = 0, correct = 0, exact = 0;
   const bool by_length = set.example_lengths.size() == set.examples.size();
   std::map<int64_t, std::pair<int64_t, int64_t>> per_length;  // length -> (right, examples)
-  size_t index = 0;  // of the next example (make_batches keeps the order)
 
   if (data.is_lm()) {
     for (size_t i = 0; i < set.windows.size(); i += static_cast<size_t>(EB)) {
       const size_t end = std::min(set.windows.size(), i + static_cast<size_t>(EB));
       std::vector<data::LmWindow> w(set.windows.begin() + i, set.windows.begin() + end);
       data::LmBatch b = data::make_lm_batch(w);
-      Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor());
+      Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor(),
+                                            positions(drawn, b.L));
       score(logits, ids_tensor(b.target, b.B, b.L, dev), loss_sum, tokens, correct);
     }
   } else {
-    for (const auto& batch : data::make_batches(set.examples, EB)) {
+    // With random positions a batch's rows share one source length: decoder-only prompts are
+    // not padded and the drawn positions are shared by the batch.
+    for (const auto& rows : example_batches(set, EB, rgen != nullptr)) {
+      std::vector<data::Example> batch;
+      for (size_t i : rows) batch.push_back(set.examples[i]);
       int64_t longest_src = 0;
       for (const auto& ex : batch)
         longest_src = std::max<int64_t>(longest_src, static_cast<int64_t>(ex.src.size()));
       int64_t budget = decode_budget(cfg, set.length > 0 ? set.length : longest_src);
       models::GreedyResult g;
+      models::GreedyPositions gp;  // used with random positions only
       if (!data.is_decoder()) {
         data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
+        const std::vector<int64_t>* sp = positions(gp.src, b.S);
+        const std::vector<int64_t>* tp = positions(gp.tgt, b.T);
         Tensor src = ids_tensor(b.src, b.B, b.S, dev), src_mask = mask_tensor(b.src_mask, b.B, b.S, dev);
         Tensor logits = model.forward_seq2seq(src, src_mask, ids_tensor(b.tgt_in, b.B, b.T, dev),
-                                              mask_tensor(b.tgt_mask, b.B, b.T, dev));
+                                              mask_tensor(b.tgt_mask, b.B, b.T, dev), sp, tp);
         score(logits, targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, dev), loss_sum, tokens,
               correct);
         if (opt.decode) {
           if (max_pos > 0) budget = std::min(budget, max_pos);
-          g = models::greedy_decode(model, src, src_mask, budget, opt.use_cache);
+          if (rgen) budget = b.T;  // one decoded token per drawn target position
+          g = models::greedy_decode(model, src, src_mask, budget, opt.use_cache, {},
+                                    rgen ? &gp : nullptr);
         }
       } else {
         data::DecoderBatch b = data::make_decoder_batch(batch);
+        const std::vector<int64_t>* pos = positions(gp.tgt, b.L);
         Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
-                                              mask_tensor(b.mask, b.B, b.L, dev));
+                                              mask_tensor(b.mask, b.B, b.L, dev), pos);
         score(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), loss_sum, tokens,
               correct);
         if (opt.decode) {
@@ -148,7 +208,10 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
             longest_prompt = std::max<int64_t>(longest_prompt, prompts.back().size());
           }
           if (max_pos > 0) budget = std::min(budget, max_pos - longest_prompt + 1);
-          g = models::greedy_decode(model, prompts, budget, opt.use_cache);
+          // The drawn positions cover prompt + target: the prompt's, then one per decoded token.
+          if (rgen) budget = b.L - longest_prompt + 1;
+          g = models::greedy_decode(model, prompts, budget, opt.use_cache, {},
+                                    rgen ? &gp : nullptr);
         }
       }
       if (!opt.decode) continue;
@@ -156,10 +219,9 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
         const bool ok = g.finished[i] && g.tokens[i] == batch[i].tgt;
         exact += ok;
         if (by_length) {
-          auto& pl = per_length[set.example_lengths[index]];
+          auto& pl = per_length[set.example_lengths[rows[i]]];
           pl.first += ok, ++pl.second;
         }
-        ++index;
         if (opt.keep_predictions)
           r.predictions.push_back({data.render(batch[i].src), data.render(batch[i].tgt),
                                    data.render(g.tokens[i]), ok});

@@ -15,6 +15,7 @@
 
 #include "data/batch.h"
 #include "models/transformer.h"
+#include "pelab/random.h"
 #include "train/config.h"
 #include "train/metrics.h"
 #include "train/task_data.h"
@@ -52,9 +53,19 @@ struct EvalOptions {
   bool decode = true;        // compute exact match (greedy decoding)
   bool use_cache = true;     // KV-cache decoding (false: recompute the full forward every step)
   bool keep_predictions = false;
+  // Randomized positions (Ruoss et al. 2023 evaluate this way): when set, every batch and stack
+  // is run at a sorted random subset of [0, random_max_position) drawn with this generator
+  // (random_positions below, as training with pe.randomized_positions draws them) instead of
+  // 0..L-1. Batches then hold examples of one source length (the positions are shared by the
+  // batch), and greedy decoding gets as many positions as the batch's longest target plus eos,
+  // so it can emit the right answer but nothing longer. A split longer than random_max_position
+  // gets status kNaRandomMaxPosition.
+  Generator* random_positions = nullptr;
+  int64_t random_max_position = 0;
 };
 
 constexpr const char* kNaMaxPositions = "n/a (> max_positions)";
+constexpr const char* kNaRandomMaxPosition = "n/a (> randomized_max_position)";
 
 // Evaluates `model` on `set` (model left in the mode it was in).
 EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const EvalSet& set,
@@ -73,6 +84,15 @@ Tensor mask_tensor(const std::vector<uint8_t>& mask, int64_t B, int64_t L, Devic
 Tensor targets_tensor(const std::vector<int64_t>& target, const std::vector<uint8_t>& keep, int64_t B,
                       int64_t L, Device dev);
 constexpr int64_t kIgnoreIndex = -100;
+
+// Positions the longest sequence of a split needs (decoder-only: prompt + target; seq2seq: the
+// longer of source and target, eos included; lm: the window).
+int64_t positions_needed(const EvalSet& set, bool decoder);
+
+// A sorted set of L distinct positions drawn uniformly from [0, max_position) (Floyd's algorithm)
+// with `gen`; the randomized positional encodings of Ruoss et al. (2023), in training and in
+// EvalOptions::random_positions.
+std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_position);
 
 // The greedy-decoding budget for sources of task length `length` (longest source |src| when 0):
 // eval.max_decode_len, or 2 * length + 8.

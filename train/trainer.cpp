@@ -1025,18 +1025,6 @@ TrainResult Trainer::run() {
 
 // ---------------- public API ----------------
 
-std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_position) {
-  PELAB_CHECK(L >= 0 && L <= max_position, "random_positions: cannot draw ", L,
-              " distinct positions from [0, ", max_position, ")");
-  // Floyd's algorithm: a uniform L-subset with exactly L draws.
-  std::set<int64_t> chosen;
-  for (int64_t j = max_position - L; j < max_position; ++j) {
-    const int64_t r = static_cast<int64_t>(gen.randint(static_cast<uint64_t>(j + 1)));
-    if (!chosen.insert(r).second) chosen.insert(j);
-  }
-  return std::vector<int64_t>(chosen.begin(), chosen.end());
-}
-
 std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data,
                                                  int64_t train_positions) {
   const int64_t tp = train_positions > 0 ? train_positions : data.train_positions();

@@ -145,8 +145,4 @@ LoadedModel load_model(const Config& cfg, const std::string& checkpoint = "");
 std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskData& data,
                                                  int64_t train_positions = 0);
 
-// A sorted set of L distinct positions drawn uniformly from [0, max_position) (Floyd's algorithm)
-// with `gen`; the randomized positional encodings of Ruoss et al. (2023).
-std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_position);
-
 }  // namespace pelab
