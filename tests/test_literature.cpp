@@ -342,7 +342,7 @@ TEST_F(LiteratureConfig, SectionIsNotPartOfAnyRun) {
 }
 
 TEST_F(LiteratureConfig, ReferenceDocumentsEveryKey) {
-  const std::string md = config_reference_markdown();
+  const std::string md = config_reference_markdown({literature_reference_section()});
   EXPECT_TRUE(has(md, "## `literature` (compare and suite configs)"));
   for (const auto& k : literature_schema())
     EXPECT_TRUE(has(md, "| `literature[]." + k.name + "` | ")) << k.name;

@@ -19,6 +19,7 @@
 #include "train/config.h"
 #include "train/distributed.h"
 #include "train/evaluate.h"
+#include "train/literature.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -590,7 +591,7 @@ int run_cli(const std::vector<std::string>& a, std::istream& in, std::ostream& o
         return 0;
       }
       expect_positional("config-reference", args, 0, "");
-      out << config_reference_markdown();
+      out << config_reference_markdown({literature_reference_section()});
       return 0;
     }
     if (cmd == "demo") {

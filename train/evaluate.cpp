@@ -11,7 +11,7 @@
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
-#include "train/report.h"
+#include "train/text_file.h"
 
 namespace pelab {
 

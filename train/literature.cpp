@@ -380,6 +380,19 @@ const std::vector<ConfigKey>& literature_schema() {
   return keys;
 }
 
+ConfigReferenceSection literature_reference_section() {
+  return {"`literature` (compare and suite configs)",
+          "A compare or suite config (docs/experiments.md) may add a top-level `literature:` list "
+          "that puts our results next to the papers' figures in report.md / summary.md (section "
+          "\"Against the literature\") and `literature.csv`: per entry either the paper's figure "
+          "per scheme, ranked against ours with Kendall's tau-b, or (`theirs` one number with "
+          "`pairs`) their mean gain next to ours. It is not part of any run's config (changing it "
+          "retrains nothing) and cannot be set with `--set`. Each entry of the list has these keys "
+          "(unknown keys, unknown scheme names and bad values are errors naming the file and "
+          "line):",
+          literature_schema()};
+}
+
 std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::string& source,
                                               const LiteratureContext& ctx) {
   std::vector<std::string> names;
