@@ -1,5 +1,5 @@
-// pelab — our results side by side with the papers' (train/literature.h).
-#include "train/literature.h"
+// pelab — our results side by side with the papers' (train/study/literature.h).
+#include "train/study/literature.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "pelab/error.h"
-#include "train/compare.h"
+#include "train/study/compare.h"
 
 namespace pelab {
 

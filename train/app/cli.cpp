@@ -1,5 +1,5 @@
 // pelab — command-line verbs (cli.h).
-#include "train/cli.h"
+#include "train/app/cli.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,11 +15,11 @@
 #include "models/info.h"
 #include "models/pe/pe.h"
 #include "pelab/pelab.h"
-#include "train/compare.h"
 #include "train/config.h"
 #include "train/distributed.h"
 #include "train/evaluate.h"
-#include "train/literature.h"
+#include "train/study/compare.h"
+#include "train/study/literature.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 // pelab — comparison reports: results.csv, report.md and gnuplot plots (report.h).
-#include "train/report.h"
+#include "train/study/report.h"
 
 #include <unistd.h>
 

@@ -77,7 +77,7 @@ struct ReportInput {
   // Markdown of the hyper-parameter search (compare.search: what each candidate scored on
   // validation, what was chosen), printed as its own section; "" = no search.
   std::string search_markdown;
-  // Markdown of the "Against the literature" section (train/literature.h) and the text of
+  // Markdown of the "Against the literature" section (train/study/literature.h) and the text of
   // literature.csv; "" = the config has no literature section (a stale literature.csv is removed).
   std::string literature_markdown, literature_csv;
   // compare.unconverged: "report" (keep runs that missed the stop criterion, marked †) or

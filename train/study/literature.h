@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "train/config.h"
-#include "train/report.h"
+#include "train/study/report.h"
 
 namespace YAML {
 class Node;
