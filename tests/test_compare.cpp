@@ -1,5 +1,5 @@
-// pelab — tests of length-extrapolation comparisons (train/compare.h), their reports
-// (train/report.h) and `pelab plot-pe` (train/plot_pe.h). Every comparison is tiny (1+1 layers,
+// pelab — tests of length-extrapolation comparisons (train/study/compare.h), their reports
+// (train/study/report.h) and `pelab plot-pe` (train/study/plot_pe.h). Every comparison is tiny (1+1 layers,
 // d_model 16, a few steps) so a test takes a few seconds at most.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "models/pe/t5_buckets.h"
-#include "train/cli.h"
-#include "train/compare.h"
+#include "train/app/cli.h"
+#include "train/study/compare.h"
 #include "train/config.h"
 #include "train/metrics.h"
-#include "train/plot_pe.h"
-#include "train/report.h"
+#include "train/study/plot_pe.h"
+#include "train/study/report.h"
 #include "train/trainer.h"
 #include "tests/test_util.h"
 

@@ -1,5 +1,5 @@
 // pelab — tests of parallel comparisons (`pelab compare --jobs N`, --plan, --only, --report-only;
-// train/compare.h) and of the hyper-parameter search (compare.search) chosen on validation only.
+// train/study/compare.h) and of the hyper-parameter search (compare.search) chosen on validation only.
 // The comparisons are tiny (1+1 layers, d_model 16, a few steps); the --jobs tests run the built
 // `pelab` binary (PELAB_BINARY), whose children are `pelab compare CONFIG --only I`.
 #include <gtest/gtest.h>
@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "train/checkpoint.h"
-#include "train/cli.h"
-#include "train/compare.h"
+#include "train/app/cli.h"
+#include "train/study/compare.h"
 #include "train/config.h"
 #include "train/metrics.h"
-#include "train/report.h"
+#include "train/study/report.h"
 #include "train/trainer.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// Tests of the `literature:` section (train/literature.h): Kendall's τ-b and the ranks against
+// Tests of the `literature:` section (train/study/literature.h): Kendall's τ-b and the ranks against
 // hand-computed examples, the gain interval against a hand computation, the section built from
 // hand-made result rows (compare and suite, MRR, † rows), config errors (one line with FILE:LINE,
 // nothing trained), the section kept out of the runs' configs, and a report-only run on a tiny
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "tests/test_util.h"
-#include "train/compare.h"
+#include "train/study/compare.h"
 #include "train/config.h"
-#include "train/literature.h"
-#include "train/report.h"
-#include "train/suite.h"
+#include "train/study/literature.h"
+#include "train/study/report.h"
+#include "train/study/suite.h"
 
 namespace pelab {
 namespace {
@@ -342,7 +342,7 @@ TEST_F(LiteratureConfig, SectionIsNotPartOfAnyRun) {
 }
 
 TEST_F(LiteratureConfig, ReferenceDocumentsEveryKey) {
-  const std::string md = config_reference_markdown();
+  const std::string md = config_reference_markdown({literature_reference_section()});
   EXPECT_TRUE(has(md, "## `literature` (compare and suite configs)"));
   for (const auto& k : literature_schema())
     EXPECT_TRUE(has(md, "| `literature[]." + k.name + "` | ")) << k.name;

@@ -1,5 +1,5 @@
-// pelab — tests of the comparison report's statistics and convergence marks (train/report.h,
-// train/compare.h): the Student-t quantile, the 95 % interval and its clipping, the marks of runs
+// pelab — tests of the comparison report's statistics and convergence marks (train/study/report.h,
+// train/study/compare.h): the Student-t quantile, the 95 % interval and its clipping, the marks of runs
 // that missed their stop criterion (train.stop_when) in report.md / results.csv / table CSVs /
 // plots, the compare.unconverged policies and `expect: cannot_learn`.
 #include <gtest/gtest.h>
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "pelab/error.h"
-#include "train/compare.h"
+#include "train/study/compare.h"
 #include "train/config.h"
-#include "train/report.h"
+#include "train/study/report.h"
 #include "train/trainer.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// pelab — tests of comparisons on Slurm (`pelab compare CONFIG --emit-slurm DIR`, train/slurm.h):
+// pelab — tests of comparisons on Slurm (`pelab compare CONFIG --emit-slurm DIR`, train/study/slurm.h):
 // the scripts' content, bad input (config errors, bad compare.slurm settings, an unwritable
 // directory, a missing sbatch, a failing sbatch), and a real run on a private single-node Slurm
 // cluster started by tests/slurm_cluster.sh (skipped where Slurm/munge are not installed or the
@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "train/checkpoint.h"
-#include "train/cli.h"
-#include "train/compare.h"
-#include "train/report.h"
+#include "train/app/cli.h"
+#include "train/study/compare.h"
+#include "train/study/report.h"
 #include "train/trainer.h"
-#include "train/slurm.h"
+#include "train/study/slurm.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

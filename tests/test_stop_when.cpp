@@ -23,7 +23,7 @@
 
 #include "pelab/pelab.h"
 #include "train/checkpoint.h"
-#include "train/compare.h"
+#include "train/study/compare.h"
 #include "train/config.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"

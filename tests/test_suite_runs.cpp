@@ -1,4 +1,4 @@
-// Tests of benchmark suites (train/suite.h, `pelab compare SUITE.yaml`): a tiny suite runs every
+// Tests of benchmark suites (train/study/suite.h, `pelab compare SUITE.yaml`): a tiny suite runs every
 // task as a comparison and writes the summary (and reuses its runs the second time), the summary's
 // arithmetic on hand-made rows (mean over the extrapolation lengths, then over seeds, the 95 %
 // t-interval, †, ‡, bold best, the average column), and bad input: one ConfigError naming the
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "tests/test_util.h"
-#include "train/compare.h"
-#include "train/report.h"
-#include "train/suite.h"
+#include "train/study/compare.h"
+#include "train/study/report.h"
+#include "train/study/suite.h"
 
 namespace pelab {
 namespace {

@@ -18,8 +18,8 @@
 #include <utility>
 
 #include "pelab/error.h"
-#include "train/cli.h"
-#include "train/report.h"
+#include "train/app/cli.h"
+#include "train/study/report.h"
 #include "tests/test_paths.h"
 
 namespace pelab::testing {
@@ -208,7 +208,7 @@ class TinyCompareTest : public TempDirTest {
   std::string out_, err_;
 };
 
-// A result row of a comparison (train/report.h) at task length `length` with every metric derived
+// A result row of a comparison (train/study/report.h) at task length `length` with every metric derived
 // from the exact match `em` (token accuracy = em, loss = 1.01 - em, perplexity = e^loss).
 inline ResultRow result_row(const std::string& scheme, int64_t seed, int64_t length, int in_dist,
                             double em, int converged = -1, int64_t step = -1) {

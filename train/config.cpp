@@ -1,7 +1,6 @@
 // pelab — run configuration: the schema table, YAML loading with line-numbered errors,
 // `--set` overrides, cross-field rules, YAML serialisation and the markdown key reference.
 #include "train/config.h"
-#include "train/literature.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -1408,7 +1407,7 @@ std::string config_value_text(const Config& cfg, const std::string& full_key) {
   return emit_text(*e, cfg);
 }
 
-std::string config_reference_markdown() {
+std::string config_reference_markdown(const std::vector<ConfigReferenceSection>& extra) {
   auto cell = [](std::string s) {
     std::string out;
     for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
@@ -1460,17 +1459,12 @@ std::string config_reference_markdown() {
       for (const auto& f : k.fields) md << row(f);
     }
   }
-  md << "\n## `literature` (compare and suite configs)\n\n"
-     << "A compare or suite config (docs/experiments.md) may add a top-level `literature:` list "
-        "that puts our results next to the papers' figures in report.md / summary.md (section "
-        "\"Against the literature\") and `literature.csv`: per entry either the paper's figure per "
-        "scheme, ranked against ours with Kendall's tau-b, or (`theirs` one number with `pairs`) "
-        "their mean gain next to ours. It is not part of any run's config (changing it retrains "
-        "nothing) and cannot be set with `--set`. Each entry of the list has these keys (unknown "
-        "keys, unknown scheme names and bad values are errors naming the file and line):\n\n"
-     << "| Key | Type | Default | Allowed | Description |\n"
-     << "|---|---|---|---|---|\n";
-  for (const auto& k : literature_schema()) md << row(k);
+  for (const auto& sec : extra) {
+    md << "\n## " << sec.heading << "\n\n" << sec.intro << "\n\n"
+       << "| Key | Type | Default | Allowed | Description |\n"
+       << "|---|---|---|---|---|\n";
+    for (const auto& k : sec.keys) md << row(k);
+  }
   md << "\n## Cross-field rules\n\nChecked after the file and all `--set` overrides:\n\n";
   for (const auto& r : config_cross_field_rules()) md << "- " << r << "\n";
   return md.str();

@@ -195,9 +195,17 @@ void validate_config(const Config& cfg);
 std::string config_to_yaml(const Config& cfg, bool with_docs = false);
 // One key's value as YAML text ("64", "rope", "[8, 16]"); throws ConfigError on an unknown key.
 std::string config_value_text(const Config& cfg, const std::string& full_key);
-// Markdown reference: per section a table of key, type, default, range/values and doc, plus the
-// cross-field rules and the override syntax. docs/config.md is this text.
-std::string config_reference_markdown();
+// A section of the reference that a layer above the config owns (the `literature:` list of compare
+// and suite configs, train/study/literature.h): rendered like a config section, after them.
+struct ConfigReferenceSection {
+  std::string heading;  // markdown after "## "
+  std::string intro;    // the paragraph before the table
+  std::vector<ConfigKey> keys;
+};
+// Markdown reference: per section a table of key, type, default, range/values and doc, then the
+// `extra` sections, the cross-field rules and the override syntax. docs/config.md is this text with
+// the sections `pelab config-reference` adds (train/app/cli.cpp).
+std::string config_reference_markdown(const std::vector<ConfigReferenceSection>& extra = {});
 
 // ---------------- derived values shared by model code ----------------
 int head_dim(const Config& cfg);           // model.d_model / model.heads

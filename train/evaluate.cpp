@@ -13,7 +13,7 @@
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
-#include "train/report.h"
+#include "train/text_file.h"
 
 namespace pelab {
 

@@ -30,8 +30,8 @@
 #include "train/memory_estimate.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
-#include "train/report.h"
 #include "train/stop_signal.h"
+#include "train/text_file.h"
 
 namespace fs = std::filesystem;
 

@@ -1,5 +1,5 @@
-// pelab — our results side by side with the papers' (train/literature.h).
-#include "train/literature.h"
+// pelab — our results side by side with the papers' (train/study/literature.h).
+#include "train/study/literature.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "pelab/error.h"
-#include "train/compare.h"
+#include "train/study/compare.h"
 
 namespace pelab {
 
@@ -378,6 +378,19 @@ const std::vector<ConfigKey>& literature_schema() {
               "the interval over tasks"),
   };
   return keys;
+}
+
+ConfigReferenceSection literature_reference_section() {
+  return {"`literature` (compare and suite configs)",
+          "A compare or suite config (docs/experiments.md) may add a top-level `literature:` list "
+          "that puts our results next to the papers' figures in report.md / summary.md (section "
+          "\"Against the literature\") and `literature.csv`: per entry either the paper's figure "
+          "per scheme, ranked against ours with Kendall's tau-b, or (`theirs` one number with "
+          "`pairs`) their mean gain next to ours. It is not part of any run's config (changing it "
+          "retrains nothing) and cannot be set with `--set`. Each entry of the list has these keys "
+          "(unknown keys, unknown scheme names and bad values are errors naming the file and "
+          "line):",
+          literature_schema()};
 }
 
 std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::string& source,

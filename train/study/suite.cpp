@@ -1,5 +1,5 @@
-// pelab — benchmark suites: tasks × schemes × seeds and the summary table (train/suite.h).
-#include "train/suite.h"
+// pelab — benchmark suites: tasks × schemes × seeds and the summary table (train/study/suite.h).
+#include "train/study/suite.h"
 
 #include <yaml-cpp/yaml.h>
 

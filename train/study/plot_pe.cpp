@@ -1,6 +1,6 @@
 // pelab — `pelab plot-pe`: pictures of the positional encodings from pelab's own modules and from a
 // trained checkpoint (plot_pe.h).
-#include "train/plot_pe.h"
+#include "train/study/plot_pe.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +19,7 @@
 #include "pelab/parallel.h"
 #include "train/config.h"
 #include "train/evaluate.h"
-#include "train/report.h"
+#include "train/study/report.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
 

@@ -1,5 +1,5 @@
 // pelab — command-line verbs (cli.h).
-#include "train/cli.h"
+#include "train/app/cli.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,10 +15,11 @@
 #include "models/info.h"
 #include "models/pe/pe.h"
 #include "pelab/pelab.h"
-#include "train/compare.h"
 #include "train/config.h"
 #include "train/distributed.h"
 #include "train/evaluate.h"
+#include "train/study/compare.h"
+#include "train/study/literature.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -590,7 +591,7 @@ int run_cli(const std::vector<std::string>& a, std::istream& in, std::ostream& o
         return 0;
       }
       expect_positional("config-reference", args, 0, "");
-      out << config_reference_markdown();
+      out << config_reference_markdown({literature_reference_section()});
       return 0;
     }
     if (cmd == "demo") {

@@ -1,6 +1,6 @@
 // pelab — comparisons on a Slurm cluster (slurm.h): the compare.slurm settings and the scripts of
 // `pelab compare CONFIG --emit-slurm DIR`.
-#include "train/slurm.h"
+#include "train/study/slurm.h"
 
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "pelab/error.h"
-#include "train/compare.h"
 #include "train/config.h"
-#include "train/report.h"
+#include "train/study/compare.h"
+#include "train/study/report.h"
 
 namespace fs = std::filesystem;
 

@@ -1,5 +1,5 @@
 // pelab — comparison reports: results.csv, report.md and gnuplot plots (report.h).
-#include "train/report.h"
+#include "train/study/report.h"
 
 #include <unistd.h>
 
@@ -30,28 +30,6 @@ std::string csv_field(const std::string& s) {
 }
 
 std::string csv_number(double v) { return std::isfinite(v) ? json_number(v) : std::string(); }
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    PELAB_CHECK(out.good(), "cannot write ", path);
-    out << text;
-    out.flush();
-    PELAB_CHECK(out.good(), "error writing ", path);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  PELAB_CHECK(!ec, "cannot write ", path, ": ", ec.message());
-}
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PELAB_CHECK(in.good(), "cannot read ", path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 std::string format_double(double v, int precision) {
   if (!std::isfinite(v)) return "";

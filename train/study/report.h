@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "train/text_file.h"
+
 namespace pelab {
 
 // One evaluation of one run (scheme × seed) with one eval-time variant on one split.
@@ -75,7 +77,7 @@ struct ReportInput {
   // Markdown of the hyper-parameter search (compare.search: what each candidate scored on
   // validation, what was chosen), printed as its own section; "" = no search.
   std::string search_markdown;
-  // Markdown of the "Against the literature" section (train/literature.h) and the text of
+  // Markdown of the "Against the literature" section (train/study/literature.h) and the text of
   // literature.csv; "" = the config has no literature section (a stale literature.csv is removed).
   std::string literature_markdown, literature_csv;
   // compare.unconverged: "report" (keep runs that missed the stop criterion, marked †) or
@@ -181,9 +183,7 @@ bool is_png_file(const std::string& path);
 // Quotes a string for a gnuplot script ('...' with '' for ').
 std::string gnuplot_quote(const std::string& s);
 
-// Small file helpers shared by compare / plot-pe.
-void write_text_file(const std::string& path, const std::string& text);
-std::string read_text_file(const std::string& path);
+// Small formatting helpers shared by compare / plot-pe (the file helpers are in text_file.h).
 std::string format_double(double v, int precision = 6);  // "%.*g"; "" when not finite
 std::string csv_field(const std::string& s);  // quoted ("...", "" for ") when it needs to be
 std::string csv_number(double v);             // 17 significant digits; "" when not finite

@@ -1,5 +1,5 @@
 // pelab — benchmark suites (docs/experiments.md, "Suites"): one config runs a set of tasks ×
-// schemes × seeds. It is a compare config (train/compare.h: base run config + `compare:` section
+// schemes × seeds. It is a compare config (train/study/compare.h: base run config + `compare:` section
 // with the schemes, seeds, variants) plus a `suite:` section listing the tasks:
 //
 //   suite:
@@ -21,7 +21,7 @@
 // Then <out>/summary.md, summary.csv and summary.{png,dat,gp}: scheme × task, each cell the mean
 // over seeds of each run's mean metric over the task's extrapolation lengths (test lengths
 // longer than task.train_max_len), with the 95 % t-interval, † / ‡ as in the compare report, the
-// best mean of each task in bold. A top-level `literature:` section (train/literature.h) adds the
+// best mean of each task in bold. A top-level `literature:` section (train/study/literature.h) adds the
 // papers' tables to summary.md and <out>/literature.csv; the tasks' comparisons do not see it.
 //
 // Suite checks (one error naming FILE:LINE of the task entry, nothing trained): an unknown task
@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "train/compare.h"
+#include "train/study/compare.h"
 
 namespace pelab {
 
@@ -49,7 +49,7 @@ struct SuiteSpec {
   std::string source, title, out;
   std::string metric = "exact_match";
   std::vector<SuiteTask> tasks;
-  // The top-level `literature:` section (train/literature.h), for the summary; the tasks'
+  // The top-level `literature:` section (train/study/literature.h), for the summary; the tasks'
   // comparisons never see it.
   std::vector<LiteratureEntry> literature;
 };

@@ -1,6 +1,6 @@
 // pelab — length-extrapolation comparisons (compare.h): the `compare:` config section, the plan of
 // scheme × seed runs, training with reuse/resume, cached evaluation and the report.
-#include "train/compare.h"
+#include "train/study/compare.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -31,9 +31,9 @@
 #include "pelab/random.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
-#include "train/plot_pe.h"
 #include "train/stop_signal.h"
-#include "train/suite.h"
+#include "train/study/plot_pe.h"
+#include "train/study/suite.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
 
@@ -572,7 +572,7 @@ std::string load_average() {
 
 }  // namespace
 
-// ---------------- shared with train/suite.cpp ----------------
+// ---------------- shared with train/study/suite.cpp ----------------
 
 void split_config_block(const std::string& text, const std::string& key, std::string& rest,
                         std::string& block) {

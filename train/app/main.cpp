@@ -1,4 +1,4 @@
-// pelab — command-line entry point; the verbs live in train/cli.cpp, which catches every error and
+// pelab — command-line entry point; the verbs live in train/app/cli.cpp, which catches every error and
 // prints it as one line "pelab: error: ...".
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "train/cli.h"
-#include "train/compare.h"
+#include "train/app/cli.h"
+#include "train/study/compare.h"
 
 int main(int argc, char** argv) {
   // Waiting OpenMP threads spin for GOMP_SPINCOUNT iterations before they sleep. libgomp's default
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     ::setenv("GOMP_SPINCOUNT", "1000", 1);
     ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   }
-  // `pelab compare --jobs N` starts this binary for each run (train/compare.h).
+  // `pelab compare --jobs N` starts this binary for each run (train/study/compare.h).
   pelab::set_compare_child_binary("/proc/self/exe");
   std::vector<std::string> args(argv + 1, argv + argc);
   try {

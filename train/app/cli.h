@@ -1,5 +1,5 @@
 // pelab — the command-line interface: verbs train, eval, generate, info, config-reference, demo.
-// main() (train/main.cpp) only calls run_cli(); every error is caught here and printed as one line
+// main() (train/app/main.cpp) only calls run_cli(); every error is caught here and printed as one line
 // "pelab: error: ..." on stderr with a non-zero exit status (2 for usage errors, 1 otherwise).
 #pragma once
 #include <iosfwd>

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "train/config.h"
-#include "train/report.h"
+#include "train/study/report.h"
 
 namespace YAML {
 class Node;
@@ -76,6 +76,8 @@ struct LiteratureContext {
 
 // The keys of one entry, for docs/config.md (section "literature[]").
 const std::vector<ConfigKey>& literature_schema();
+// Its section of docs/config.md: `pelab config-reference` passes it to config_reference_markdown().
+ConfigReferenceSection literature_reference_section();
 
 // Parses the `literature` node (a list of entries). Throws ConfigError naming FILE:LINE.
 std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::string& source,

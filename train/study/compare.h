@@ -2,7 +2,7 @@
 // names a task, a list of schemes (each a set of overrides on the base config), seeds and
 // eval-time variants; every scheme × seed is trained the same way (finished runs are reused,
 // interrupted ones resumed), evaluated at every test length, and a report is written
-// (train/report.h).
+// (train/study/report.h).
 //
 // The config is a normal run config (task/model/pe/train/eval, train/config.h) plus a `compare:`
 // section:
@@ -45,7 +45,7 @@
 // `--plan` lists the runs (index, name, seed, config digest) and trains nothing; `--only I,J`
 // trains and evaluates just those runs (1-based, as --plan numbers them) and writes no report;
 // `--report-only` writes the report from the finished runs and fails naming the missing ones.
-// `--emit-slurm DIR` writes the same comparison as a Slurm job array (train/slurm.h; resources in
+// `--emit-slurm DIR` writes the same comparison as a Slurm job array (train/study/slurm.h; resources in
 // the optional compare.slurm section).
 //
 // `compare.search` keys may only change training (model.*, pe.* except the eval-time RoPE
@@ -58,7 +58,7 @@
 // the test lengths; they are the scheme's rows of the report, which also gets a table of every
 // candidate's validation score.
 //
-// A top-level `literature:` section (train/literature.h) adds the papers' figures next to ours
+// A top-level `literature:` section (train/study/literature.h) adds the papers' figures next to ours
 // (report.md "Against the literature", literature.csv); it never enters a run's config.
 //
 // `pe.rope_scaling_factor: auto` = (positions of the longest test sequence) / (positions of the
@@ -81,9 +81,9 @@
 #include <vector>
 
 #include "train/config.h"
-#include "train/literature.h"
-#include "train/report.h"
-#include "train/slurm.h"
+#include "train/study/literature.h"
+#include "train/study/report.h"
+#include "train/study/slurm.h"
 
 namespace YAML {
 class Node;
@@ -132,8 +132,8 @@ struct CompareSpec {
   std::vector<CompareSearchKey> search;  // compare.search (empty = none)
   int64_t jobs = 0;                      // compare.jobs (0 = not set: the number of cores)
   std::vector<std::string> overrides;    // every --set as given (compare.* included)
-  SlurmSettings slurm;                   // compare.slurm (train/slurm.h; --emit-slurm only)
-  // The top-level `literature:` section (train/literature.h): never part of a run's config.
+  SlurmSettings slurm;                   // compare.slurm (train/study/slurm.h; --emit-slurm only)
+  // The top-level `literature:` section (train/study/literature.h): never part of a run's config.
   std::vector<LiteratureEntry> literature;
 };
 
@@ -217,7 +217,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt = {
 
 // `s` as one /bin/sh word (quoted only where needed).
 std::string shell_word(const std::string& s);
-// For train/suite.cpp: splits a YAML text into everything but the top-level `key:` block and that
+// For train/study/suite.cpp: splits a YAML text into everything but the top-level `key:` block and that
 // block, both with the other lines blanked (line numbers kept); parses a `set:` mapping of
 // section.key: value into "section.key=value" strings (errors name FILE:LINE and `what`); tells
 // whether a name can name a directory (letters, digits, _ - + .; not "." or "..").
