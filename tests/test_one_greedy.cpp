@@ -16,7 +16,7 @@
 #include "models/transformer.h"
 #include "pelab/pelab.h"
 #include "tests/test_util.h"
-#include "train/compare.h"
+#include "train/study/compare.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "tests/test_util.h"
-#include "train/report.h"
-#include "train/suite.h"
+#include "train/study/report.h"
+#include "train/study/suite.h"
 
 namespace pelab {
 namespace {
