@@ -25,65 +25,12 @@
 #include "data/tasks.h"
 #include "models/pe/pe.h"
 #include "pelab/error.h"
+#include "pelab/strings.h"
 
 namespace pelab {
 namespace {
 
 // ---------------- small helpers ----------------
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-// Optimal string alignment distance (Levenshtein plus adjacent transpositions), case-folded.
-size_t edit_distance(const std::string& a0, const std::string& b0) {
-  const std::string a = lower(a0), b = lower(b0);
-  const size_t n = a.size(), m = b.size();
-  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
-  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (size_t i = 1; i <= n; ++i)
-    for (size_t j = 1; j <= m; ++j) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  return d[n][m];
-}
-
-// The closest candidate when it is close enough to be a plausible typo, else "".
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = std::numeric_limits<size_t>::max();
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(word, c);
-    if (d < best_d) best_d = d, best = c;
-  }
-  if (best.empty()) return best;
-  const size_t limit = std::max<size_t>(2, word.size() / 3);
-  if (best_d <= limit) return best;
-  // "num_heads" -> "heads": one name containing the other also counts.
-  for (const auto& c : candidates) {
-    const std::string lw = lower(word), lc = lower(c);
-    if (lc.size() >= 3 && lw.size() >= 3 &&
-        (lw.find(lc) != std::string::npos || lc.find(lw) != std::string::npos))
-      return c;
-  }
-  return "";
-}
 
 // Shortest text that parses back to exactly `v`: "0.1", "1e-09", "1000000" (fixed notation for
 // exponents -4..15, like %g but without switching to "1e+06" for round numbers).
@@ -258,7 +205,7 @@ StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx
     const auto& f = stop_when_fields();
     if (std::find(f.begin(), f.end(), name) == f.end()) {
       std::string msg = what + ": unknown sub-key '" + name + "'";
-      const std::string near = nearest(name, f);
+      const std::string near = nearest_name(name, f);
       if (!near.empty()) msg += "; did you mean '" + near + "'?";
       fail(c.at(k), msg + " (sub-keys: " + join(f, ", ") + ")");
     }
@@ -277,7 +224,7 @@ StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx
   sw.metric = sub.at("metric").Scalar();
   if (std::find(metrics.begin(), metrics.end(), sw.metric) == metrics.end()) {
     std::string msg = what + ".metric: '" + sw.metric + "' is not one of " + join(metrics, ", ");
-    const std::string near = nearest(sw.metric, metrics);
+    const std::string near = nearest_name(sw.metric, metrics);
     if (!near.empty()) msg += "; did you mean '" + near + "'?";
     fail(at("metric"), msg);
   }
@@ -382,7 +329,7 @@ void parse_into(T& out, const YAML::Node& n, const ConfigKey& k, const Ctx& c) {
     if (k.type == ConfigType::Enum &&
         std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end()) {
       std::string msg = what + ": '" + v + "' is not one of " + choices_text(k.choices);
-      std::string near = nearest(v, k.choices);
+      std::string near = nearest_name(v, k.choices);
       if (!near.empty()) msg += "; did you mean '" + near + "'?";
       fail(where, msg);
     }
@@ -832,7 +779,7 @@ std::string unknown_section_msg(const std::string& s) {
   for (const auto& e : entries())
     if (e.key.name == s)
       return msg + "; '" + s + "' is a key: did you mean '" + e.key.full_name() + "'?";
-  std::string near = nearest(s, section_names());
+  std::string near = nearest_name(s, section_names());
   if (!near.empty()) msg += "; did you mean '" + near + "'?";
   return msg + " (sections: " + join(section_names(), ", ") + ")";
 }
@@ -845,11 +792,11 @@ std::string unknown_key_msg(const std::string& section, const std::string& name)
   std::vector<std::string> same;
   for (const auto& e : entries())
     if (e.key.section == section) same.push_back(e.key.name);
-  std::string near = nearest(name, same);
+  std::string near = nearest_name(name, same);
   if (!near.empty()) return msg + "; did you mean '" + section + "." + near + "'?";
   std::vector<std::string> all;
   for (const auto& e : entries()) all.push_back(e.key.full_name());
-  near = nearest(section + "." + name, all);
+  near = nearest_name(section + "." + name, all);
   if (!near.empty()) return msg + "; did you mean '" + near + "'?";
   return msg + "; valid keys in '" + section + "': " + join(same, ", ");
 }
@@ -1468,10 +1415,6 @@ std::string config_reference_markdown(const std::vector<ConfigReferenceSection>&
   md << "\n## Cross-field rules\n\nChecked after the file and all `--set` overrides:\n\n";
   for (const auto& r : config_cross_field_rules()) md << "- " << r << "\n";
   return md.str();
-}
-
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
-  return nearest(word, candidates);
 }
 
 int head_dim(const Config& cfg) {

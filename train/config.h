@@ -209,9 +209,6 @@ std::string config_reference_markdown(const std::vector<ConfigReferenceSection>&
 
 // ---------------- derived values shared by model code ----------------
 int head_dim(const Config& cfg);           // model.d_model / model.heads
-// The candidate closest to `word` when it is close enough to be a plausible typo, else "" (the
-// "did you mean" of every config error).
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
 std::string derive_run_name(const std::string& config_path);  // file stem, "run" if empty
 
 }  // namespace pelab

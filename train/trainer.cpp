@@ -26,6 +26,7 @@
 #include "pelab/autograd.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
+#include "pelab/strings.h"
 #include "train/distributed.h"
 #include "train/memory_estimate.h"
 #include "train/model_from_config.h"
@@ -80,12 +81,6 @@ class RunDirLock {
 };
 
 // ---------------- small helpers ----------------
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // step_<N>.h5 -> N, or -1.
 int64_t step_of(const std::string& filename) {
@@ -720,10 +715,10 @@ EvalResult Trainer::validate() {
   progress_->line(msg);
   if (w.enabled() && crit_met_step_ == step_)
     progress_->line("criterion met at step " + std::to_string(step_) + ": " + w.metric + " on " +
-                    w.split + " " + fmt("%.6g", crit_value_) +
-                    (w.plateau() ? ", best " + fmt("%.6g", crit_best_) + ", improved by <= " +
-                                       fmt("%.6g", 100 * w.min_delta) + " %"
-                                 : (w.higher() ? " >= " : " <= ") + fmt("%.6g", w.threshold())) +
+                    w.split + " " + printf_number("%.6g", crit_value_) +
+                    (w.plateau() ? ", best " + printf_number("%.6g", crit_best_) + ", improved by <= " +
+                                       printf_number("%.6g", 100 * w.min_delta) + " %"
+                                 : (w.higher() ? " >= " : " <= ") + printf_number("%.6g", w.threshold())) +
                     " (" + std::to_string(crit_hits_) + " consecutive)");
   if (best) save(dir_ + "/checkpoints/best.h5");
   return r;
@@ -919,9 +914,9 @@ TrainResult Trainer::run() {
       row.set("elapsed_s", elapsed_before_ + now - t_start_);
       add_row(row);
       progress_->train_line("step " + std::to_string(step_) + "/" + std::to_string(total) +
-                            " loss " + format_metric(mean, 4) + " lr " + fmt("%.3e", last_lr_) +
+                            " loss " + format_metric(mean, 4) + " lr " + printf_number("%.3e", last_lr_) +
                             " grad_norm " + format_metric(last_grad_norm_, 3) + " tok/s " +
-                            fmt("%.0f", tps) + " elapsed " +
+                            printf_number("%.0f", tps) + " elapsed " +
                             Progress::format_duration(elapsed_before_ + now - t_start_) +
                             " eta " + Progress::format_duration(eta));
       log_loss_sum_ = 0;
@@ -943,9 +938,9 @@ TrainResult Trainer::run() {
   }
   progress_->finish();
   if (mpi && steps_here > 0)
-    progress_->line("pelab train: " + fmt("%.3f", comm_s_) + " s of " +
-                    fmt("%.3f", now_s() - t_start_) + " s in the gradient/loss reductions (" +
-                    fmt("%.1f", 100 * comm_s_ / std::max(1e-9, now_s() - t_start_)) +
+    progress_->line("pelab train: " + printf_number("%.3f", comm_s_) + " s of " +
+                    printf_number("%.3f", now_s() - t_start_) + " s in the gradient/loss reductions (" +
+                    printf_number("%.1f", 100 * comm_s_ / std::max(1e-9, now_s() - t_start_)) +
                     " %, rank 0, waiting for the other ranks included)");
   res.skipped_steps = skipped_steps_;
   if (skipped_steps_ > 0)
@@ -992,7 +987,7 @@ TrainResult Trainer::run() {
     if (!conv.met)
       progress_->line("criterion not met by the cap of " + std::to_string(total) +
                       " steps: " + crit.metric + " on " + crit.split + " " +
-                      fmt("%.6g", conv.value) + " at the last validation (wanted " +
+                      printf_number("%.6g", conv.value) + " at the last validation (wanted " +
                       conv.criterion + ")");
   }
   const bool keep = cfg_.eval.save_predictions;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "models/pe/pe.h"
+#include "pelab/strings.h"
 
 namespace pelab::models {
 namespace {
@@ -21,20 +22,9 @@ std::vector<std::string>& errors() {
   return e;
 }
 
-std::string joined(const std::vector<std::string>& v, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
 std::string joined_names() {
   const std::vector<std::string> n = pe_names();
-  return n.empty() ? std::string("<none registered>") : joined(n, ", ");
-}
-
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  return n.empty() ? std::string("<none registered>") : join(n, ", ");
 }
 
 // "[0, 1)", "(1, inf)"; false when malformed.
@@ -348,7 +338,7 @@ std::string pe_check_value(const PEKey& k, const PEValue& v) {
   if (v.type == PEValueType::String && !k.choices.empty()) {
     for (const auto& c : k.choices)
       if (c == v.s) return "";
-    return "'" + v.s + "' is not one of " + joined(k.choices, ", ");
+    return "'" + v.s + "' is not one of " + join(k.choices, ", ");
   }
   if (v.type == PEValueType::Int || v.type == PEValueType::Float) {
     const double x = v.type == PEValueType::Int ? static_cast<double>(v.i) : v.d;

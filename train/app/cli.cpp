@@ -2,7 +2,6 @@
 #include "train/app/cli.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,11 +14,14 @@
 #include "models/info.h"
 #include "models/pe/pe.h"
 #include "pelab/pelab.h"
+#include "pelab/strings.h"
+#include "train/command_line.h"
 #include "train/config.h"
 #include "train/distributed.h"
 #include "train/evaluate.h"
 #include "train/study/compare.h"
 #include "train/study/literature.h"
+#include "train/study/plot_pe.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -27,12 +29,6 @@ namespace fs = std::filesystem;
 namespace pelab {
 
 namespace {
-
-// A wrong command line: printed like other errors, exit status 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 const char* kUsage =
     "usage: pelab <command> [options]\n"
@@ -128,83 +124,25 @@ const char* kConfigRefHelp =
     "usage: pelab config-reference\n"
     "\n"
     "Prints the reference of every config key (type, default, range, meaning), the cross-field\n"
-    "rules and the --set syntax, as markdown (this is docs/config.md).\n";
+    "rules and the --set syntax, as markdown (this is docs/config.md).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help\n";
 
 const char* kDemoHelp =
     "usage: pelab demo\n"
     "\n"
-    "Trains a tiny MLP on XOR with the engine (a smoke test); exit status 0 when it learns.\n";
+    "Trains a tiny MLP on XOR with the engine (a smoke test); exit status 0 when it learns.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help\n";
 
-// Parsed command line of one verb.
-struct Args {
-  std::vector<std::string> positional;
-  std::vector<std::string> sets;
-  std::map<std::string, std::string> options;  // --name -> value ("" for flags)
-  bool help = false;
-};
-
-// `with_value`: options that take a value; `flags`: options without.
-Args parse_args(const std::string& verb, const std::vector<std::string>& a, size_t start,
-                const std::vector<std::string>& with_value, const std::vector<std::string>& flags) {
-  Args r;
-  auto in = [](const std::vector<std::string>& v, const std::string& s) {
-    return std::find(v.begin(), v.end(), s) != v.end();
-  };
-  for (size_t i = start; i < a.size(); ++i) {
-    const std::string& s = a[i];
-    if (s == "-h" || s == "--help") {
-      r.help = true;
-      continue;
-    }
-    if (s.size() > 1 && s[0] == '-') {
-      std::string name = s, value;
-      bool inline_value = false;
-      const size_t eq = s.find('=');
-      if (s.rfind("--", 0) == 0 && eq != std::string::npos) {
-        name = s.substr(0, eq);
-        value = s.substr(eq + 1);
-        inline_value = true;
-      }
-      if (name == "--set" || in(with_value, name)) {
-        if (!inline_value) {
-          if (i + 1 >= a.size())
-            throw UsageError(verb + ": option " + name + " needs a value (see pelab " + verb +
-                             " --help)");
-          value = a[++i];
-        }
-        if (name == "--set")
-          r.sets.push_back(value);
-        else
-          r.options[name] = value;
-        continue;
-      }
-      if (in(flags, name) && !inline_value) {
-        r.options[name] = "";
-        continue;
-      }
-      throw UsageError(verb + ": unknown option '" + s + "' (see pelab " + verb + " --help)");
-    }
-    r.positional.push_back(s);
-  }
-  return r;
-}
-
-void expect_positional(const std::string& verb, const Args& a, size_t n, const std::string& what) {
-  if (a.positional.size() < n)
-    throw UsageError(verb + ": missing " + what + " (see pelab " + verb + " --help)");
-  if (a.positional.size() > n)
-    throw UsageError(verb + ": unexpected argument '" + a.positional[n] + "' (see pelab " + verb +
-                     " --help)");
-}
-
-int64_t parse_count(const std::string& verb, const std::string& opt, const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno || x < 0)
-    throw UsageError(verb + ": " + opt + " needs a non-negative integer, got '" + v + "'");
-  return x;
-}
+const CommandSpec kTrainSpec{"train", {"--resume", "--stop-after", "--progress"}, {"--overwrite"}, true};
+const CommandSpec kEvalSpec{"eval", {"--checkpoint", "--out"}, {"--no-cache"}, true};
+const CommandSpec kGenerateSpec{"generate", {"--checkpoint", "--max-len"}, {}, true};
+const CommandSpec kInfoSpec{"info", {}, {"--yaml"}, true};
+const CommandSpec kConfigRefSpec{"config-reference", {}, {}, false};
+const CommandSpec kDemoSpec{"demo", {}, {}, false};
 
 // A config file, or the config.yaml of a run directory. Sets *run_dir for a run directory.
 Config load_target(const std::string& verb, const std::string& target,
@@ -281,29 +219,19 @@ int cmd_train(const std::vector<std::string>& a, std::ostream& out) {
 
 // The arguments of `pelab train` -> options and config; true for --help.
 bool prepare_train(const std::vector<std::string>& a, TrainOptions& opt, Config& cfg) {
-  Args args = parse_args("train", a, 1, {"--resume", "--stop-after", "--progress"},
-                         {"--overwrite"});
+  const CommandLine args = parse_command_line(kTrainSpec, a);
   if (args.help) return true;
-  if (args.options.count("--resume")) opt.resume = args.options["--resume"];
+  opt.resume = args.value("--resume");
   if (opt.resume.empty() || !args.positional.empty())
-    expect_positional("train", args, 1, "CONFIG (or --resume RUN_DIR)");
+    args.expect_positional(1, "CONFIG (or --resume RUN_DIR)");
   if (!opt.resume.empty()) {
     std::error_code ec;
     if (!fs::exists(opt.resume, ec))
       throw Error("--resume " + opt.resume + ": no such run directory or checkpoint file");
   }
-  if (args.options.count("--stop-after"))
-    opt.stop_after = parse_count("train", "--stop-after", args.options["--stop-after"]);
-  opt.overwrite = args.options.count("--overwrite") > 0;
-  if (args.options.count("--progress")) {
-    const std::string m = args.options["--progress"];
-    static const std::map<std::string, int> modes = {
-        {"auto", -1}, {"lines", 0}, {"bar", 1}, {"none", 2}};
-    auto it = modes.find(m);
-    if (it == modes.end())
-      throw UsageError("train: --progress must be auto, bar, lines or none, got '" + m + "'");
-    opt.progress = it->second;
-  }
+  opt.stop_after = args.integer("--stop-after", 0, opt.stop_after);
+  opt.overwrite = args.has("--overwrite");
+  opt.progress = args.progress();
   if (!args.positional.empty()) cfg = load_config(args.positional[0], args.sets);
   std::string resume = opt.resume;
   if (resume.empty() && !cfg.train.resume.empty())
@@ -337,28 +265,27 @@ bool prepare_train(const std::vector<std::string>& a, TrainOptions& opt, Config&
 }
 
 int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
-  Args args = parse_args("eval", a, 1, {"--checkpoint", "--out"}, {"--no-cache"});
+  const CommandLine args = parse_command_line(kEvalSpec, a);
   if (args.help) {
     out << kEvalHelp;
     return 0;
   }
-  expect_positional("eval", args, 1, "CONFIG or RUN_DIR");
+  args.expect_positional(1, "CONFIG or RUN_DIR");
   std::string run_dir;
   const Config cfg = load_target("eval", args.positional[0], args.sets, &run_dir);
   set_num_threads(cfg.train.threads);
-  const std::string ckpt = choose_checkpoint(
-      "eval", run_dir, args.options.count("--checkpoint") ? args.options["--checkpoint"] : "");
+  const std::string ckpt = choose_checkpoint("eval", run_dir, args.value("--checkpoint"));
   LoadedModel lm = load_model(cfg, ckpt);
   EvalOptions eo;
-  eo.use_cache = !args.options.count("--no-cache");
-  eo.keep_predictions = cfg.eval.save_predictions && args.options.count("--out");
+  eo.use_cache = !args.has("--no-cache");
+  eo.keep_predictions = cfg.eval.save_predictions && args.has("--out");
   std::vector<EvalResult> results;
   results.push_back(evaluate_set(*lm.model, *lm.data, lm.data->valid(), cfg, eo));
   for (const auto& s : lm.data->tests())
     results.push_back(evaluate_set(*lm.model, *lm.data, s, cfg, eo));
   out << "checkpoint: " << ckpt << " (step " << lm.step << ")\n" << eval_table(results);
-  if (args.options.count("--out")) {
-    const std::string dir = args.options["--out"];
+  if (args.has("--out")) {
+    const std::string dir = args.value("--out");
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error("eval: cannot create " + dir + ": " + ec.message());
@@ -374,21 +301,18 @@ int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
 }
 
 int cmd_generate(const std::vector<std::string>& a, std::istream& in, std::ostream& out) {
-  Args args = parse_args("generate", a, 1, {"--checkpoint", "--max-len"}, {});
+  const CommandLine args = parse_command_line(kGenerateSpec, a);
   if (args.help) {
     out << kGenerateHelp;
     return 0;
   }
-  expect_positional("generate", args, 1, "RUN_DIR");
+  args.expect_positional(1, "RUN_DIR");
+  const int64_t max_len = args.integer("--max-len", 0, -1);
   std::string run_dir;
   const Config cfg = load_target("generate", args.positional[0], args.sets, &run_dir);
   set_num_threads(cfg.train.threads);
-  const std::string ckpt = choose_checkpoint(
-      "generate", run_dir, args.options.count("--checkpoint") ? args.options["--checkpoint"] : "");
+  const std::string ckpt = choose_checkpoint("generate", run_dir, args.value("--checkpoint"));
   LoadedModel lm = load_model(cfg, ckpt);
-  int64_t max_len = -1;
-  if (args.options.count("--max-len"))
-    max_len = parse_count("generate", "--max-len", args.options["--max-len"]);
   models::Transformer& model = *lm.model;
   const TaskData& data = *lm.data;
   const int64_t max_pos = models::pe_max_positions(cfg.model.pe);  // 0 = no limit
@@ -444,12 +368,12 @@ int cmd_generate(const std::vector<std::string>& a, std::istream& in, std::ostre
 }
 
 int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
-  Args args = parse_args("info", a, 1, {}, {"--yaml"});
+  const CommandLine args = parse_command_line(kInfoSpec, a);
   if (args.help) {
     out << kInfoHelp;
     return 0;
   }
-  expect_positional("info", args, 1, "CONFIG or RUN_DIR");
+  args.expect_positional(1, "CONFIG or RUN_DIR");
   const Config cfg = load_target("info", args.positional[0], args.sets, nullptr);
   LoadedModel lm = load_model(cfg);
   const TaskConfig& t = cfg.task;
@@ -481,11 +405,17 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
         << count_text(tr.eval_every, "step") << "; train.steps is the cap)\n";
   out << "run directory: " << run_directory(cfg) << "\n\n";
   out << models::model_info(*lm.model);
-  if (args.options.count("--yaml")) out << "\n" << config_to_yaml(cfg, true);
+  if (args.has("--yaml")) out << "\n" << config_to_yaml(cfg, true);
   return 0;
 }
 
-int cmd_demo(std::ostream& out) {
+int cmd_demo(const std::vector<std::string>& a, std::ostream& out) {
+  const CommandLine args = parse_command_line(kDemoSpec, a);
+  if (args.help) {
+    out << kDemoHelp;
+    return 0;
+  }
+  args.expect_positional(0, "");
   set_num_threads(2);
   Generator gen(42);
   Linear l1(2, 16, gen), l2(16, 1, gen);
@@ -509,28 +439,33 @@ int cmd_demo(std::ostream& out) {
   return loss_v < 1e-2 ? 0 : 1;
 }
 
-std::string suggest_command(const std::string& cmd) {
-  static const std::vector<std::string> verbs = {"train", "eval",           "generate",
-                                                 "info",  "config-reference", "demo",
-                                                 "compare", "plot-pe"};
-  std::string best;
-  size_t best_d = 3;
-  for (const auto& v : verbs) {
-    // Levenshtein distance
-    std::vector<size_t> prev(v.size() + 1), cur(v.size() + 1);
-    for (size_t j = 0; j <= v.size(); ++j) prev[j] = j;
-    for (size_t i = 1; i <= cmd.size(); ++i) {
-      cur[0] = i;
-      for (size_t j = 1; j <= v.size(); ++j)
-        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (cmd[i - 1] != v[j - 1])});
-      prev = cur;
-    }
-    if (prev[v.size()] < best_d || (cmd.size() >= 3 && v.rfind(cmd, 0) == 0)) {
-      best_d = std::min(best_d, prev[v.size()]);
-      best = v;
-    }
+int cmd_config_reference(const std::vector<std::string>& a, std::ostream& out) {
+  const CommandLine args = parse_command_line(kConfigRefSpec, a);
+  if (args.help) {
+    out << kConfigRefHelp;
+    return 0;
   }
-  return best;
+  args.expect_positional(0, "");
+  out << config_reference_markdown({literature_reference_section()});
+  return 0;
+}
+
+// Every verb: its name and what runs it (args[0] is the verb).
+using VerbFunction = int (*)(const std::vector<std::string>& args, std::istream& in,
+                             std::ostream& out, std::ostream& err);
+const std::vector<std::pair<std::string, VerbFunction>>& verbs() {
+  static const std::vector<std::pair<std::string, VerbFunction>> v = {
+      {"train", [](const auto& a, auto&, auto& out, auto&) { return cmd_train(a, out); }},
+      {"eval", [](const auto& a, auto&, auto& out, auto&) { return cmd_eval(a, out); }},
+      {"generate", [](const auto& a, auto& in, auto& out, auto&) { return cmd_generate(a, in, out); }},
+      {"info", [](const auto& a, auto&, auto& out, auto&) { return cmd_info(a, out); }},
+      {"config-reference",
+       [](const auto& a, auto&, auto& out, auto&) { return cmd_config_reference(a, out); }},
+      {"demo", [](const auto& a, auto&, auto& out, auto&) { return cmd_demo(a, out); }},
+      {"compare", [](const auto& a, auto&, auto& out, auto& err) { return compare_cli(a, out, err); }},
+      {"plot-pe", [](const auto& a, auto&, auto& out, auto& err) { return plot_pe_cli(a, out, err); }},
+  };
+  return v;
 }
 
 }  // namespace
@@ -554,6 +489,12 @@ int report_error(std::ostream& err, const std::exception& e, int status) {
 }
 
 }  // namespace
+
+std::vector<std::string> cli_verbs() {
+  std::vector<std::string> names;
+  for (const auto& v : verbs()) names.push_back(v.first);
+  return names;
+}
 
 int run_cli(const std::vector<std::string>& a, std::istream& in, std::ostream& out,
             std::ostream& err) {
@@ -579,32 +520,10 @@ int run_cli(const std::vector<std::string>& a, std::istream& in, std::ostream& o
       out << "pelab " << version() << "\n";
       return 0;
     }
-    if (cmd == "train") return cmd_train(a, out);
-    if (cmd == "eval") return cmd_eval(a, out);
-    if (cmd == "generate") return cmd_generate(a, in, out);
-    if (cmd == "info") return cmd_info(a, out);
-    if (cmd == "compare" || cmd == "plot-pe") return compare_cli(a, out, err);
-    if (cmd == "config-reference") {
-      Args args = parse_args("config-reference", a, 1, {}, {});
-      if (args.help) {
-        out << kConfigRefHelp;
-        return 0;
-      }
-      expect_positional("config-reference", args, 0, "");
-      out << config_reference_markdown({literature_reference_section()});
-      return 0;
-    }
-    if (cmd == "demo") {
-      Args args = parse_args("demo", a, 1, {}, {});
-      if (args.help) {
-        out << kDemoHelp;
-        return 0;
-      }
-      expect_positional("demo", args, 0, "");
-      return cmd_demo(out);
-    }
+    for (const auto& v : verbs())
+      if (v.first == cmd) return v.second(a, in, out, err);
     std::string msg = "unknown command '" + cmd + "'";
-    const std::string near = suggest_command(cmd);
+    const std::string near = nearest_name(cmd, cli_verbs());
     if (!near.empty()) msg += "; did you mean '" + near + "'?";
     throw UsageError(msg + " (see pelab --help)");
   } catch (const UsageError& e) {

@@ -28,11 +28,12 @@
 #include "data/rng.h"
 #include "models/pe/pe.h"
 #include "pelab/parallel.h"
+#include "pelab/strings.h"
+#include "train/command_line.h"
 #include "pelab/random.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/stop_signal.h"
-#include "train/study/plot_pe.h"
 #include "train/study/suite.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
@@ -46,13 +47,6 @@ namespace {
 double now_s() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::string trim(const std::string& s) {
-  size_t a = 0, b = s.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
-  return s.substr(a, b - a);
 }
 
 [[noreturn]] void config_fail(const std::string& where, const std::string& msg) {
@@ -1800,151 +1794,83 @@ const char* kCompareHelp =
     "                           run only these tasks (--only needs exactly one)\n"
     "  -h, --help               show this help\n";
 
-// A decimal integer >= 1 (digits only).
-bool parse_positive(const std::string& v, int64_t& out) {
-  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  out = std::stoll(v);
-  return out >= 1;
+const CommandSpec kCompareSpec{"compare",
+                               {"--out", "--task", "--emit-slurm", "--jobs", "--only", "--progress"},
+                               {"--retrain", "--no-plots", "--plan", "--report-only"},
+                               true};
+
+// --only I[,J...]: 0-based indexes, each once, in the order given.
+std::vector<size_t> only_option(const CommandLine& c) {
+  const std::string v = c.value("--only");
+  const UsageError bad =
+      c.error("--only expects run indexes I[,J...] (1-based, as --plan prints them), got '" + v + "'");
+  std::vector<size_t> only;
+  std::set<size_t> seen;
+  std::string item;
+  std::istringstream parts(v);
+  while (std::getline(parts, item, ',')) {
+    int64_t k = 0;
+    if (!parse_whole_number(trim(item), k) || k < 1) throw bad;
+    if (seen.insert(static_cast<size_t>(k - 1)).second) only.push_back(static_cast<size_t>(k - 1));
+  }
+  if (only.empty() || v.back() == ',') throw bad;
+  return only;
 }
 
-int usage_error(std::ostream& err, const std::string& msg) {
-  err << "pelab: error: " << msg << "\n";
-  return 2;
-}
+int compare_command(const std::vector<std::string>& a, std::ostream& out, std::ostream& err);
 
 }  // namespace
 
-std::string shell_word(const std::string& s) {
-  if (!s.empty() &&
-      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                          "_-+./=:,@") == std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
+  try {
+    return compare_command(a, out, err);
+  } catch (const UsageError& e) {
+    return report_usage_error(err, e);
+  }
 }
 
-int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
-  if (!a.empty() && a[0] == "plot-pe") return plot_pe_cli(a, out, err);
-  std::vector<std::string> positional, sets;
+namespace {
+
+int compare_command(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
+  const CommandLine args = parse_command_line(kCompareSpec, a);
+  if (args.help) {
+    out << kCompareHelp;
+    return 0;
+  }
   CompareOptions opt;
-  bool plan_only = false;
-  std::string emit_dir, progress;
-  std::string suite_tasks;  // --task NAME[,NAME...] (suite configs)
   std::string command = "pelab";
   for (const auto& x : a) command += " " + shell_word(x);
   opt.command = command;
-  for (size_t i = 1; i < a.size(); ++i) {
-    std::string s = a[i], value;
-    const size_t eq = s.find('=');
-    bool inline_value = false;
-    if (s.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = s.substr(eq + 1);
-      s = s.substr(0, eq);
-      inline_value = true;
-    }
-    auto need = [&](const std::string& name) -> std::string {
-      if (inline_value) return value;
-      if (i + 1 >= a.size())
-        throw std::invalid_argument("compare: option " + name + " needs a value");
-      return a[++i];
-    };
-    try {
-      if (s == "-h" || s == "--help") {
-        out << kCompareHelp;
-        return 0;
-      } else if (s == "--set") {
-        sets.push_back(need(s));
-      } else if (s == "--out") {
-        opt.out = need(s);
-      } else if (s == "--task") {
-        suite_tasks = need(s);
-      } else if (s == "--retrain" && !inline_value) {
-        opt.retrain = true;
-      } else if (s == "--no-plots" && !inline_value) {
-        opt.plots = false;
-      } else if (s == "--plan" && !inline_value) {
-        plan_only = true;
-      } else if (s == "--report-only" && !inline_value) {
-        opt.report_only = true;
-      } else if (s == "--emit-slurm") {
-        emit_dir = need(s);
-        if (emit_dir.empty())
-          return usage_error(err, "compare: --emit-slurm needs a directory (see pelab compare --help)");
-      } else if (s == "--jobs") {
-        const std::string v = need(s);
-        int64_t j = 0;
-        if (!parse_positive(v, j))
-          return usage_error(err,
-                             "compare: --jobs must be an integer >= 1 (runs trained at "
-                             "once), got '" +
-                                 v + "'");
-        opt.jobs = j;
-      } else if (s == "--only") {
-        const std::string v = need(s);
-        std::string item;
-        std::istringstream parts(v);
-        std::set<size_t> seen;
-        bool any = false;
-        while (std::getline(parts, item, ',')) {
-          int64_t k = 0;
-          if (!parse_positive(trim(item), k))
-            return usage_error(err,
-                               "compare: --only expects run indexes I[,J...] (1-based, as "
-                               "--plan prints them), got '" +
-                                   v + "'");
-          any = true;
-          if (seen.insert(static_cast<size_t>(k - 1)).second)
-            opt.only.push_back(static_cast<size_t>(k - 1));
-        }
-        if (!any || v.back() == ',')
-          return usage_error(err,
-                             "compare: --only expects run indexes I[,J...] (1-based, as "
-                             "--plan prints them), got '" +
-                                 v + "'");
-      } else if (s == "--progress") {
-        const std::string m = need(s);
-        static const std::map<std::string, int> modes = {
-            {"auto", -1}, {"lines", 0}, {"bar", 1}, {"none", 2}};
-        auto it = modes.find(m);
-        if (it == modes.end())
-          return usage_error(
-              err, "compare: --progress must be auto, bar, lines or none, got '" + m + "'");
-        opt.progress = it->second;
-        progress = m;
-      } else if (s.size() > 1 && s[0] == '-') {
-        return usage_error(err,
-                           "compare: unknown option '" + a[i] + "' (see pelab compare --help)");
-      } else {
-        positional.push_back(a[i]);
-      }
-    } catch (const std::invalid_argument& e) {
-      return usage_error(err, std::string(e.what()) + " (see pelab compare --help)");
-    }
-  }
-  if (positional.empty())
-    return usage_error(err, "compare: missing CONFIG (see pelab compare --help)");
-  if (positional.size() > 1)
-    return usage_error(
-        err, "compare: unexpected argument '" + positional[1] + "' (see pelab compare --help)");
+  opt.out = args.value("--out");
+  opt.retrain = args.has("--retrain");
+  opt.plots = !args.has("--no-plots");
+  opt.report_only = args.has("--report-only");
+  const bool plan_only = args.has("--plan");
+  const std::string suite_tasks = args.value("--task");  // --task NAME[,NAME...] (suite configs)
+  const std::string emit_dir = args.value("--emit-slurm");
+  if (args.has("--emit-slurm") && emit_dir.empty())
+    throw args.error("--emit-slurm needs a directory");
+  opt.jobs = args.integer("--jobs", 1, opt.jobs, "runs trained at once");
+  if (args.has("--only")) opt.only = only_option(args);
+  opt.progress = args.progress();
+  const std::string progress = args.value("--progress");
+  args.expect_positional(1, "CONFIG");
+  const std::vector<std::string>& positional = args.positional;
+  const std::vector<std::string>& sets = args.sets;
   if (plan_only + opt.report_only + !opt.only.empty() + !emit_dir.empty() > 1)
-    return usage_error(
-        err, "compare: --plan, --only, --report-only and --emit-slurm exclude each other");
+    throw args.error("--plan, --only, --report-only and --emit-slurm exclude each other");
   if (!emit_dir.empty() && opt.retrain)
-    return usage_error(err,
-                       "compare: --retrain cannot go into --emit-slurm scripts (a resubmitted "
-                       "array would train every run afresh); remove the runs to retrain instead");
+    throw args.error("--retrain cannot go into --emit-slurm scripts (a resubmitted array would "
+                     "train every run afresh); remove the runs to retrain instead");
   if (is_suite_config(positional[0])) {
     if (!emit_dir.empty())
-      return usage_error(err, "compare: --emit-slurm does not take suite configs (" +
-                                   positional[0] + " has a suite: section); emit a plain "
-                                   "compare config per task");
+      throw args.error("--emit-slurm does not take suite configs (" + positional[0] +
+                       " has a suite: section); emit a plain compare config per task");
     return suite_cli(positional[0], sets, opt, plan_only, suite_tasks, out, err);
   }
   if (!suite_tasks.empty())
-    return usage_error(err, "compare: --task selects tasks of a suite config (one with a suite: "
-                            "section); " + positional[0] + " has none");
+    throw args.error("--task selects tasks of a suite config (one with a suite: section); " +
+                     positional[0] + " has none");
   const CompareSpec spec = load_compare(positional[0], sets);
   if (!emit_dir.empty()) {
     // Validated like a real comparison (the whole plan), then the scripts.
@@ -1999,5 +1925,7 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
   }
   return 0;
 }
+
+}  // namespace
 
 }  // namespace pelab

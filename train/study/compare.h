@@ -215,8 +215,6 @@ void set_compare_child_binary(const std::string& path);
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt = {});
 
-// `s` as one /bin/sh word (quoted only where needed).
-std::string shell_word(const std::string& s);
 // For train/study/suite.cpp: splits a YAML text into everything but the top-level `key:` block and that
 // block, both with the other lines blanked (line numbers kept); parses a `set:` mapping of
 // section.key: value into "section.key=value" strings (errors name FILE:LINE and `what`); tells
@@ -231,8 +229,8 @@ bool safe_run_name(const std::string& s);
 YAML::Node load_config_block(const std::string& yaml, const std::string& key,
                              const std::string& source, std::string& rest);
 
-// `pelab compare` and `pelab plot-pe` (args: argv[1..], args[0] is the verb). Return the exit
-// status; usage errors print "pelab: error: ..." and return 2, other errors are thrown.
+// `pelab compare` (args: argv[1..], args[0] is the verb; parsed by train/command_line.h). Returns
+// the exit status; usage errors print "pelab: error: ..." and return 2, other errors are thrown.
 int compare_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace pelab

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "pelab/error.h"
+#include "pelab/strings.h"
 #include "train/study/compare.h"
 
 namespace pelab {
@@ -24,18 +25,6 @@ namespace {
 std::string at(const std::string& source, const YAML::Node& n) {
   const int line = n.Mark().line;
   return line >= 0 ? source + ":" + std::to_string(line + 1) : source;
-}
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
 }
 
 bool is_percent(const std::string& m) { return m == "exact_match" || m == "token_accuracy"; }
@@ -125,12 +114,12 @@ std::vector<double> by_tie_groups(const std::vector<double>& v, bool higher, F v
 
 std::string rank_text(double r) {
   if (!std::isfinite(r)) return "–";
-  return std::fabs(r - std::round(r)) < 1e-9 ? fmt("%.0f", r) : fmt("%.1f", r);
+  return std::fabs(r - std::round(r)) < 1e-9 ? printf_number("%.0f", r) : printf_number("%.1f", r);
 }
 
 std::string tau_number(double t) {
   if (std::fabs(t) < 0.005) t = 0;  // no "-0.00"
-  return fmt("%.2f", t);
+  return printf_number("%.2f", t);
 }
 
 // ---------------- our values ----------------
@@ -164,9 +153,9 @@ std::string value_cell(const Stat& s, const OursKind& k, bool gain) {
   std::string out;
   if (gain || k.metric == "mrr") {
     const char* f = gain ? (is_percent(k.metric) ? "%+.1f" : "%+.3g") : "%.2f";
-    out = fmt(f, s.mean);
+    out = printf_number(f, s.mean);
     if (s.n > 1 && std::isfinite(s.ci_low) && std::isfinite(s.ci_high))
-      out += " [" + fmt(f, s.ci_low) + ", " + fmt(f, s.ci_high) + "]";
+      out += " [" + printf_number(f, s.ci_low) + ", " + printf_number(f, s.ci_high) + "]";
   } else {
     Stat plain = s;
     plain.n_unconverged = 0;

@@ -17,6 +17,7 @@
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
 #include "pelab/parallel.h"
+#include "train/command_line.h"
 #include "train/config.h"
 #include "train/evaluate.h"
 #include "train/study/report.h"
@@ -691,59 +692,31 @@ const char* kPlotPeHelp =
     "  --no-plots         only write the CSV / .dat files\n"
     "  -h, --help         show this help\n";
 
+const CommandSpec kPlotPeSpec{
+    "plot-pe", {"--out", "--run", "--input", "--checkpoint"}, {"--no-plots", "--run-only"}, false};
+
 }  // namespace
 
 int plot_pe_cli(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
   PlotPeOptions opt;
-  for (size_t i = 1; i < a.size(); ++i) {
-    std::string s = a[i], value;
-    bool inline_value = false;
-    const size_t eq = s.find('=');
-    if (s.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = s.substr(eq + 1);
-      s = s.substr(0, eq);
-      inline_value = true;
-    }
-    auto need = [&](std::string& dst) {
-      if (inline_value) {
-        dst = value;
-        return true;
-      }
-      if (i + 1 >= a.size()) return false;
-      dst = a[++i];
-      return true;
-    };
-    bool ok = true;
-    if (s == "-h" || s == "--help") {
+  try {
+    const CommandLine args = parse_command_line(kPlotPeSpec, a);
+    if (args.help) {
       out << kPlotPeHelp;
       return 0;
-    } else if (s == "--out") {
-      ok = need(opt.out);
-    } else if (s == "--run") {
-      ok = need(opt.run);
-    } else if (s == "--input") {
-      ok = need(opt.input);
-    } else if (s == "--checkpoint") {
-      ok = need(opt.checkpoint);
-    } else if (s == "--no-plots" && !inline_value) {
-      opt.plots = false;
-    } else if (s == "--run-only" && !inline_value) {
-      opt.run_only = true;
-    } else {
-      err << "pelab: error: plot-pe: "
-          << (s.size() > 1 && s[0] == '-' ? "unknown option '" : "unexpected argument '") << a[i]
-          << "' (see pelab plot-pe --help)\n";
-      return 2;
     }
-    if (!ok) {
-      err << "pelab: error: plot-pe: option " << s << " needs a value (see pelab plot-pe --help)\n";
-      return 2;
-    }
-  }
-  if ((!opt.input.empty() || opt.run_only) && opt.run.empty()) {
-    err << "pelab: error: plot-pe: " << (opt.run_only ? "--run-only" : "--input")
-        << " needs --run RUN_DIR (see pelab plot-pe --help)\n";
-    return 2;
+    args.expect_positional(0, "");
+    opt.out = args.value("--out", opt.out);
+    opt.run = args.value("--run");
+    opt.input = args.value("--input");
+    opt.checkpoint = args.value("--checkpoint");
+    opt.plots = !args.has("--no-plots");
+    opt.run_only = args.has("--run-only");
+    if ((!opt.input.empty() || opt.run_only) && opt.run.empty())
+      throw args.error(std::string(opt.run_only ? "--run-only" : "--input") +
+                       " needs --run RUN_DIR");
+  } catch (const UsageError& e) {
+    return report_usage_error(err, e);
   }
   const PlotPeResult r = plot_pe(opt);
   out << "plot-pe: " << r.pngs.size() << " PNG plots and " << r.csvs.size() << " data files in "

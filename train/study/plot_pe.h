@@ -39,7 +39,8 @@ struct PlotPeResult {
 
 PlotPeResult plot_pe(const PlotPeOptions& opt);
 
-// `pelab plot-pe` (args[0] == "plot-pe").
+// `pelab plot-pe` (args[0] == "plot-pe"; parsed by train/command_line.h). Returns the exit status;
+// usage errors print "pelab: error: ..." and return 2, other errors are thrown.
 int plot_pe_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace pelab

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "pelab/error.h"
+#include "pelab/strings.h"
 #include "train/metrics.h"
 
 namespace fs = std::filesystem;
@@ -39,12 +40,6 @@ std::string format_double(double v, int precision) {
 }
 
 namespace {
-
-std::string fmtf(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // A number for CSV: exact (17 digits), "" when not finite.
 std::string num_cell(double v) { return csv_number(v); }
@@ -478,10 +473,10 @@ void plot_loss(const std::string& dir, const ReportInput& in, PlotResult& pr, bo
 
 std::string duration_text(double s) {
   if (!std::isfinite(s)) return "–";
-  if (s < 60) return fmtf("%.1f s", s);
+  if (s < 60) return printf_number("%.1f s", s);
   if (s < 3600)
-    return fmtf("%.0f", std::floor(s / 60)) + " min " + fmtf("%02.0f s", std::fmod(s, 60));
-  return fmtf("%.0f", std::floor(s / 3600)) + " h " + fmtf("%02.0f min", std::fmod(s, 3600) / 60);
+    return printf_number("%.0f", std::floor(s / 60)) + " min " + printf_number("%02.0f s", std::fmod(s, 60));
+  return printf_number("%.0f", std::floor(s / 3600)) + " h " + printf_number("%02.0f min", std::fmod(s, 3600) / 60);
 }
 
 // One line of table_<metric>.csv.
@@ -798,9 +793,9 @@ std::string format_cell(const Stat& s, const std::string& metric, int64_t expect
   }
   const double k = is_percent_metric(metric) ? 100.0 : 1.0;
   const char* f = number_format(metric, s.mean * k);
-  std::string out = fmtf(f, s.mean * k);
+  std::string out = printf_number(f, s.mean * k);
   if (s.n > 1 && std::isfinite(s.ci_low) && std::isfinite(s.ci_high))
-    out += " [" + fmtf(f, s.ci_low * k) + ", " + fmtf(f, s.ci_high * k) + "]";
+    out += " [" + printf_number(f, s.ci_low * k) + ", " + printf_number(f, s.ci_high * k) + "]";
   if (expected_n > 0 && s.n != expected_n) out += " (n = " + std::to_string(s.n) + ")";
   if (s.n_unconverged > 0) out += " †";
   return out;
@@ -922,7 +917,7 @@ std::string worst_training_length(const ReportInput& in, const std::string& labe
   }
   if (worst == nullptr) return "–";
   const double k = is_percent_metric(metric) ? 100.0 : 1.0;
-  std::string out = fmtf(number_format(metric, wv * k), wv * k) + " (";
+  std::string out = printf_number(number_format(metric, wv * k), wv * k) + " (";
   out += worst->length > 0 ? "len " + std::to_string(worst->length) : worst->split;
   out += ", seed " + std::to_string(worst->seed) + ")";
   if (worst->converged == 0) out += " †";
@@ -961,7 +956,7 @@ std::string convergence_table_markdown(const ReportInput& in) {
     std::string conv = with ? std::to_string(met) + "/" + std::to_string(with) : "—";
     std::string steps = "—";
     if (nsteps)
-      steps = fmtf("%.0f", ssum / static_cast<double>(nsteps)) + " [" + std::to_string(smin) +
+      steps = printf_number("%.0f", ssum / static_cast<double>(nsteps)) + " [" + std::to_string(smin) +
               "–" + std::to_string(smax) + "]" +
               (nsteps < met ? " (n = " + std::to_string(nsteps) + ")" : "");
     else if (met)
@@ -1194,14 +1189,6 @@ std::string gnuplot_quote(const std::string& s) {
   return out + "'";
 }
 
-namespace {
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-}  // namespace
-
 bool run_gnuplot(const std::string& script_path, const std::string& script, std::string* error) {
   const std::string gp = gnuplot_path();
   if (gp.empty()) {
@@ -1211,9 +1198,9 @@ bool run_gnuplot(const std::string& script_path, const std::string& script, std:
   write_text_file(script_path, script);
   const fs::path p = fs::absolute(script_path);
   const std::string err_path = p.string() + ".err";
-  const std::string cmd = "cd " + shell_quote(p.parent_path().string()) + " && " + shell_quote(gp) +
-                          " " + shell_quote(p.filename().string()) + " > /dev/null 2> " +
-                          shell_quote(err_path);
+  const std::string cmd = "cd " + shell_word(p.parent_path().string()) + " && " + shell_word(gp) +
+                          " " + shell_word(p.filename().string()) + " > /dev/null 2> " +
+                          shell_word(err_path);
   const int rc = std::system(cmd.c_str());
   std::string msg;
   std::error_code ec;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "pelab/error.h"
+#include "pelab/strings.h"
 #include "train/config.h"
 #include "train/study/compare.h"
 #include "train/study/report.h"

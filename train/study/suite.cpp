@@ -15,6 +15,7 @@
 
 #include "data/tasks.h"
 #include "pelab/error.h"
+#include "pelab/strings.h"
 
 namespace fs = std::filesystem;
 
@@ -44,12 +45,6 @@ std::string metric_words(const std::string& metric) {
   if (metric == "exact_match") return "exact match (%)";
   if (metric == "token_accuracy") return "token accuracy (%)";
   return metric;
-}
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
 }
 
 std::string lengths_text(const std::vector<int>& v) {
