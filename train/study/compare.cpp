@@ -29,12 +29,11 @@
 #include "models/pe/pe.h"
 #include "pelab/parallel.h"
 #include "pelab/strings.h"
-#include "train/command_line.h"
 #include "pelab/random.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/stop_signal.h"
-#include "train/study/suite.h"
+#include "train/study/config_block.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
 
@@ -132,37 +131,6 @@ bool variant_applies(const CompareVariant& v, const CompareScheme& s, const Conf
     return std::find(v.schemes.begin(), v.schemes.end(), s.name) != v.schemes.end();
   return v.positions == "random" ? cfg.model.pe.randomized_positions
                                  : variant_fits_scheme(v, cfg.model.pe.scheme);
-}
-
-// Splits a YAML text into the run config (the top-level `key:` block blanked out) and that block
-// (everything else blanked), keeping line numbers.
-void split_compare_block(const std::string& text, std::string& base, std::string& block,
-                         const std::string& key = "compare") {
-  std::vector<std::string> lines;
-  {
-    std::istringstream in(text);
-    std::string l;
-    while (std::getline(in, l)) lines.push_back(l);
-  }
-  std::vector<bool> in_block(lines.size(), false);
-  bool inside = false;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string& l = lines[i];
-    const bool top = !l.empty() && !std::isspace(static_cast<unsigned char>(l[0])) && l[0] != '#';
-    if (top) {
-      std::string name = l.substr(0, l.find(':'));
-      if (!name.empty() && (name.front() == '"' || name.front() == '\'')) name = name.substr(1);
-      if (!name.empty() && (name.back() == '"' || name.back() == '\'')) name.pop_back();
-      inside = trim(name) == key && l.find(':') != std::string::npos;
-    }
-    in_block[i] = inside;
-  }
-  base.clear();
-  block.clear();
-  for (size_t i = 0; i < lines.size(); ++i) {
-    base += (in_block[i] ? "" : lines[i]) + "\n";
-    block += (in_block[i] ? lines[i] : "") + "\n";
-  }
 }
 
 std::vector<std::string> parse_set_map(const YAML::Node& n, const std::string& source,
@@ -568,25 +536,7 @@ std::string load_average() {
 
 // ---------------- shared with train/study/suite.cpp ----------------
 
-void split_config_block(const std::string& text, const std::string& key, std::string& rest,
-                        std::string& block) {
-  split_compare_block(text, rest, block, key);
-}
-
 bool safe_run_name(const std::string& s) { return safe_name(s); }
-
-YAML::Node load_config_block(const std::string& yaml, const std::string& key,
-                             const std::string& source, std::string& rest) {
-  std::string block;
-  split_compare_block(yaml, rest, block, key);
-  try {
-    return YAML::Load(block);
-  } catch (const YAML::ParserException& ex) {
-    std::string where = source;
-    if (!ex.mark.is_null() && ex.mark.line >= 0) where += ":" + std::to_string(ex.mark.line + 1);
-    config_fail(where, "YAML syntax error in the " + key + " section: " + ex.msg);
-  }
-}
 
 std::vector<std::string> parse_config_set_map(const YAML::Node& n, const std::string& source,
                                               const std::string& what) {
@@ -1375,6 +1325,7 @@ std::string compare_plan_text(const CompareSpec& spec, const std::string& out_di
 }
 
 void set_compare_child_binary(const std::string& path) { g_child_binary = path; }
+const std::string& compare_child_binary() { return g_child_binary; }
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   std::ostream& log = opt.log ? *opt.log : std::cerr;
@@ -1743,189 +1694,5 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   log << std::flush;
   return res;
 }
-
-// ---------------- command line ----------------
-
-namespace {
-
-const char* kCompareHelp =
-    "usage: pelab compare CONFIG [--set section.key=value]... [--out DIR] [--retrain]\n"
-    "                     [--jobs N] [--progress auto|bar|lines|none] [--no-plots]\n"
-    "       pelab compare CONFIG (--plan | --only I[,J...] | --report-only |\n"
-    "                     --emit-slurm DIR) [--set ...]\n"
-    "                     [--out DIR]\n"
-    "\n"
-    "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
-    "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
-    "writes a report directory: results.csv, report.md (schemes x lengths, mean and 95% "
-    "t-interval\n"
-    "over seeds, runs that missed their stop criterion marked), PNG plots (gnuplot) and the data\n"
-    "behind them. Finished runs are reused and interrupted ones resumed: after Ctrl-C, run the\n"
-    "same command again. With compare.unconverged: fail, a run that missed its stop criterion\n"
-    "makes the command exit 1 after the report is written. An optional compare.search grid\n"
-    "(e.g. {train.lr: [1e-3, 2e-3]}) trains every candidate and keeps, per scheme, the one best\n"
-    "on the validation split (never the test lengths). See docs/experiments.md.\n"
-    "\n"
-    "options:\n"
-    "  --set section.key=value  override a base config key (repeatable); compare.seeds=[1,2],\n"
-    "                           compare.out=DIR, compare.title=T, compare.metric=M,\n"
-    "                           compare.unconverged=report|exclude|fail, compare.jobs=N also\n"
-    "                           work\n"
-    "  --out DIR                report directory (default compare.out, else reports/<stem>)\n"
-    "  --retrain                train every run afresh (replace existing runs)\n"
-    "  --jobs N                 train N runs at once, each in its own process (default\n"
-    "                           compare.jobs, else the number of cores); the results equal\n"
-    "                           --jobs 1\n"
-    "  --plan                   list the runs (index, name, seed, config digest, state); train\n"
-    "                           nothing\n"
-    "  --only I[,J...]          train and evaluate only these runs (indexes as --plan prints\n"
-    "                           them) into the same run directories; no report\n"
-    "  --report-only            write the report from the finished runs; list the missing ones\n"
-    "                           and exit 1 if any are missing\n"
-    "  --emit-slurm DIR         write DIR/array.sbatch (a Slurm job array, task I = --only I),\n"
-    "                           DIR/report.sbatch (--report-only after the array) and\n"
-    "                           DIR/submit.sh; resources from compare.slurm (--set\n"
-    "                           compare.slurm.time=2:00:00 etc.); trains nothing\n"
-    "  --progress MODE          per-run progress: auto (bar on a terminal), bar, lines or none\n"
-    "                           (with --jobs: auto/bar redraw a line per running run, lines and\n"
-    "                           none print a line when a run starts and ends)\n"
-    "  --no-plots               do not call gnuplot\n"
-    "  --task NAME[,NAME...]    suite configs (a suite: section, docs/experiments.md \"Suites\"):\n"
-    "                           run only these tasks (--only needs exactly one)\n"
-    "  -h, --help               show this help\n";
-
-const CommandSpec kCompareSpec{"compare",
-                               {"--out", "--task", "--emit-slurm", "--jobs", "--only", "--progress"},
-                               {"--retrain", "--no-plots", "--plan", "--report-only"},
-                               true};
-
-// --only I[,J...]: 0-based indexes, each once, in the order given.
-std::vector<size_t> only_option(const CommandLine& c) {
-  const std::string v = c.value("--only");
-  const UsageError bad =
-      c.error("--only expects run indexes I[,J...] (1-based, as --plan prints them), got '" + v + "'");
-  std::vector<size_t> only;
-  std::set<size_t> seen;
-  std::string item;
-  std::istringstream parts(v);
-  while (std::getline(parts, item, ',')) {
-    int64_t k = 0;
-    if (!parse_whole_number(trim(item), k) || k < 1) throw bad;
-    if (seen.insert(static_cast<size_t>(k - 1)).second) only.push_back(static_cast<size_t>(k - 1));
-  }
-  if (only.empty() || v.back() == ',') throw bad;
-  return only;
-}
-
-int compare_command(const std::vector<std::string>& a, std::ostream& out, std::ostream& err);
-
-}  // namespace
-
-int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
-  try {
-    return compare_command(a, out, err);
-  } catch (const UsageError& e) {
-    return report_usage_error(err, e);
-  }
-}
-
-namespace {
-
-int compare_command(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
-  const CommandLine args = parse_command_line(kCompareSpec, a);
-  if (args.help) {
-    out << kCompareHelp;
-    return 0;
-  }
-  CompareOptions opt;
-  std::string command = "pelab";
-  for (const auto& x : a) command += " " + shell_word(x);
-  opt.command = command;
-  opt.out = args.value("--out");
-  opt.retrain = args.has("--retrain");
-  opt.plots = !args.has("--no-plots");
-  opt.report_only = args.has("--report-only");
-  const bool plan_only = args.has("--plan");
-  const std::string suite_tasks = args.value("--task");  // --task NAME[,NAME...] (suite configs)
-  const std::string emit_dir = args.value("--emit-slurm");
-  if (args.has("--emit-slurm") && emit_dir.empty())
-    throw args.error("--emit-slurm needs a directory");
-  opt.jobs = args.integer("--jobs", 1, opt.jobs, "runs trained at once");
-  if (args.has("--only")) opt.only = only_option(args);
-  opt.progress = args.progress();
-  const std::string progress = args.value("--progress");
-  args.expect_positional(1, "CONFIG");
-  const std::vector<std::string>& positional = args.positional;
-  const std::vector<std::string>& sets = args.sets;
-  if (plan_only + opt.report_only + !opt.only.empty() + !emit_dir.empty() > 1)
-    throw args.error("--plan, --only, --report-only and --emit-slurm exclude each other");
-  if (!emit_dir.empty() && opt.retrain)
-    throw args.error("--retrain cannot go into --emit-slurm scripts (a resubmitted array would "
-                     "train every run afresh); remove the runs to retrain instead");
-  if (is_suite_config(positional[0])) {
-    if (!emit_dir.empty())
-      throw args.error("--emit-slurm does not take suite configs (" + positional[0] +
-                       " has a suite: section); emit a plain compare config per task");
-    return suite_cli(positional[0], sets, opt, plan_only, suite_tasks, out, err);
-  }
-  if (!suite_tasks.empty())
-    throw args.error("--task selects tasks of a suite config (one with a suite: section); " +
-                     positional[0] + " has none");
-  const CompareSpec spec = load_compare(positional[0], sets);
-  if (!emit_dir.empty()) {
-    // Validated like a real comparison (the whole plan), then the scripts.
-    const std::vector<ComparePlanRun> plan =
-        compare_plan(spec, opt.out.empty() ? spec.out : opt.out);
-    SlurmEmitOptions eo;
-    eo.dir = emit_dir;
-    eo.exe = opt.exe.empty() ? g_child_binary : opt.exe;
-    std::error_code ec;
-    const std::string real = fs::canonical(eo.exe, ec).string();  // /proc/self/exe -> the file
-    if (!eo.exe.empty() && !ec) eo.exe = real;
-    eo.config = positional[0];
-    eo.out = opt.out;
-    eo.sets = sets;
-    eo.progress = progress;
-    eo.plots = opt.plots;
-    eo.jobs = opt.jobs;
-    const std::vector<std::string> files = emit_slurm(spec, plan, eo);
-    out << "compare --emit-slurm: " << plan.size() << (plan.size() == 1 ? " run" : " runs")
-        << " as a Slurm job array; wrote";
-    for (const auto& f : files) out << " " << f;
-    out << "\nsubmit with: sh " << shell_word((fs::path(emit_dir) / "submit.sh").string())
-        << "\n";
-    return 0;
-  }
-  if (plan_only) {
-    out << compare_plan_text(spec, opt.out.empty() ? spec.out : opt.out);
-    return 0;
-  }
-  opt.log = &err;
-  const CompareResult r = run_compare(spec, opt);
-  if (r.interrupted) return 130;
-  if (!opt.only.empty()) return 0;
-  out << "report: " << r.report.report_md << "\n";
-  if (!r.missing.empty()) {
-    std::string names;
-    for (const auto& m : r.missing) names += (names.empty() ? "" : ", ") + m;
-    err << "pelab: error: compare --report-only: " << r.missing.size() << " of "
-        << r.missing.size() + static_cast<size_t>(r.trained + r.resumed + r.reused)
-        << " runs are not finished (" << names
-        << "); the report covers the others; train them with pelab compare CONFIG "
-           "(or --only)\n";
-    return 1;
-  }
-  if (spec.unconverged == "fail" && !r.unconverged.empty()) {
-    err << "pelab: error: compare: " << r.unconverged.size()
-        << (r.unconverged.size() == 1 ? " run" : " runs")
-        << " missed the stop criterion (compare.unconverged: fail):";
-    for (size_t i = 0; i < r.unconverged.size(); ++i) err << (i ? ", " : " ") << r.unconverged[i];
-    err << " — the report is written (" << r.report.report_md << ")\n";
-    return 1;
-  }
-  return 0;
-}
-
-}  // namespace
 
 }  // namespace pelab

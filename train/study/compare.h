@@ -212,25 +212,20 @@ std::string compare_plan_text(const CompareSpec& spec, const std::string& out_di
 // pelab executable's main() registers itself ("/proc/self/exe"); other programs calling
 // run_compare / compare_cli (the test binary) do not, so they never start copies of themselves.
 void set_compare_child_binary(const std::string& path);
+const std::string& compare_child_binary();  // "" when none was set
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt = {});
 
-// For train/study/suite.cpp: splits a YAML text into everything but the top-level `key:` block and that
-// block, both with the other lines blanked (line numbers kept); parses a `set:` mapping of
-// section.key: value into "section.key=value" strings (errors name FILE:LINE and `what`); tells
-// whether a name can name a directory (letters, digits, _ - + .; not "." or "..").
-void split_config_block(const std::string& text, const std::string& key, std::string& rest,
-                        std::string& block);
+// For train/study/suite.cpp: parses a `set:` mapping of section.key: value into
+// "section.key=value" strings (errors name FILE:LINE and `what`); tells whether a name can name a
+// directory (letters, digits, _ - + .; not "." or "..").
 std::vector<std::string> parse_config_set_map(const YAML::Node& n, const std::string& source,
                                               const std::string& what);
 bool safe_run_name(const std::string& s);
-// The top-level `key:` block of a YAML text parsed (a map holding `key`), the rest of the text in
-// `rest` (see split_config_block); a YAML syntax error in the block names FILE:LINE.
-YAML::Node load_config_block(const std::string& yaml, const std::string& key,
-                             const std::string& source, std::string& rest);
 
-// `pelab compare` (args: argv[1..], args[0] is the verb; parsed by train/command_line.h). Returns
-// the exit status; usage errors print "pelab: error: ..." and return 2, other errors are thrown.
+// `pelab compare` (train/study/compare_cli.cpp; args: argv[1..], args[0] is the verb; parsed by
+// train/command_line.h). Returns the exit status; usage errors print "pelab: error: ..." and
+// return 2, other errors are thrown.
 int compare_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace pelab

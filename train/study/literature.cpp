@@ -12,7 +12,7 @@
 
 #include "pelab/error.h"
 #include "pelab/strings.h"
-#include "train/study/compare.h"
+#include "train/study/config_block.h"
 
 namespace pelab {
 

@@ -16,6 +16,7 @@
 #include "data/tasks.h"
 #include "pelab/error.h"
 #include "pelab/strings.h"
+#include "train/study/config_block.h"
 
 namespace fs = std::filesystem;
 
