@@ -157,7 +157,13 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
     eo.progress = progress;
     eo.plots = opt.plots;
     eo.jobs = opt.jobs;
-    const std::vector<std::string> files = emit_slurm(spec, plan, eo);
+    SlurmJob job;
+    job.source = spec.source;
+    job.title = spec.title;
+    job.settings = spec.slurm;
+    job.jobs = spec.jobs;
+    for (const auto& r : plan) job.runs.push_back({r.cfg.train.run_name, r.cfg.train.threads});
+    const std::vector<std::string> files = emit_slurm(job, eo);
     out << "compare --emit-slurm: " << plan.size() << (plan.size() == 1 ? " run" : " runs")
         << " as a Slurm job array; wrote";
     for (const auto& f : files) out << " " << f;

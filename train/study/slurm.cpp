@@ -13,7 +13,6 @@
 #include "pelab/error.h"
 #include "pelab/strings.h"
 #include "train/config.h"
-#include "train/study/compare.h"
 #include "train/study/report.h"
 
 namespace fs = std::filesystem;
@@ -151,29 +150,28 @@ void set_slurm_key(SlurmSettings& s, const std::string& key, const YAML::Node& v
   }
 }
 
-std::map<std::string, std::string> slurm_scripts(const CompareSpec& spec,
-                                                 const std::vector<ComparePlanRun>& plan,
+std::map<std::string, std::string> slurm_scripts(const SlurmJob& comparison,
                                                  const SlurmEmitOptions& opt) {
-  const SlurmSettings& s = spec.slurm;
-  const size_t n = plan.size();
+  const SlurmSettings& s = comparison.settings;
+  const size_t n = comparison.runs.size();
   PELAB_CHECK(n > 0, "compare --emit-slurm: the comparison has no runs");
   // CPUs per task: the setting, else the most threads a run uses.
   int64_t threads = 0;
   std::string zero_run;
-  for (const auto& r : plan) {
-    threads = std::max<int64_t>(threads, r.cfg.train.threads);
-    if (r.cfg.train.threads == 0 && zero_run.empty()) zero_run = r.cfg.train.run_name;
+  for (const auto& r : comparison.runs) {
+    threads = std::max<int64_t>(threads, r.threads);
+    if (r.threads == 0 && zero_run.empty()) zero_run = r.name;
   }
   int64_t cpus = s.cpus_per_task;
   if (cpus == 0) {
     if (!zero_run.empty())
-      throw ConfigError(spec.source + ": compare --emit-slurm: run " + zero_run +
+      throw ConfigError(comparison.source + ": compare --emit-slurm: run " + zero_run +
                         " has train.threads: 0 (all cores of whatever node it lands on); set "
                         "compare.slurm.cpus_per_task or train.threads to the CPUs each array task "
                         "should get");
     cpus = threads;
   } else if (threads > cpus) {
-    throw ConfigError(spec.source + ": compare --emit-slurm: compare.slurm.cpus_per_task is " +
+    throw ConfigError(comparison.source + ": compare --emit-slurm: compare.slurm.cpus_per_task is " +
                       std::to_string(cpus) + " but the runs use up to train.threads=" +
                       std::to_string(threads) +
                       " threads; raise cpus_per_task or lower train.threads");
@@ -181,7 +179,7 @@ std::map<std::string, std::string> slurm_scripts(const CompareSpec& spec,
   if (opt.exe.empty())
     throw Error("compare --emit-slurm: the path of the pelab binary is unknown (run it from the "
                 "pelab executable)");
-  int64_t k = s.max_parallel > 0 ? s.max_parallel : opt.jobs > 0 ? opt.jobs : spec.jobs;
+  int64_t k = s.max_parallel > 0 ? s.max_parallel : opt.jobs > 0 ? opt.jobs : comparison.jobs;
   if (k <= 0 || k > static_cast<int64_t>(n)) k = static_cast<int64_t>(n);
 
   std::error_code ec;
@@ -214,7 +212,7 @@ std::map<std::string, std::string> slurm_scripts(const CompareSpec& spec,
     for (const auto& x : s.options) o << "#SBATCH " << x << "\n";
   };
   const std::string runs = std::to_string(n) + (n == 1 ? " run" : " runs");
-  std::string title = spec.title;  // in comments: one line
+  std::string title = comparison.title;  // in comments: one line
   std::replace_if(title.begin(), title.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
 
   std::ostringstream a;
@@ -289,9 +287,8 @@ std::map<std::string, std::string> slurm_scripts(const CompareSpec& spec,
   return {{"array.sbatch", a.str()}, {"report.sbatch", r.str()}, {"submit.sh", sub.str()}};
 }
 
-std::vector<std::string> emit_slurm(const CompareSpec& spec, const std::vector<ComparePlanRun>& plan,
-                                    const SlurmEmitOptions& opt) {
-  const std::map<std::string, std::string> files = slurm_scripts(spec, plan, opt);
+std::vector<std::string> emit_slurm(const SlurmJob& job, const SlurmEmitOptions& opt) {
+  const std::map<std::string, std::string> files = slurm_scripts(job, opt);
   const fs::path dir(opt.dir);
   std::error_code ec;
   fs::create_directories(dir / "logs", ec);

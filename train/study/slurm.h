@@ -37,8 +37,19 @@ struct SlurmSettings {
 void set_slurm_key(SlurmSettings& s, const std::string& key, const YAML::Node& value,
                    const std::string& where);
 
-struct CompareSpec;
-struct ComparePlanRun;
+// What the scripts are made of, taken from the comparison (compare.h) by `pelab compare
+// --emit-slurm` (compare_cli.cpp): its config file, title, compare.slurm and compare.jobs, and per
+// run of its validated plan, in order, the run name and train.threads.
+struct SlurmJob {
+  std::string source, title;
+  SlurmSettings settings;
+  int64_t jobs = 0;
+  struct Run {
+    std::string name;
+    int64_t threads = 0;
+  };
+  std::vector<Run> runs;
+};
 
 // What the emitted scripts run: the command line of the comparison, made absolute.
 struct SlurmEmitOptions {
@@ -53,16 +64,14 @@ struct SlurmEmitOptions {
   int64_t jobs = 0;               // --jobs N (0 = not given)
 };
 
-// The three files (array.sbatch, report.sbatch, submit.sh) by name; `plan` is the comparison's
-// plan (validated). Throws ConfigError for settings that do not fit the plan.
-std::map<std::string, std::string> slurm_scripts(const CompareSpec& spec,
-                                                 const std::vector<ComparePlanRun>& plan,
+// The three files (array.sbatch, report.sbatch, submit.sh) by name. Throws ConfigError for
+// settings that do not fit the runs.
+std::map<std::string, std::string> slurm_scripts(const SlurmJob& comparison,
                                                  const SlurmEmitOptions& opt);
 
 // Writes slurm_scripts() into opt.dir (created if needed) and opt.dir/logs/: every file is
 // written in full to a temporary name first, then the three are renamed into place, so a failure
 // leaves no partial script behind. Returns the paths written. Throws Error naming the path.
-std::vector<std::string> emit_slurm(const CompareSpec& spec, const std::vector<ComparePlanRun>& plan,
-                                    const SlurmEmitOptions& opt);
+std::vector<std::string> emit_slurm(const SlurmJob& job, const SlurmEmitOptions& opt);
 
 }  // namespace pelab
