@@ -313,18 +313,5 @@ class DeviceBuffer {
   void* p_;
 };
 
-// ---------------- argument checks (as the CPU backend's) ----------------
-inline void check_rows(const View& v, int64_t numel, const char* op, const char* what) {
-  PELAB_CHECK(v.data != nullptr || numel == 0, op, ": ", what, " has no data");
-  PELAB_CHECK(v.numel() == numel, op, ": ", what, " ", shape_str(v.shape), " should hold ", numel,
-              " elements");
-  PELAB_CHECK(v.contiguous(), op, ": ", what, " must be contiguous (shape ", shape_str(v.shape),
-              ", strides ", shape_str(v.strides), ")");
-}
-inline void check_dtype(const View& v, DType dt, const char* op, const char* what) {
-  PELAB_CHECK(v.dtype == dt, op, ": ", what, " has dtype ", dtype_name(v.dtype), ", expected ",
-              dtype_name(dt));
-}
-
 }  // namespace cuda
 }  // namespace pelab
