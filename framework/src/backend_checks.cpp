@@ -190,48 +190,43 @@ void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_ind
                 ignore_index, ")");
 }
 
+namespace {
+// The index kernels' common checks: `big` is the [outer, n_in, inner] side, `small` the
+// [outer, n_idx, inner] side (of big's dtype), `idx` an int64 [n_idx] index, or, with `blocks`,
+// P whole [n_idx, inner] blocks (see Backend::gather). Returns P (1 without blocks).
+int64_t check_indexed(const char* op, const View& big, const char* big_what, const View& small,
+                      const char* small_what, const View& idx, int64_t outer, int64_t n_in,
+                      int64_t n_idx, int64_t inner, bool blocks) {
+  check_rows(big, outer * n_in * inner, op, big_what);
+  check_rows(small, outer * n_idx * inner, op, small_what);
+  const int64_t P = blocks ? index_blocks(idx, outer, n_idx, inner, op) : 1;
+  check_rows(idx, blocks ? P * n_idx * inner : n_idx, op, "index");
+  check_dtype(idx, DType::Int64, op, "index");
+  check_dtype(small, big.dtype, op, small_what);
+  return P;
+}
+}  // namespace
+
 void check_index_select(const View& out, const View& in, const View& idx, int64_t outer,
                         int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "index_select";
-  check_rows(in, outer * n_in * inner, op, "input");
-  check_rows(out, outer * n_idx * inner, op, "output");
-  check_rows(idx, n_idx, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(out, in.dtype, op, "output");
+  check_indexed("index_select", in, "input", out, "output", idx, outer, n_in, n_idx, inner, false);
 }
 
 void check_index_add(const View& acc, const View& src, const View& idx, int64_t outer,
                      int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "index_add";
-  check_rows(acc, outer * n_in * inner, op, "accumulator");
-  check_rows(src, outer * n_idx * inner, op, "source");
-  check_rows(idx, n_idx, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(src, acc.dtype, op, "source");
+  check_indexed("index_add", acc, "accumulator", src, "source", idx, outer, n_in, n_idx, inner,
+                false);
 }
 
 int64_t check_gather(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
                      int64_t n_idx, int64_t inner) {
-  const char* op = "gather";
-  check_rows(in, outer * n_in * inner, op, "input");
-  check_rows(out, outer * n_idx * inner, op, "output");
-  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);
-  check_rows(idx, P * n_idx * inner, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(out, in.dtype, op, "output");
-  return P;
+  return check_indexed("gather", in, "input", out, "output", idx, outer, n_in, n_idx, inner, true);
 }
 
 int64_t check_scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
                           int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "scatter_add";
-  check_rows(acc, outer * n_in * inner, op, "accumulator");
-  check_rows(src, outer * n_idx * inner, op, "source");
-  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);
-  check_rows(idx, P * n_idx * inner, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(src, acc.dtype, op, "source");
-  return P;
+  return check_indexed("scatter_add", acc, "accumulator", src, "source", idx, outer, n_in, n_idx,
+                       inner, true);
 }
 
 void check_dropout_mask(const View& mask, double p) {

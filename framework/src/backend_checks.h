@@ -47,8 +47,8 @@ void check_cross_entropy_backward(const View& grad_logits, const View& logits, c
 // Every target (host memory, `rows` of them) is in [0, C) or is ignore_index.
 void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index);
 
-// index_select / index_add: `a` is the [outer, n_in, inner] side (input / accumulator), `b` the
-// [outer, n_idx, inner] side (output / source).
+// index_select / index_add: the [outer, n_in, inner] side is the input / accumulator, the
+// [outer, n_idx, inner] side the output / source; the index is int64 [n_idx].
 void check_index_select(const View& out, const View& in, const View& idx, int64_t outer,
                         int64_t n_in, int64_t n_idx, int64_t inner);
 void check_index_add(const View& acc, const View& src, const View& idx, int64_t outer,
