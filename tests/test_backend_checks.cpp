@@ -56,6 +56,20 @@ TEST(BackendChecks, Elementwise) {
                "binary: output dtype float64 differs from the operand dtype float32");
   expect_error([] { cpu().where(v(f32({2})), v(f32({2})), v(f32({2})), v(f64({2}))); },
                "where: dtypes differ: out float32, a float32, b float64");
+  // check_broadcast_operand (the elementwise layouts of both backends).
+  expect_error([] { cpu().binary(BinaryOp::Add, v(f32({2, 2})), v(f32({2, 2})), v(f32({3}))); },
+               "binary: cannot broadcast [3] to [2, 2]");
+  expect_error([] { cpu().unary(UnaryOp::Exp, v(f32({2, 2})), v(f32({2, 2, 2})), 0.0); },
+               "unary: cannot broadcast [2, 2, 2] to [2, 2]");
+  View no_strides = v(f32({2}));
+  no_strides.strides.clear();
+  expect_error([&] { cpu().where(v(f32({2})), v(f32({2})), no_strides, v(f32({2}))); },
+               "where: view rank mismatch (shape [2], strides [])");
+  // An axis of size 1 in the target is checked too (it used to be skipped, and a [3] operand
+  // was read as its first element).
+  expect_error([] { cpu().binary(BinaryOp::Add, v(f32({1})), v(f32({1})), v(f32({3}))); },
+               "binary: cannot broadcast [3] to [1]");
+  EXPECT_NO_THROW(cpu().binary(BinaryOp::Add, v(f32({2, 2})), v(f32({2, 2})), v(f32({1, 2}))));
 }
 
 TEST(BackendChecks, ReduceAndSumSquares) {

@@ -24,6 +24,15 @@ void check_dtype(const View& v, DType dt, const char* op, const char* what) {
 }
 
 // ---------------- elementwise, reductions, gemm ----------------
+void check_broadcast_operand(const View& v, const Shape& shape, const char* op) {
+  PELAB_CHECK(v.shape.size() == v.strides.size(), op, ": view rank mismatch (shape ",
+              shape_str(v.shape), ", strides ", shape_str(v.strides), ")");
+  const size_t R = shape.size(), r = v.shape.size();
+  bool ok = r <= R;
+  for (size_t i = 0; ok && i < r; ++i) ok = v.shape[i] == shape[R - r + i] || v.shape[i] == 1;
+  PELAB_CHECK(ok, op, ": cannot broadcast ", shape_str(v.shape), " to ", shape_str(shape));
+}
+
 void check_unary(const View& out, const View& in) {
   PELAB_CHECK(out.dtype == in.dtype, "unary: dtype mismatch, out ", dtype_name(out.dtype),
               " vs in ", dtype_name(in.dtype));

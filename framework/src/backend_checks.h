@@ -16,6 +16,10 @@ void check_rows(const View& v, int64_t numel, const char* op, const char* what);
 // `what` of `op` has dtype `dt`.
 void check_dtype(const View& v, DType dt, const char* op, const char* what);
 
+// An operand `v` of an elementwise kernel `op` broadcasts to `shape` (numpy rules: its rank is
+// at most shape's, strides match its rank, and each of its trailing axes is 1 or shape's size).
+void check_broadcast_operand(const View& v, const Shape& shape, const char* op);
+
 void check_unary(const View& out, const View& in);
 // `compare`: the op writes a comparison result, whose dtype may differ from the operands'.
 void check_binary(const View& out, const View& a, const View& b, bool compare);
