@@ -95,6 +95,15 @@ bool check_gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64
 }
 
 // ---------------- fused NN kernels ----------------
+namespace {
+// An optional view (no data: absent, not looked at) holding `numel` elements of dtype `dt`.
+void check_optional(const View& v, int64_t numel, DType dt, const char* op, const char* what) {
+  if (!v.data) return;
+  check_rows(v, numel, op, what);
+  check_dtype(v, dt, op, what);
+}
+}  // namespace
+
 void check_softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
                    bool log) {
   const char* op = log ? "log_softmax" : "softmax";
@@ -124,14 +133,8 @@ void check_layer_norm(const View& y, const View& mean, const View& rstd, const V
   check_rows(mean, rows, op, "mean");
   check_rows(rstd, rows, op, "rstd");
   for (const View* v : {&y, &mean, &rstd}) check_dtype(*v, x.dtype, op, "output");
-  if (weight.data) {
-    check_rows(weight, n, op, "weight");
-    check_dtype(weight, x.dtype, op, "weight");
-  }
-  if (bias.data) {
-    check_rows(bias, n, op, "bias");
-    check_dtype(bias, x.dtype, op, "bias");
-  }
+  check_optional(weight, n, x.dtype, op, "weight");
+  check_optional(bias, n, x.dtype, op, "bias");
 }
 
 void check_layer_norm_backward(const View& grad_x, const View& grad_weight, const View& grad_bias,
@@ -146,46 +149,39 @@ void check_layer_norm_backward(const View& grad_x, const View& grad_weight, cons
   check_dtype(grad_y, x.dtype, op, "grad_y");
   check_dtype(mean, x.dtype, op, "mean");
   check_dtype(rstd, x.dtype, op, "rstd");
-  if (grad_x.data) {
-    check_rows(grad_x, rows * n, op, "grad_x");
-    check_dtype(grad_x, x.dtype, op, "grad_x");
-  }
-  if (weight.data) {
-    check_rows(weight, n, op, "weight");
-    check_dtype(weight, x.dtype, op, "weight");
-  }
-  for (const View* v : {&grad_weight, &grad_bias}) {
-    if (v->data) {
-      check_rows(*v, n, op, "grad_weight/grad_bias");
-      check_dtype(*v, x.dtype, op, "grad_weight/grad_bias");
-    }
-  }
+  check_optional(grad_x, rows * n, x.dtype, op, "grad_x");
+  check_optional(weight, n, x.dtype, op, "weight");
+  for (const View* v : {&grad_weight, &grad_bias})
+    check_optional(*v, n, x.dtype, op, "grad_weight/grad_bias");
 }
 
-void check_cross_entropy(const View& loss_rows, const View& lse, const View& logits,
-                         const View& targets, int64_t rows, int64_t C) {
-  const char* op = "cross_entropy";
+namespace {
+// Both cross-entropy kernels: logits [rows, C], int64 targets [rows], lse [rows], and `out`
+// (loss_rows [rows] forward, grad_logits [rows, C] backward) in the logits' dtype.
+void check_cross_entropy_args(const char* op, const View& out, const char* out_what,
+                              int64_t out_numel, const View& lse, const View& logits,
+                              const View& targets, int64_t rows, int64_t C) {
   PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
   check_rows(logits, rows * C, op, "logits");
   check_rows(targets, rows, op, "targets");
-  check_rows(loss_rows, rows, op, "loss_rows");
+  check_rows(out, out_numel, op, out_what);
   check_rows(lse, rows, op, "lse");
   check_dtype(targets, DType::Int64, op, "targets");
-  check_dtype(loss_rows, logits.dtype, op, "loss_rows");
+  check_dtype(out, logits.dtype, op, out_what);
   check_dtype(lse, logits.dtype, op, "lse");
+}
+}  // namespace
+
+void check_cross_entropy(const View& loss_rows, const View& lse, const View& logits,
+                         const View& targets, int64_t rows, int64_t C) {
+  check_cross_entropy_args("cross_entropy", loss_rows, "loss_rows", rows, lse, logits, targets,
+                           rows, C);
 }
 
 void check_cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
                                   const View& targets, int64_t rows, int64_t C) {
-  const char* op = "cross_entropy_backward";
-  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
-  check_rows(logits, rows * C, op, "logits");
-  check_rows(grad_logits, rows * C, op, "grad_logits");
-  check_rows(targets, rows, op, "targets");
-  check_rows(lse, rows, op, "lse");
-  check_dtype(targets, DType::Int64, op, "targets");
-  check_dtype(grad_logits, logits.dtype, op, "grad_logits");
-  check_dtype(lse, logits.dtype, op, "lse");
+  check_cross_entropy_args("cross_entropy_backward", grad_logits, "grad_logits", rows * C, lse,
+                           logits, targets, rows, C);
 }
 
 void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index) {
