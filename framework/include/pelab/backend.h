@@ -203,15 +203,6 @@ inline int64_t index_blocks(const View& idx, int64_t outer, int64_t n_idx, int64
   return n / block;
 }
 
-// The argument checks of Backend::rotate_pairs, shared by the backends: sizes, contiguity, dtypes.
-void check_rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
-                        int64_t outer, int64_t L, int64_t D, int64_t P);
-
-// The argument checks of Backend::attention / attention_backward, shared by the backends: ranks,
-// sizes, contiguity, dtypes (and, with grads, those of the gradient views).
-void check_attention(const char* op, const AttentionArgs& a, const View* grad_out = nullptr,
-                     const AttentionGrads* g = nullptr);
-
 // The backend for a device; throws if that device type is not available in this build or machine.
 Backend& backend_for(Device device);
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend);

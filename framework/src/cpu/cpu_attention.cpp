@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_small_gemm.h"
 

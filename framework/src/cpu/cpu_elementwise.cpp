@@ -6,6 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_strided.h"
 
@@ -368,20 +369,16 @@ void CpuBackend::copy(const View& out, const View& in) {
 }
 
 void CpuBackend::unary(UnaryOp op, const View& out, const View& in, double alpha) {
-  PELAB_CHECK(out.dtype == in.dtype, "unary: dtype mismatch, out ", dtype_name(out.dtype),
-              " vs in ", dtype_name(in.dtype));
+  check_unary(out, in);
   const View* vs[2] = {&out, &in};
   Layout<2> L = make_layout<2>(out.shape, vs, "unary");
   cpu::dispatch_all(out.dtype, "unary", [&](auto tag) { unary_impl<decltype(tag)>(op, L, alpha); });
 }
 
 void CpuBackend::binary(BinaryOp op, const View& out, const View& a, const View& b) {
-  PELAB_CHECK(a.dtype == b.dtype, "binary: operand dtypes differ: ", dtype_name(a.dtype), " vs ",
-              dtype_name(b.dtype));
   const bool cmp =
       op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt || op == BinaryOp::Gt;
-  PELAB_CHECK(out.dtype == a.dtype || cmp, "binary: output dtype ", dtype_name(out.dtype),
-              " differs from the operand dtype ", dtype_name(a.dtype));
+  check_binary(out, a, b, cmp);
   const View* vs[3] = {&out, &a, &b};
   Layout<3> L = make_layout<3>(out.shape, vs, "binary");
   cpu::dispatch_all(a.dtype, "binary", [&](auto tag) {
@@ -396,8 +393,7 @@ void CpuBackend::binary(BinaryOp op, const View& out, const View& a, const View&
 }
 
 void CpuBackend::where(const View& out, const View& cond, const View& a, const View& b) {
-  PELAB_CHECK(out.dtype == a.dtype && out.dtype == b.dtype, "where: dtypes differ: out ",
-              dtype_name(out.dtype), ", a ", dtype_name(a.dtype), ", b ", dtype_name(b.dtype));
+  check_where(out, a, b);
   const View* vs[4] = {&out, &cond, &a, &b};
   Layout<4> L = make_layout<4>(out.shape, vs, "where");
   cpu::dispatch_all(out.dtype, "where", [&](auto tag) {

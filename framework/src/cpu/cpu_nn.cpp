@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 #include "pelab/random.h"
 
@@ -21,19 +22,6 @@ using cpu::vexp;
 constexpr int64_t kInnerChunk = 256;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-void check_rows(const View& v, int64_t numel, const char* op, const char* what) {
-  PELAB_CHECK(v.data != nullptr, op, ": ", what, " has no data");
-  PELAB_CHECK(v.numel() == numel, op, ": ", what, " ", shape_str(v.shape), " should hold ", numel,
-              " elements");
-  PELAB_CHECK(v.contiguous(), op, ": ", what, " must be contiguous (shape ", shape_str(v.shape),
-              ", strides ", shape_str(v.strides), ")");
-}
-
-void check_dtype(const View& v, DType dt, const char* op, const char* what) {
-  PELAB_CHECK(v.dtype == dt, op, ": ", what, " has dtype ", dtype_name(v.dtype), ", expected ",
-              dtype_name(dt));
-}
 
 // Tasks of a gather-like kernel: (slice o, chunk of the n_idx rows). With few slices the rows are
 // cut so that every thread gets work; the cut depends only on the sizes and the thread count.
@@ -212,9 +200,7 @@ void CpuBackend::softmax(const View& out, const View& in, int64_t outer, int64_t
                          bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   const int64_t total = outer * n * inner;
-  check_rows(in, total, op, "input");
-  check_rows(out, total, op, "output");
-  check_dtype(out, in.dtype, op, "output");
+  check_softmax(out, in, outer, n, inner, log);
   if (total == 0) return;
   cpu::dispatch_float(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -236,11 +222,7 @@ void CpuBackend::softmax_backward(const View& grad_in, const View& grad_out, con
                                   int64_t outer, int64_t n, int64_t inner, bool log) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
   const int64_t total = outer * n * inner;
-  check_rows(grad_in, total, op, "grad_in");
-  check_rows(grad_out, total, op, "grad_out");
-  check_rows(y, total, op, "y");
-  check_dtype(grad_out, y.dtype, op, "grad_out");
-  check_dtype(grad_in, y.dtype, op, "grad_in");
+  check_softmax_backward(grad_in, grad_out, y, outer, n, inner, log);
   if (total == 0) return;
   cpu::dispatch_float(y.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -265,20 +247,7 @@ void CpuBackend::layer_norm(const View& y, const View& mean, const View& rstd, c
                             const View& weight, const View& bias, int64_t rows, int64_t n,
                             double eps) {
   const char* op = "layer_norm";
-  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
-  check_rows(x, rows * n, op, "x");
-  check_rows(y, rows * n, op, "y");
-  check_rows(mean, rows, op, "mean");
-  check_rows(rstd, rows, op, "rstd");
-  for (const View* v : {&y, &mean, &rstd}) check_dtype(*v, x.dtype, op, "output");
-  if (weight.data) {
-    check_rows(weight, n, op, "weight");
-    check_dtype(weight, x.dtype, op, "weight");
-  }
-  if (bias.data) {
-    check_rows(bias, n, op, "bias");
-    check_dtype(bias, x.dtype, op, "bias");
-  }
+  check_layer_norm(y, mean, rstd, x, weight, bias, rows, n);
   cpu::dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data);
@@ -327,28 +296,8 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
                                      const View& mean, const View& rstd, const View& weight,
                                      int64_t rows, int64_t n) {
   const char* op = "layer_norm_backward";
-  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
-  check_rows(x, rows * n, op, "x");
-  check_rows(grad_y, rows * n, op, "grad_y");
-  check_rows(mean, rows, op, "mean");
-  check_rows(rstd, rows, op, "rstd");
-  check_dtype(grad_y, x.dtype, op, "grad_y");
-  check_dtype(mean, x.dtype, op, "mean");
-  check_dtype(rstd, x.dtype, op, "rstd");
-  if (grad_x.data) {
-    check_rows(grad_x, rows * n, op, "grad_x");
-    check_dtype(grad_x, x.dtype, op, "grad_x");
-  }
-  if (weight.data) {
-    check_rows(weight, n, op, "weight");
-    check_dtype(weight, x.dtype, op, "weight");
-  }
-  for (const View* v : {&grad_weight, &grad_bias}) {
-    if (v->data) {
-      check_rows(*v, n, op, "grad_weight/grad_bias");
-      check_dtype(*v, x.dtype, op, "grad_weight/grad_bias");
-    }
-  }
+  check_layer_norm_backward(grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight, rows,
+                            n);
   cpu::dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data);
@@ -428,31 +377,12 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
 }
 
 // =====================================================================================
-namespace {
-void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index) {
-  bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (rows > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) bad = bad || (t[r] != ignore_index && (t[r] < 0 || t[r] >= C));
-  if (!bad) return;
-  for (int64_t r = 0; r < rows; ++r)
-    PELAB_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < C), "cross_entropy: target ", t[r],
-                " at row ", r, " is out of range [0, ", C, ") and is not ignore_index (",
-                ignore_index, ")");
-}
-}  // namespace
 
 void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const View& logits,
                                const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
                                double smoothing) {
   const char* op = "cross_entropy";
-  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
-  check_rows(logits, rows * C, op, "logits");
-  check_rows(targets, rows, op, "targets");
-  check_rows(loss_rows, rows, op, "loss_rows");
-  check_rows(lse, rows, op, "lse");
-  check_dtype(targets, DType::Int64, op, "targets");
-  check_dtype(loss_rows, logits.dtype, op, "loss_rows");
-  check_dtype(lse, logits.dtype, op, "lse");
+  check_cross_entropy(loss_rows, lse, logits, targets, rows, C);
   const int64_t* tg = static_cast<const int64_t*>(targets.data);
   check_targets(tg, rows, C, ignore_index);
   cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
@@ -492,14 +422,7 @@ void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& log
                                         int64_t C, int64_t ignore_index, double smoothing,
                                         double scale) {
   const char* op = "cross_entropy_backward";
-  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
-  check_rows(logits, rows * C, op, "logits");
-  check_rows(grad_logits, rows * C, op, "grad_logits");
-  check_rows(targets, rows, op, "targets");
-  check_rows(lse, rows, op, "lse");
-  check_dtype(targets, DType::Int64, op, "targets");
-  check_dtype(grad_logits, logits.dtype, op, "grad_logits");
-  check_dtype(lse, logits.dtype, op, "lse");
+  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C);
   const int64_t* tg = static_cast<const int64_t*>(targets.data);
   check_targets(tg, rows, C, ignore_index);
   cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
@@ -574,11 +497,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
 void CpuBackend::index_select(const View& out, const View& in, const View& idx, int64_t outer,
                               int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "index_select";
-  check_rows(in, outer * n_in * inner, op, "input");
-  check_rows(out, outer * n_idx * inner, op, "output");
-  check_rows(idx, n_idx, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(out, in.dtype, op, "output");
+  check_index_select(out, in, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
   cpu::check_indices(ix, n_idx, n_in, op);
   const IndexChunks chunks(outer, n_idx);
@@ -607,11 +526,7 @@ void CpuBackend::index_select(const View& out, const View& in, const View& idx, 
 void CpuBackend::index_add(const View& acc, const View& src, const View& idx, int64_t outer,
                            int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "index_add";
-  check_rows(acc, outer * n_in * inner, op, "accumulator");
-  check_rows(src, outer * n_idx * inner, op, "source");
-  check_rows(idx, n_idx, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(src, acc.dtype, op, "source");
+  check_index_add(acc, src, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
   cpu::check_indices(ix, n_idx, n_in, op);
   // parallel over (outer, column chunk) only; j runs in order, so sums are deterministic
@@ -645,12 +560,8 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
                         int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "gather";
   const int64_t total = outer * n_idx * inner;
-  check_rows(in, outer * n_in * inner, op, "input");
-  check_rows(out, total, op, "output");
-  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
-  check_rows(idx, P * n_idx * inner, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(out, in.dtype, op, "output");
+  // slice o uses block o % P
+  const int64_t P = check_gather(out, in, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
   cpu::check_indices(ix, P * n_idx * inner, n_in, op);
   // Tasks are (slice o, chunk of rows j); the slice's index block and base pointers are computed
@@ -684,12 +595,8 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
                              int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "scatter_add";
   const int64_t total = outer * n_idx * inner;
-  check_rows(acc, outer * n_in * inner, op, "accumulator");
-  check_rows(src, total, op, "source");
-  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
-  check_rows(idx, P * n_idx * inner, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(src, acc.dtype, op, "source");
+  // slice o uses block o % P
+  const int64_t P = check_scatter_add(acc, src, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
   cpu::check_indices(ix, P * n_idx * inner, n_in, op);
   const int nth = omp_get_max_threads();
@@ -723,8 +630,7 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
 // =====================================================================================
 void CpuBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) {
   const char* op = "dropout_mask";
-  PELAB_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
-  check_rows(mask, mask.numel(), op, "mask");
+  check_dropout_mask(mask, p);
   const int64_t n = mask.numel();
   cpu::dispatch_float(mask.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -739,7 +645,7 @@ void CpuBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_
 void CpuBackend::random_uniform(const View& out, double lo, double hi, uint64_t seed,
                                 uint64_t offset) {
   const char* op = "random_uniform";
-  check_rows(out, out.numel(), op, "output");
+  check_random_fill(out, op);
   const int64_t n = out.numel();
   cpu::dispatch_float(out.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -754,7 +660,7 @@ void CpuBackend::random_uniform(const View& out, double lo, double hi, uint64_t 
 void CpuBackend::random_normal(const View& out, double mean, double std, uint64_t seed,
                                uint64_t offset) {
   const char* op = "random_normal";
-  check_rows(out, out.numel(), op, "output");
+  check_random_fill(out, op);
   const int64_t n = out.numel();
   cpu::dispatch_float(out.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -771,14 +677,7 @@ void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, 
                             double bias_correction1, double bias_correction2) {
   const char* op = "adamw_step";
   const int64_t n = param.numel();
-  check_rows(param, n, op, "param");
-  check_rows(grad, n, op, "grad");
-  check_rows(m, n, op, "exp_avg");
-  check_rows(v, n, op, "exp_avg_sq");
-  for (const View* x : {&grad, &m, &v}) check_dtype(*x, param.dtype, op, "state");
-  PELAB_CHECK(bias_correction1 > 0 && bias_correction2 > 0, op,
-              ": bias corrections must be positive, got ", bias_correction1, " and ",
-              bias_correction2);
+  check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
   cpu::dispatch_float(param.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(param.data);
@@ -824,14 +723,8 @@ void CpuBackend::sgd_step(const View& param, const View& grad, const View& momen
                           bool first_step) {
   const char* op = "sgd_step";
   const int64_t n = param.numel();
-  check_rows(param, n, op, "param");
-  check_rows(grad, n, op, "grad");
-  check_dtype(grad, param.dtype, op, "grad");
   const bool use_mom = momentum != 0.0;
-  if (use_mom) {
-    check_rows(momentum_buf, n, op, "momentum_buffer");
-    check_dtype(momentum_buf, param.dtype, op, "momentum_buffer");
-  }
+  check_sgd_step(param, grad, momentum_buf, use_mom);
   cpu::dispatch_float(param.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(param.data);

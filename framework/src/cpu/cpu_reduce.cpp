@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 
 namespace pelab {
@@ -182,16 +183,7 @@ double sum_squares_impl(const T* x, int64_t total) {
 
 void CpuBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& in, int64_t outer,
                         int64_t n, int64_t inner) {
-  PELAB_CHECK(outer >= 0 && n >= 0 && inner >= 0, "reduce: bad extents outer=", outer, " n=", n,
-              " inner=", inner);
-  PELAB_CHECK(in.numel() == outer * n * inner, "reduce: input ", shape_str(in.shape),
-              " does not hold [", outer, ", ", n, ", ", inner, "]");
-  PELAB_CHECK(out.numel() == outer * inner, "reduce: output ", shape_str(out.shape),
-              " does not hold [", outer, ", ", inner, "]");
-  PELAB_CHECK(out.dtype == in.dtype, "reduce: dtype mismatch, out ", dtype_name(out.dtype),
-              " vs in ", dtype_name(in.dtype));
-  PELAB_CHECK(in.contiguous() && out.contiguous(), "reduce: views must be contiguous (in ",
-              shape_str(in.shape), " strides ", shape_str(in.strides), ")");
+  check_reduce(op, out, in, outer, n, inner);
   if (outer * inner == 0) return;
   cpu::dispatch_all(in.dtype, "reduce", [&](auto tag) {
     using T = decltype(tag);
@@ -205,15 +197,13 @@ void CpuBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& 
       }
       reduce_sum<T>(o, x, outer, n, inner);
     } else {
-      PELAB_CHECK(n > 0, "reduce: max over an empty axis (input ", shape_str(in.shape), ")");
       reduce_max<T>(o, static_cast<int64_t*>(argmax), x, outer, n, inner);
     }
   });
 }
 
 double CpuBackend::sum_squares(const View& in) {
-  PELAB_CHECK(in.contiguous(), "sum_squares: view must be contiguous (shape ", shape_str(in.shape),
-              ", strides ", shape_str(in.strides), ")");
+  check_sum_squares(in);
   const int64_t total = in.numel();
   if (total == 0) return 0.0;
   return cpu::dispatch_float(in.dtype, "sum_squares", [&](auto tag) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 
 namespace pelab {
@@ -33,10 +34,7 @@ Layout<N> make_layout(const Shape& shape, const View* const (&views)[N], const c
   const int R = static_cast<int>(shape.size());
   for (int k = 0; k < N; ++k) {
     const View& v = *views[k];
-    PELAB_CHECK(v.shape.size() == v.strides.size(), op, ": view rank mismatch (shape ",
-                shape_str(v.shape), ", strides ", shape_str(v.strides), ")");
-    PELAB_CHECK(static_cast<int>(v.shape.size()) <= R, op, ": cannot broadcast ",
-                shape_str(v.shape), " to ", shape_str(shape));
+    check_broadcast_operand(v, shape, op);
     L.base[k] = static_cast<char*>(v.data);
   }
   for (int64_t d : shape) L.numel *= d;
@@ -54,10 +52,7 @@ Layout<N> make_layout(const Shape& shape, const View* const (&views)[N], const c
       if (d < off) {
         s[k] = 0;
       } else {
-        const int64_t vs = v.shape[d - off];
-        PELAB_CHECK(vs == size || vs == 1, op, ": cannot broadcast ", shape_str(v.shape), " to ",
-                    shape_str(shape));
-        s[k] = vs == 1 ? 0 : v.strides[d - off];
+        s[k] = v.shape[d - off] == 1 ? 0 : v.strides[d - off];
       }
     }
     bool merge = m > 0;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend_checks.h"
 #include "cuda/cuda_common.cuh"
 
 namespace pelab {
@@ -297,21 +298,7 @@ void CudaBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t
                        double alpha, const void* A, int64_t lda, int64_t strideA, const void* B,
                        int64_t ldb, int64_t strideB, double beta, void* C, int64_t ldc,
                        int64_t strideC, int64_t batch) {
-  PELAB_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "gemm: bad sizes M=", M, " N=", N, " K=",
-              K, " batch=", batch);
-  if (M == 0 || N == 0 || batch == 0) return;
-  const int64_t a_rows = transA ? K : M, a_cols = transA ? M : K;
-  const int64_t b_rows = transB ? N : K, b_cols = transB ? K : N;
-  if (a_rows <= 1) lda = std::max<int64_t>(lda, std::max<int64_t>(a_cols, 1));
-  if (b_rows <= 1) ldb = std::max<int64_t>(ldb, std::max<int64_t>(b_cols, 1));
-  if (M <= 1) ldc = std::max<int64_t>(ldc, N);
-  PELAB_CHECK(lda >= std::max<int64_t>(a_cols, 1) && ldb >= std::max<int64_t>(b_cols, 1) &&
-                  ldc >= std::max<int64_t>(N, 1),
-              "gemm: leading dimensions too small (M=", M, " N=", N, " K=", K, " lda=", lda,
-              " ldb=", ldb, " ldc=", ldc, ", transA=", transA, ", transB=", transB, ")");
-  PELAB_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
-                  ldb <= INT32_MAX && ldc <= INT32_MAX,
-              "gemm: sizes exceed the cuBLAS integer range (M=", M, " N=", N, " K=", K, ")");
+  if (!check_gemm(transA, transB, M, N, K, lda, ldb, ldc, batch, "cuBLAS")) return;
   if (K == 0 || alpha == 0.0) {
     // C = beta * C for every batch entry (beta == 0 overwrites, even NaN); a shared C (strideC 0)
     // is scaled once per entry, in order, as the CPU backend does.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_checks.h"
 #include "cuda/cuda_backend.cuh"
 #include "pelab/backend.h"
 
@@ -114,10 +115,7 @@ HostLayout<N> make_layout(const Shape& shape, const View* const (&views)[N], con
   const int R = static_cast<int>(shape.size());
   for (int k = 0; k < N; ++k) {
     const View& v = *views[k];
-    PELAB_CHECK(v.shape.size() == v.strides.size(), op, ": view rank mismatch (shape ",
-                shape_str(v.shape), ", strides ", shape_str(v.strides), ")");
-    PELAB_CHECK(static_cast<int>(v.shape.size()) <= R, op, ": cannot broadcast ", shape_str(v.shape),
-                " to ", shape_str(shape));
+    check_broadcast_operand(v, shape, op);
     L.base[k] = static_cast<char*>(v.data);
   }
   for (int64_t d : shape) L.numel *= d;
@@ -133,10 +131,7 @@ HostLayout<N> make_layout(const Shape& shape, const View* const (&views)[N], con
       if (d < off) {
         s[k] = 0;
       } else {
-        const int64_t vs = v.shape[d - off];
-        PELAB_CHECK(vs == size || vs == 1, op, ": cannot broadcast ", shape_str(v.shape), " to ",
-                    shape_str(shape));
-        s[k] = vs == 1 ? 0 : v.strides[d - off];
+        s[k] = v.shape[d - off] == 1 ? 0 : v.strides[d - off];
       }
     }
     bool merge = !cs.empty();
@@ -312,19 +307,6 @@ class DeviceBuffer {
   size_t n_;
   void* p_;
 };
-
-// ---------------- argument checks (as the CPU backend's) ----------------
-inline void check_rows(const View& v, int64_t numel, const char* op, const char* what) {
-  PELAB_CHECK(v.data != nullptr || numel == 0, op, ": ", what, " has no data");
-  PELAB_CHECK(v.numel() == numel, op, ": ", what, " ", shape_str(v.shape), " should hold ", numel,
-              " elements");
-  PELAB_CHECK(v.contiguous(), op, ": ", what, " must be contiguous (shape ", shape_str(v.shape),
-              ", strides ", shape_str(v.strides), ")");
-}
-inline void check_dtype(const View& v, DType dt, const char* op, const char* what) {
-  PELAB_CHECK(v.dtype == dt, op, ": ", what, " has dtype ", dtype_name(v.dtype), ", expected ",
-              dtype_name(dt));
-}
 
 }  // namespace cuda
 }  // namespace pelab

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "backend_checks.h"
 #include "cuda/cuda_common.cuh"
 
 namespace pelab {
@@ -232,8 +233,7 @@ void CudaBackend::copy(const View& out, const View& in) {
 }
 
 void CudaBackend::unary(UnaryOp op, const View& out, const View& in, double alpha) {
-  PELAB_CHECK(out.dtype == in.dtype, "unary: dtype mismatch, out ", dtype_name(out.dtype), " vs in ",
-              dtype_name(in.dtype));
+  check_unary(out, in);
   const View* vs[2] = {&out, &in};
   HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, "unary");
   cuda::dispatch_all(out.dtype, "unary", [&](auto tag) {
@@ -246,12 +246,9 @@ void CudaBackend::unary(UnaryOp op, const View& out, const View& in, double alph
 }
 
 void CudaBackend::binary(BinaryOp op, const View& out, const View& a, const View& b) {
-  PELAB_CHECK(a.dtype == b.dtype, "binary: operand dtypes differ: ", dtype_name(a.dtype), " vs ",
-              dtype_name(b.dtype));
   const bool cmp = op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt ||
                    op == BinaryOp::Gt;
-  PELAB_CHECK(out.dtype == a.dtype || cmp, "binary: output dtype ", dtype_name(out.dtype),
-              " differs from the operand dtype ", dtype_name(a.dtype));
+  check_binary(out, a, b, cmp);
   const View* vs[3] = {&out, &a, &b};
   HostLayout<3> L = cuda::make_layout<3>(out.shape, vs, "binary");
   cuda::dispatch_all(a.dtype, "binary", [&](auto ti) {
@@ -267,8 +264,7 @@ void CudaBackend::binary(BinaryOp op, const View& out, const View& a, const View
 }
 
 void CudaBackend::where(const View& out, const View& cond, const View& a, const View& b) {
-  PELAB_CHECK(out.dtype == a.dtype && out.dtype == b.dtype, "where: dtypes differ: out ",
-              dtype_name(out.dtype), ", a ", dtype_name(a.dtype), ", b ", dtype_name(b.dtype));
+  check_where(out, a, b);
   const View* vs[4] = {&out, &cond, &a, &b};
   HostLayout<4> L = cuda::make_layout<4>(out.shape, vs, "where");
   cuda::dispatch_all(out.dtype, "where", [&](auto tag) {
@@ -494,16 +490,7 @@ std::string reduce_ctx(const View& in, int64_t outer, int64_t n, int64_t inner) 
 
 void CudaBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& in, int64_t outer,
                          int64_t n, int64_t inner) {
-  PELAB_CHECK(outer >= 0 && n >= 0 && inner >= 0, "reduce: bad extents outer=", outer, " n=", n,
-              " inner=", inner);
-  PELAB_CHECK(in.numel() == outer * n * inner, "reduce: input ", shape_str(in.shape),
-              " does not hold [", outer, ", ", n, ", ", inner, "]");
-  PELAB_CHECK(out.numel() == outer * inner, "reduce: output ", shape_str(out.shape),
-              " does not hold [", outer, ", ", inner, "]");
-  PELAB_CHECK(out.dtype == in.dtype, "reduce: dtype mismatch, out ", dtype_name(out.dtype),
-              " vs in ", dtype_name(in.dtype));
-  PELAB_CHECK(in.contiguous() && out.contiguous(), "reduce: views must be contiguous (in ",
-              shape_str(in.shape), " strides ", shape_str(in.strides), ")");
+  check_reduce(op, out, in, outer, n, inner);
   if (outer * inner == 0) return;
   const std::string ctx = reduce_ctx(in, outer, n, inner);
   cuda::dispatch_all(in.dtype, "reduce", [&](auto tag) {
@@ -551,7 +538,6 @@ void CudaBackend::reduce(ReduceOp op, const View& out, void* argmax, const View&
       }
       cuda::check_launch("reduce_sum", ctx);
     } else {
-      PELAB_CHECK(n > 0, "reduce: max over an empty axis (input ", shape_str(in.shape), ")");
       if (inner == 1) {
         if (n <= kSmallRow) {
           max_rows_thread<T><<<grid_for(outer), kThreads>>>(o, arg, x, outer, n);
@@ -567,8 +553,7 @@ void CudaBackend::reduce(ReduceOp op, const View& out, void* argmax, const View&
 }
 
 double CudaBackend::sum_squares(const View& in) {
-  PELAB_CHECK(in.contiguous(), "sum_squares: view must be contiguous (shape ", shape_str(in.shape),
-              ", strides ", shape_str(in.strides), ")");
+  check_sum_squares(in);
   const int64_t total = in.numel();
   if (total == 0) return 0.0;
   return cuda::dispatch_float(in.dtype, "sum_squares", [&](auto tag) {

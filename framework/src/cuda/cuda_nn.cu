@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backend_checks.h"
 #include "cuda/cuda_common.cuh"
 #include "pelab/random.h"
 
@@ -17,8 +18,6 @@ namespace pelab {
 namespace {
 
 using cuda::ceil_div;
-using cuda::check_dtype;
-using cuda::check_rows;
 using cuda::grid_for;
 using cuda::kThreads;
 using cuda::row_threads;
@@ -282,10 +281,7 @@ void check_targets_host(const View& targets, int64_t rows, int64_t C, int64_t ig
   PELAB_CUDA_CALL(cudaMemcpy(t.data(), targets.data, sizeof(int64_t) * rows, cudaMemcpyDeviceToHost),
                   " (cross_entropy: reading ", rows, " targets)");
   cuda::check_device_errors();
-  for (int64_t r = 0; r < rows; ++r)
-    PELAB_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < C), "cross_entropy: target ", t[r],
-                " at row ", r, " is out of range [0, ", C, ") and is not ignore_index (",
-                ignore_index, ")");
+  check_targets(t.data(), rows, C, ignore_index);
 }
 
 // ---------------- indexing ----------------
@@ -503,9 +499,7 @@ void CudaBackend::softmax(const View& out, const View& in, int64_t outer, int64_
                           bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   const int64_t total = outer * n * inner;
-  check_rows(in, total, op, "input");
-  check_rows(out, total, op, "output");
-  check_dtype(out, in.dtype, op, "output");
+  check_softmax(out, in, outer, n, inner, log);
   if (total == 0) return;
   cuda::dispatch_float(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -524,11 +518,7 @@ void CudaBackend::softmax_backward(const View& grad_in, const View& grad_out, co
                                    int64_t outer, int64_t n, int64_t inner, bool log) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
   const int64_t total = outer * n * inner;
-  check_rows(grad_in, total, op, "grad_in");
-  check_rows(grad_out, total, op, "grad_out");
-  check_rows(y, total, op, "y");
-  check_dtype(grad_out, y.dtype, op, "grad_out");
-  check_dtype(grad_in, y.dtype, op, "grad_in");
+  check_softmax_backward(grad_in, grad_out, y, outer, n, inner, log);
   if (total == 0) return;
   cuda::dispatch_float(y.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -549,20 +539,7 @@ void CudaBackend::layer_norm(const View& y, const View& mean, const View& rstd, 
                              const View& weight, const View& bias, int64_t rows, int64_t n,
                              double eps) {
   const char* op = "layer_norm";
-  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
-  check_rows(x, rows * n, op, "x");
-  check_rows(y, rows * n, op, "y");
-  check_rows(mean, rows, op, "mean");
-  check_rows(rstd, rows, op, "rstd");
-  for (const View* v : {&y, &mean, &rstd}) check_dtype(*v, x.dtype, op, "output");
-  if (weight.data) {
-    check_rows(weight, n, op, "weight");
-    check_dtype(weight, x.dtype, op, "weight");
-  }
-  if (bias.data) {
-    check_rows(bias, n, op, "bias");
-    check_dtype(bias, x.dtype, op, "bias");
-  }
+  check_layer_norm(y, mean, rstd, x, weight, bias, rows, n);
   if (rows == 0) return;
   cuda::dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -579,28 +556,8 @@ void CudaBackend::layer_norm_backward(const View& grad_x, const View& grad_weigh
                                       const View& mean, const View& rstd, const View& weight,
                                       int64_t rows, int64_t n) {
   const char* op = "layer_norm_backward";
-  PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
-  check_rows(x, rows * n, op, "x");
-  check_rows(grad_y, rows * n, op, "grad_y");
-  check_rows(mean, rows, op, "mean");
-  check_rows(rstd, rows, op, "rstd");
-  check_dtype(grad_y, x.dtype, op, "grad_y");
-  check_dtype(mean, x.dtype, op, "mean");
-  check_dtype(rstd, x.dtype, op, "rstd");
-  if (grad_x.data) {
-    check_rows(grad_x, rows * n, op, "grad_x");
-    check_dtype(grad_x, x.dtype, op, "grad_x");
-  }
-  if (weight.data) {
-    check_rows(weight, n, op, "weight");
-    check_dtype(weight, x.dtype, op, "weight");
-  }
-  for (const View* v : {&grad_weight, &grad_bias}) {
-    if (v->data) {
-      check_rows(*v, n, op, "grad_weight/grad_bias");
-      check_dtype(*v, x.dtype, op, "grad_weight/grad_bias");
-    }
-  }
+  check_layer_norm_backward(grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight, rows,
+                            n);
   const std::string ctx = rows_ctx(rows, n, 1, x.dtype);
   cuda::dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -642,14 +599,7 @@ void CudaBackend::cross_entropy(const View& loss_rows, const View& lse, const Vi
                                 const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
                                 double smoothing) {
   const char* op = "cross_entropy";
-  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
-  check_rows(logits, rows * C, op, "logits");
-  check_rows(targets, rows, op, "targets");
-  check_rows(loss_rows, rows, op, "loss_rows");
-  check_rows(lse, rows, op, "lse");
-  check_dtype(targets, DType::Int64, op, "targets");
-  check_dtype(loss_rows, logits.dtype, op, "loss_rows");
-  check_dtype(lse, logits.dtype, op, "lse");
+  check_cross_entropy(loss_rows, lse, logits, targets, rows, C);
   check_targets_host(targets, rows, C, ignore_index);
   if (rows == 0) return;
   cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
@@ -667,14 +617,7 @@ void CudaBackend::cross_entropy_backward(const View& grad_logits, const View& lo
                                          int64_t C, int64_t ignore_index, double smoothing,
                                          double scale) {
   const char* op = "cross_entropy_backward";
-  PELAB_CHECK(C > 0, op, ": number of classes must be positive, got ", C);
-  check_rows(logits, rows * C, op, "logits");
-  check_rows(grad_logits, rows * C, op, "grad_logits");
-  check_rows(targets, rows, op, "targets");
-  check_rows(lse, rows, op, "lse");
-  check_dtype(targets, DType::Int64, op, "targets");
-  check_dtype(grad_logits, logits.dtype, op, "grad_logits");
-  check_dtype(lse, logits.dtype, op, "lse");
+  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C);
   check_targets_host(targets, rows, C, ignore_index);
   if (rows == 0) return;
   cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
@@ -694,11 +637,7 @@ void CudaBackend::cross_entropy_backward(const View& grad_logits, const View& lo
 void CudaBackend::index_select(const View& out, const View& in, const View& idx, int64_t outer,
                                int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "index_select";
-  check_rows(in, outer * n_in * inner, op, "input");
-  check_rows(out, outer * n_idx * inner, op, "output");
-  check_rows(idx, n_idx, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(out, in.dtype, op, "output");
+  check_index_select(out, in, idx, outer, n_in, n_idx, inner);
   const int64_t total = outer * n_idx * inner;
   if (total == 0) return;
   cuda::dispatch_all(in.dtype, op, [&](auto tag) {
@@ -714,11 +653,7 @@ void CudaBackend::index_select(const View& out, const View& in, const View& idx,
 void CudaBackend::index_add(const View& acc, const View& src, const View& idx, int64_t outer,
                             int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "index_add";
-  check_rows(acc, outer * n_in * inner, op, "accumulator");
-  check_rows(src, outer * n_idx * inner, op, "source");
-  check_rows(idx, n_idx, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(src, acc.dtype, op, "source");
+  check_index_add(acc, src, idx, outer, n_in, n_idx, inner);
   cuda::dispatch_all(acc.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     accumulate<T, false>(static_cast<T*>(acc.data), static_cast<const T*>(src.data),
@@ -731,12 +666,8 @@ void CudaBackend::gather(const View& out, const View& in, const View& idx, int64
                          int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "gather";
   const int64_t total = outer * n_idx * inner;
-  check_rows(in, outer * n_in * inner, op, "input");
-  check_rows(out, total, op, "output");
-  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
-  check_rows(idx, P * n_idx * inner, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(out, in.dtype, op, "output");
+  // slice o uses block o % P
+  const int64_t P = check_gather(out, in, idx, outer, n_in, n_idx, inner);
   if (total == 0) return;
   cuda::dispatch_all(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -752,13 +683,8 @@ void CudaBackend::gather(const View& out, const View& in, const View& idx, int64
 void CudaBackend::scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
                               int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "scatter_add";
-  const int64_t total = outer * n_idx * inner;
-  check_rows(acc, outer * n_in * inner, op, "accumulator");
-  check_rows(src, total, op, "source");
-  const int64_t P = index_blocks(idx, outer, n_idx, inner, op);  // slice o uses block o % P
-  check_rows(idx, P * n_idx * inner, op, "index");
-  check_dtype(idx, DType::Int64, op, "index");
-  check_dtype(src, acc.dtype, op, "source");
+  // slice o uses block o % P
+  const int64_t P = check_scatter_add(acc, src, idx, outer, n_in, n_idx, inner);
   cuda::dispatch_all(acc.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     accumulate<T, true>(static_cast<T*>(acc.data), static_cast<const T*>(src.data),
@@ -770,8 +696,7 @@ void CudaBackend::scatter_add(const View& acc, const View& src, const View& idx,
 // =====================================================================================
 void CudaBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) {
   const char* op = "dropout_mask";
-  PELAB_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
-  check_rows(mask, mask.numel(), op, "mask");
+  check_dropout_mask(mask, p);
   const int64_t n = mask.numel();
   if (n == 0) return;
   cuda::dispatch_float(mask.dtype, op, [&](auto tag) {
@@ -786,7 +711,7 @@ void CudaBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64
 void CudaBackend::random_uniform(const View& out, double lo, double hi, uint64_t seed,
                                  uint64_t offset) {
   const char* op = "random_uniform";
-  check_rows(out, out.numel(), op, "output");
+  check_random_fill(out, op);
   const int64_t n = out.numel();
   if (n == 0) return;
   cuda::dispatch_float(out.dtype, op, [&](auto tag) {
@@ -800,7 +725,7 @@ void CudaBackend::random_uniform(const View& out, double lo, double hi, uint64_t
 void CudaBackend::random_normal(const View& out, double mean, double std, uint64_t seed,
                                 uint64_t offset) {
   const char* op = "random_normal";
-  check_rows(out, out.numel(), op, "output");
+  check_random_fill(out, op);
   const int64_t n = out.numel();
   if (n == 0) return;
   cuda::dispatch_float(out.dtype, op, [&](auto tag) {
@@ -817,14 +742,7 @@ void CudaBackend::adamw_step(const View& param, const View& grad, const View& m,
                              double bias_correction1, double bias_correction2) {
   const char* op = "adamw_step";
   const int64_t n = param.numel();
-  check_rows(param, n, op, "param");
-  check_rows(grad, n, op, "grad");
-  check_rows(m, n, op, "exp_avg");
-  check_rows(v, n, op, "exp_avg_sq");
-  for (const View* x : {&grad, &m, &v}) check_dtype(*x, param.dtype, op, "state");
-  PELAB_CHECK(bias_correction1 > 0 && bias_correction2 > 0, op,
-              ": bias corrections must be positive, got ", bias_correction1, " and ",
-              bias_correction2);
+  check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
   if (n == 0) return;
   cuda::dispatch_float(param.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -843,14 +761,8 @@ void CudaBackend::sgd_step(const View& param, const View& grad, const View& mome
                            bool nesterov, bool first_step) {
   const char* op = "sgd_step";
   const int64_t n = param.numel();
-  check_rows(param, n, op, "param");
-  check_rows(grad, n, op, "grad");
-  check_dtype(grad, param.dtype, op, "grad");
   const bool use_mom = momentum != 0.0;
-  if (use_mom) {
-    check_rows(momentum_buf, n, op, "momentum_buffer");
-    check_dtype(momentum_buf, param.dtype, op, "momentum_buffer");
-  }
+  check_sgd_step(param, grad, momentum_buf, use_mom);
   if (n == 0) return;
   cuda::dispatch_float(param.dtype, op, [&](auto tag) {
     using T = decltype(tag);

@@ -9,8 +9,15 @@
 #include "pelab/backend.h"
 #include "pelab/ops.h"
 #include "pelab/registry.h"
+#include "ops/op_util.h"
 
 namespace pelab {
+
+using detail::check_float_arg;
+using detail::contig;
+using detail::flat_view;
+using detail::make_view;
+using detail::split_at;
 
 PELAB_REGISTER_OP("index_select", true);
 PELAB_REGISTER_OP("gather", true);
@@ -18,48 +25,6 @@ PELAB_REGISTER_OP("embedding", true);
 PELAB_REGISTER_OP("bin_sum", true);
 
 namespace {
-
-// A fresh, untracked handle onto t's storage with the given geometry.
-Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.impl()->storage;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->offset = t.offset();
-  impl->dtype = t.dtype();
-  return Tensor(impl);
-}
-
-bool row_major(const Tensor& t) {
-  int64_t expect = 1;
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    if (t.shape()[d] == 1) continue;
-    if (t.strides()[d] != expect) return false;
-    expect *= t.shape()[d];
-  }
-  return true;
-}
-
-// Untracked contiguous copy (or an untracked view when already row-major).
-Tensor contig(const Tensor& t) {
-  if (row_major(t)) return make_view(t, t.shape(), t.strides());
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
-  if (out.numel() > 0) backend_for(t.device()).copy(view_of(out), view_of(t));
-  return out;
-}
-
-View flat_view(const Tensor& t, const Shape& shape) {
-  View v = view_of(t);
-  v.shape = shape;
-  v.strides = contiguous_strides(shape);
-  return v;
-}
-
-void check_source(const char* op, const Tensor& a, const char* what) {
-  PELAB_CHECK(a.defined(), op, ": ", what, " is undefined");
-  PELAB_CHECK(is_floating(a.dtype()), op, ": ", what, " must be float32/float64, got ",
-              dtype_name(a.dtype()), " ", shape_str(a.shape()));
-}
 
 void check_index(const char* op, const Tensor& idx, const Tensor& a, const char* what) {
   PELAB_CHECK(idx.defined(), op, ": ", what, " is undefined");
@@ -78,17 +43,10 @@ void check_range(const char* op, const Tensor& idx, int64_t n, const char* what,
   }
 }
 
-void split(const Shape& s, int64_t d, int64_t& outer, int64_t& inner) {
-  outer = 1;
-  inner = 1;
-  for (int64_t i = 0; i < d; ++i) outer *= s[i];
-  for (int64_t i = d + 1; i < static_cast<int64_t>(s.size()); ++i) inner *= s[i];
-}
-
 }  // namespace
 
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
-  check_source("index_select", a, "input");
+  check_float_arg("index_select", a, "input");
   check_index("index_select", index, a, "index");
   PELAB_CHECK(a.dim() >= 1, "index_select: input must have at least one dim, got a scalar");
   PELAB_CHECK(index.dim() == 1, "index_select: index must be 1-D, got ", shape_str(index.shape()));
@@ -98,7 +56,7 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   const Shape ashape = a.shape();
   const int64_t n_in = ashape[d], n_idx = index.size(0);
   int64_t outer, inner;
-  split(ashape, d, outer, inner);
+  split_at(ashape, d, outer, inner);
   Tensor ic = contig(index);
   check_range("index_select", ic, n_in, "index", a, d);
   Tensor ac = contig(a);
@@ -120,7 +78,7 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
-  check_source("gather", a, "input");
+  check_float_arg("gather", a, "input");
   check_index("gather", index, a, "index");
   PELAB_CHECK(a.dim() >= 1, "gather: input must have at least one dim, got a scalar");
   PELAB_CHECK(index.dim() == a.dim(), "gather: index ", shape_str(index.shape()),
@@ -136,10 +94,10 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   // The part of `a` the index can reach: index sizes except along `dim`.
   Shape sub = index.shape();
   sub[d] = ashape[d];
-  Tensor as = contig(make_view(a, sub, a.strides()));
+  Tensor as = contig(make_view(a, sub, a.strides(), a.offset()));
   const int64_t n_in = sub[d], n_idx = index.size(d);
   int64_t outer, inner;
-  split(sub, d, outer, inner);
+  split_at(sub, d, outer, inner);
   // An index expanded (stride 0) over its leading dims is one block repeated over them: it is
   // neither materialised nor read back (the kernels check its range); the kernels take the block
   // as it is (Backend::gather: slice o uses block o mod P).
@@ -151,7 +109,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   if (shared) {
     Shape one = index.shape();
     for (int64_t k = 0; k < lead; ++k) one[k] = 1;
-    ic = contig(make_view(index, one, index.strides()));
+    ic = contig(make_view(index, one, index.strides(), index.offset()));
   } else {
     ic = contig(index);
     check_range("gather", ic, ashape[d], "index", a, d);
@@ -180,7 +138,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
 
 Tensor bin_sum(const Tensor& x, const Tensor& index, int64_t bins) {
   const char* op = "bin_sum";
-  check_source(op, x, "input");
+  check_float_arg(op, x, "input");
   check_index(op, index, x, "index");
   PELAB_CHECK(x.dim() >= 2 && index.dim() == 2 && index.size(0) == x.size(-2) &&
                   index.size(1) == x.size(-1),
@@ -211,7 +169,7 @@ Tensor bin_sum(const Tensor& x, const Tensor& index, int64_t bins) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  check_source("embedding", weight, "weight");
+  check_float_arg("embedding", weight, "weight");
   check_index("embedding", ids, weight, "ids");
   PELAB_CHECK(weight.dim() == 2, "embedding: weight must be [num, dim], got ",
               shape_str(weight.shape()));

@@ -9,44 +9,18 @@
 #include "pelab/backend.h"
 #include "pelab/ops.h"
 #include "pelab/registry.h"
+#include "ops/op_util.h"
 
 namespace pelab {
+
+using detail::contig;
+using detail::make_view;
+using detail::plain;
 
 PELAB_REGISTER_OP("matmul", true);
 PELAB_REGISTER_OP("linear", true);
 
 namespace {
-
-// A fresh, untracked handle onto t's storage with the given geometry (offset relative to t's).
-Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t extra = 0) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.impl()->storage;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->offset = t.offset() + extra;
-  impl->dtype = t.dtype();
-  return Tensor(impl);
-}
-Tensor plain(const Tensor& t) { return make_view(t, t.shape(), t.strides()); }
-
-// Row-major (ignoring unit dims)?
-bool row_major(const Tensor& t) {
-  int64_t expect = 1;
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    if (t.shape()[d] == 1) continue;
-    if (t.strides()[d] != expect) return false;
-    expect *= t.shape()[d];
-  }
-  return true;
-}
-
-// Untracked contiguous copy (or t itself when already row-major).
-Tensor contig(const Tensor& t) {
-  if (row_major(t)) return plain(t);
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
-  if (out.numel() > 0) backend_for(t.device()).copy(view_of(out), view_of(t));
-  return out;
-}
 
 // Swap the last two dims (a view).
 Tensor mT(const Tensor& t) {
@@ -54,7 +28,7 @@ Tensor mT(const Tensor& t) {
   const size_t n = s.size();
   std::swap(s[n - 1], s[n - 2]);
   std::swap(st[n - 1], st[n - 2]);
-  return make_view(t, s, st);
+  return make_view(t, s, st, t.offset());
 }
 
 // Insert / remove a unit dim (always a view whatever the strides).
@@ -62,13 +36,13 @@ Tensor unsqueeze_view(const Tensor& t, int64_t pos) {
   Shape s = t.shape(), st = t.strides();
   s.insert(s.begin() + pos, 1);
   st.insert(st.begin() + pos, 1);
-  return make_view(t, s, st);
+  return make_view(t, s, st, t.offset());
 }
 Tensor squeeze_view(const Tensor& t, int64_t pos) {
   Shape s = t.shape(), st = t.strides();
   s.erase(s.begin() + pos);
   st.erase(st.begin() + pos);
-  return make_view(t, s, st);
+  return make_view(t, s, st, t.offset());
 }
 
 // A logical 2-D matrix inside some storage: element (i, j) at ptr + (i * sr + j * sc) elements.

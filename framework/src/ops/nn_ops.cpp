@@ -10,8 +10,15 @@
 #include "pelab/backend.h"
 #include "pelab/ops.h"
 #include "pelab/registry.h"
+#include "ops/op_util.h"
 
 namespace pelab {
+
+using detail::check_float_arg;
+using detail::contig;
+using detail::flat_view;
+using detail::plain;
+using detail::split_at;
 
 PELAB_REGISTER_OP("softmax", true);
 PELAB_REGISTER_OP("log_softmax", true);
@@ -23,43 +30,6 @@ PELAB_REGISTER_OP("scaled_dot_attention", true);
 
 namespace {
 
-// A fresh, untracked handle onto t's storage (same geometry).
-Tensor plain(const Tensor& t) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.impl()->storage;
-  impl->shape = t.shape();
-  impl->strides = t.strides();
-  impl->offset = t.offset();
-  impl->dtype = t.dtype();
-  return Tensor(impl);
-}
-
-bool row_major(const Tensor& t) {
-  int64_t expect = 1;
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    if (t.shape()[d] == 1) continue;
-    if (t.strides()[d] != expect) return false;
-    expect *= t.shape()[d];
-  }
-  return true;
-}
-
-// Untracked contiguous copy (or an untracked view when already row-major).
-Tensor contig(const Tensor& t) {
-  if (row_major(t)) return plain(t);
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
-  if (out.numel() > 0) backend_for(t.device()).copy(view_of(out), view_of(t));
-  return out;
-}
-
-// A contiguous tensor's data seen with another (same-numel) shape.
-View flat_view(const Tensor& t, const Shape& shape) {
-  View v = view_of(t);
-  v.shape = shape;
-  v.strides = contiguous_strides(shape);
-  return v;
-}
-
 View null_view(DType dt, int64_t n) {
   View v;
   v.data = nullptr;
@@ -69,22 +39,15 @@ View null_view(DType dt, int64_t n) {
   return v;
 }
 
-void check_float(const char* op, const Tensor& t, const char* what) {
-  PELAB_CHECK(t.defined(), op, ": ", what, " is undefined");
-  PELAB_CHECK(is_floating(t.dtype()), op, ": ", what, " must be float32/float64, got ",
-              dtype_name(t.dtype()), " ", shape_str(t.shape()));
-}
-
 Tensor softmax_impl(const char* op, const Tensor& a, int64_t axis, bool log) {
-  check_float(op, a, "input");
+  check_float_arg(op, a, "input");
   const Shape shape = a.shape();
   const int64_t rank = a.dim();
   int64_t outer = 1, n = 1, inner = 1;
   if (rank > 0) {
     const int64_t ax = normalize_axis(axis, rank, op);
-    for (int64_t d = 0; d < ax; ++d) outer *= shape[d];
+    split_at(shape, ax, outer, inner);
     n = shape[ax];
-    for (int64_t d = ax + 1; d < rank; ++d) inner *= shape[d];
   } else {
     normalize_axis(axis, 1, op);  // a scalar behaves as [1]
   }
@@ -113,7 +76,7 @@ Tensor log_softmax(const Tensor& a, int64_t axis) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                      double label_smoothing) {
-  check_float("cross_entropy", logits, "logits");
+  check_float_arg("cross_entropy", logits, "logits");
   PELAB_CHECK(logits.dim() >= 1, "cross_entropy: logits must be [..., C], got a scalar");
   PELAB_CHECK(targets.defined(), "cross_entropy: targets are undefined");
   PELAB_CHECK(targets.dtype() == DType::Int64, "cross_entropy: targets must be int64, got ",
@@ -173,7 +136,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  check_float("layer_norm", x, "input");
+  check_float_arg("layer_norm", x, "input");
   PELAB_CHECK(x.dim() >= 1, "layer_norm: input must have at least one dim, got a scalar");
   const int64_t n = x.size(-1);
   PELAB_CHECK(n > 0, "layer_norm: normalized axis of ", shape_str(x.shape()), " is empty");
@@ -231,9 +194,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 
 Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interleaved) {
   const char* op = "rotate_pairs";
-  check_float(op, x, "input");
-  check_float(op, cos, "cos");
-  check_float(op, sin, "sin");
+  check_float_arg(op, x, "input");
+  check_float_arg(op, cos, "cos");
+  check_float_arg(op, sin, "sin");
   PELAB_CHECK(x.dim() >= 2, op, ": input must be [..., L, D], got ", shape_str(x.shape()));
   const int64_t L = x.size(-2), D = x.size(-1);
   PELAB_CHECK(cos.dim() == 2 && cos.shape() == sin.shape() && cos.size(0) == L &&
@@ -293,7 +256,7 @@ int64_t set_attention_keep_limit(int64_t bytes) {
 
 namespace {
 void check_table(const char* op, const Tensor& table, const char* what) {
-  check_float(op, table, what);
+  check_float_arg(op, table, what);
   PELAB_CHECK(table.dim() == 2 || table.dim() == 3, op, ": ", what, " table must be [R, dh] or ",
               "[H, R, dh], got ", shape_str(table.shape()));
 }
@@ -329,9 +292,9 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
                             const Tensor& rel_index, const Tensor& rel_keys,
                             const Tensor& rel_values) {
   const char* op = "scaled_dot_attention";
-  check_float(op, q, "q");
-  check_float(op, k, "k");
-  check_float(op, v, "v");
+  check_float_arg(op, q, "q");
+  check_float_arg(op, k, "k");
+  check_float_arg(op, v, "v");
   PELAB_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
                   q.size(1) == k.size(1) && q.size(3) == k.size(3),
               op, ": expected q [B, H, Lq, dh] and k = v [B, H, Lk, dh], got q ",
@@ -454,7 +417,7 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
-  check_float("dropout", x, "input");
+  check_float_arg("dropout", x, "input");
   PELAB_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p, " for input ",
               shape_str(x.shape()));
   if (!training || p == 0.0) return x;

@@ -17,7 +17,9 @@ namespace pelab {
 using detail::backend_of;
 using detail::check_floating;
 using detail::make_output;
+using detail::flat_view;
 using detail::make_view;
+using detail::split_at;
 using Grads = std::vector<Tensor>;
 
 namespace {
@@ -67,17 +69,6 @@ bool dense_order(const Tensor& t, std::vector<int64_t>& order) {
   return true;
 }
 
-View flat_view(void* data, DType dtype, const Shape& shape) {
-  View v;
-  v.data = data;
-  v.dtype = dtype;
-  v.shape = shape;
-  v.strides = contiguous_strides(shape);
-  return v;
-}
-
-// Sum over the masked axes, keeping them as size 1. Untracked. The result is a fresh buffer; its
-// layout follows the input's memory order (so it may be a permuted view of that buffer).
 Tensor sum_keepdim_raw(const Tensor& a, const std::vector<bool>& mask) {
   const Shape& sh = a.shape();
   const Shape out_shape = keep_shape_of(sh, mask);
@@ -151,8 +142,7 @@ MaxResult max_raw(const Tensor& a, int64_t axis, const char* op) {
   r.n = sh[d];
   PELAB_CHECK(r.n > 0, op, ": cannot reduce over axis ", axis, " of size 0 in shape ",
               shape_str(sh));
-  for (int64_t k = 0; k < d; ++k) r.outer *= sh[k];
-  for (int64_t k = d + 1; k < a.dim(); ++k) r.inner *= sh[k];
+  split_at(sh, d, r.outer, r.inner);
   Shape ks = sh;
   ks[d] = 1;
   r.values = make_output(ks, a.dtype(), a.device());

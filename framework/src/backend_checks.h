@@ -1,0 +1,82 @@
+// pelab — the argument checks of the Backend kernels, shared by the CPU and the CUDA backend, so
+// each check (and the one error line it throws) exists once; the backends call them first thing.
+// They look only at the views' shapes, strides, dtypes and the scalar arguments, never at device
+// data; the one exception, check_targets, reads host memory (CUDA copies the targets first).
+// Definitions: framework/src/backend_checks.cpp. tests/test_backend_checks.cpp drives each one
+// through the public ops.
+#pragma once
+#include <cstdint>
+
+#include "pelab/backend.h"
+
+namespace pelab {
+
+// `what` of `op` holds `numel` elements contiguously (a view with no data passes only if empty).
+void check_rows(const View& v, int64_t numel, const char* op, const char* what);
+// `what` of `op` has dtype `dt`.
+void check_dtype(const View& v, DType dt, const char* op, const char* what);
+
+// An operand `v` of an elementwise kernel `op` broadcasts to `shape` (numpy rules: its rank is
+// at most shape's, strides match its rank, and each of its trailing axes is 1 or shape's size).
+void check_broadcast_operand(const View& v, const Shape& shape, const char* op);
+
+void check_unary(const View& out, const View& in);
+// `compare`: the op writes a comparison result, whose dtype may differ from the operands'.
+void check_binary(const View& out, const View& a, const View& b, bool compare);
+void check_where(const View& out, const View& a, const View& b);
+void check_reduce(ReduceOp op, const View& out, const View& in, int64_t outer, int64_t n,
+                  int64_t inner);
+void check_sum_squares(const View& in);
+
+// Checks gemm's sizes and leading dimensions, raising a leading dimension that does not matter
+// (a single row) to its smallest legal value, as BLAS wants it. Returns false when the product is
+// empty (M, N or batch is 0: nothing to do; then the leading dimensions are not looked at).
+// `int_range` names the library whose 32-bit sizes bound the arguments ("BLAS", "cuBLAS").
+bool check_gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t& lda,
+                int64_t& ldb, int64_t& ldc, int64_t batch, const char* int_range);
+
+void check_softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+                   bool log);
+void check_softmax_backward(const View& grad_in, const View& grad_out, const View& y,
+                            int64_t outer, int64_t n, int64_t inner, bool log);
+void check_layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
+                      const View& weight, const View& bias, int64_t rows, int64_t n);
+void check_layer_norm_backward(const View& grad_x, const View& grad_weight, const View& grad_bias,
+                               const View& grad_y, const View& x, const View& mean,
+                               const View& rstd, const View& weight, int64_t rows, int64_t n);
+void check_cross_entropy(const View& loss_rows, const View& lse, const View& logits,
+                         const View& targets, int64_t rows, int64_t C);
+void check_cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
+                                  const View& targets, int64_t rows, int64_t C);
+// Every target (host memory, `rows` of them) is in [0, C) or is ignore_index.
+void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index);
+
+// index_select / index_add: the [outer, n_in, inner] side is the input / accumulator, the
+// [outer, n_idx, inner] side the output / source; the index is int64 [n_idx].
+void check_index_select(const View& out, const View& in, const View& idx, int64_t outer,
+                        int64_t n_in, int64_t n_idx, int64_t inner);
+void check_index_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                     int64_t n_in, int64_t n_idx, int64_t inner);
+// gather / scatter_add; return the index's block count P (see Backend::gather).
+int64_t check_gather(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
+                     int64_t n_idx, int64_t inner);
+int64_t check_scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                          int64_t n_in, int64_t n_idx, int64_t inner);
+
+void check_dropout_mask(const View& mask, double p);
+// random_uniform / random_normal (`op` names which).
+void check_random_fill(const View& out, const char* op);
+void check_adamw_step(const View& param, const View& grad, const View& m, const View& v,
+                      double bias_correction1, double bias_correction2);
+// The momentum buffer is looked at only when `use_momentum`.
+void check_sgd_step(const View& param, const View& grad, const View& momentum_buf,
+                    bool use_momentum);
+
+void check_rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
+                        int64_t outer, int64_t L, int64_t D, int64_t P);
+// Backend::attention / attention_backward: ranks, sizes, contiguity, dtypes (and, with grads,
+// those of the gradient views).
+void check_attention(const char* op, const AttentionArgs& a, const View* grad_out = nullptr,
+                     const AttentionGrads* g = nullptr);
+
+}  // namespace pelab

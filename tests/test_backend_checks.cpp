@@ -1,0 +1,228 @@
+// The Backend kernels' argument checks (framework/src/backend_checks.{h,cpp}, one copy shared by
+// the CPU and CUDA backends): each check is driven with one bad argument through the CPU backend
+// and must throw its one-line error. The op layer (framework/src/ops) validates shapes, dtypes,
+// targets and axes first with its own messages, so these checks are reached through the public
+// Backend interface (pelab/backend.h), which the ops call. A check lost when the backends were
+// rewired makes its case here fail.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "pelab/backend.h"
+#include "pelab/ops.h"  // transpose
+#include "pelab/tensor.h"
+#include "tests/test_util.h"
+
+using namespace pelab;
+using pelab::testing::error_of;
+
+namespace {
+
+Backend& cpu() { return backend_for(Device::cpu()); }
+
+Tensor f32(const Shape& s) { return Tensor::zeros(s, DType::Float32); }
+Tensor f64(const Shape& s) { return Tensor::zeros(s, DType::Float64); }
+Tensor i64(const Shape& s) { return Tensor::zeros(s, DType::Int64); }
+View v(const Tensor& t) { return view_of(t); }
+
+// `f` throws a pelab::Error whose message contains `want`.
+void expect_error(const std::function<void()>& f, const std::string& want) {
+  const std::string msg = error_of(f);
+  EXPECT_NE(msg.find(want), std::string::npos) << "wanted \"" << want << "\", got \"" << msg << "\"";
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+}
+
+}  // namespace
+
+TEST(BackendChecks, RowsAndDtypeHelpers) {
+  // check_rows: element count, contiguity; check_dtype: the dtype (through softmax).
+  expect_error([] { cpu().softmax(v(f32({2, 3})), v(f32({2, 4})), 2, 3, 1, false); },
+               "softmax: input [2, 4] should hold 6 elements");
+  const Tensor t = transpose(f32({3, 2}), 0, 1);
+  expect_error([&] { cpu().softmax(v(f32({2, 3})), v(t), 2, 3, 1, false); },
+               "softmax: input must be contiguous (shape [2, 3], strides [1, 2])");
+  expect_error([] { cpu().softmax(v(f64({2, 3})), v(f32({2, 3})), 2, 3, 1, true); },
+               "log_softmax: output has dtype float64, expected float32");
+}
+
+TEST(BackendChecks, Elementwise) {
+  expect_error([] { cpu().unary(UnaryOp::Exp, v(f64({2})), v(f32({2})), 0.0); },
+               "unary: dtype mismatch, out float64 vs in float32");
+  expect_error([] { cpu().binary(BinaryOp::Add, v(f32({2})), v(f32({2})), v(f64({2}))); },
+               "binary: operand dtypes differ: float32 vs float64");
+  expect_error([] { cpu().binary(BinaryOp::Add, v(f64({2})), v(f32({2})), v(f32({2}))); },
+               "binary: output dtype float64 differs from the operand dtype float32");
+  expect_error([] { cpu().where(v(f32({2})), v(f32({2})), v(f32({2})), v(f64({2}))); },
+               "where: dtypes differ: out float32, a float32, b float64");
+  // check_broadcast_operand (the elementwise layouts of both backends).
+  expect_error([] { cpu().binary(BinaryOp::Add, v(f32({2, 2})), v(f32({2, 2})), v(f32({3}))); },
+               "binary: cannot broadcast [3] to [2, 2]");
+  expect_error([] { cpu().unary(UnaryOp::Exp, v(f32({2, 2})), v(f32({2, 2, 2})), 0.0); },
+               "unary: cannot broadcast [2, 2, 2] to [2, 2]");
+  View no_strides = v(f32({2}));
+  no_strides.strides.clear();
+  expect_error([&] { cpu().where(v(f32({2})), v(f32({2})), no_strides, v(f32({2}))); },
+               "where: view rank mismatch (shape [2], strides [])");
+  // An axis of size 1 in the target is checked too (it used to be skipped, and a [3] operand
+  // was read as its first element).
+  expect_error([] { cpu().binary(BinaryOp::Add, v(f32({1})), v(f32({1})), v(f32({3}))); },
+               "binary: cannot broadcast [3] to [1]");
+  EXPECT_NO_THROW(cpu().binary(BinaryOp::Add, v(f32({2, 2})), v(f32({2, 2})), v(f32({1, 2}))));
+}
+
+TEST(BackendChecks, ReduceAndSumSquares) {
+  expect_error([] { cpu().reduce(ReduceOp::Sum, v(f32({2})), nullptr, v(f32({2, 3})), -1, 3, 2); },
+               "reduce: bad extents outer=-1 n=3 inner=2");
+  expect_error([] { cpu().reduce(ReduceOp::Sum, v(f32({2})), nullptr, v(f32({2, 4})), 2, 3, 1); },
+               "reduce: input [2, 4] does not hold [2, 3, 1]");
+  expect_error([] { cpu().reduce(ReduceOp::Sum, v(f32({3})), nullptr, v(f32({2, 3})), 2, 3, 1); },
+               "reduce: output [3] does not hold [2, 1]");
+  expect_error([] { cpu().reduce(ReduceOp::Sum, v(f64({2})), nullptr, v(f32({2, 3})), 2, 3, 1); },
+               "reduce: dtype mismatch, out float64 vs in float32");
+  const Tensor t = transpose(f32({3, 2}), 0, 1);
+  expect_error([&] { cpu().reduce(ReduceOp::Sum, v(f32({2})), nullptr, v(t), 2, 3, 1); },
+               "reduce: views must be contiguous (in [2, 3] strides [1, 2])");
+  int64_t argmax[2];
+  expect_error([&] { cpu().reduce(ReduceOp::Max, v(f32({2})), argmax, v(f32({2, 0})), 2, 0, 1); },
+               "reduce: max over an empty axis (input [2, 0])");
+  EXPECT_NO_THROW(cpu().reduce(ReduceOp::Sum, v(f32({2})), nullptr, v(f32({2, 0})), 2, 0, 1));
+  expect_error([&] { cpu().sum_squares(v(t)); },
+               "sum_squares: view must be contiguous (shape [2, 3], strides [1, 2])");
+}
+
+TEST(BackendChecks, Gemm) {
+  const Tensor c = f32({2, 2});
+  auto gemm = [&](int64_t M, int64_t lda, int64_t batch) {
+    cpu().gemm(DType::Float32, false, false, M, 2, 2, 1.0, c.raw_data(), lda, 0, c.raw_data(), 2,
+               0, 0.0, const_cast<void*>(c.raw_data()), 2, 0, batch);
+  };
+  expect_error([&] { gemm(2, 2, -1); }, "gemm: bad sizes M=2 N=2 K=2 batch=-1");
+  expect_error([&] { gemm(2, 1, 1); }, "gemm: leading dimensions too small (M=2 N=2 K=2 lda=1");
+  expect_error([&] { gemm(int64_t{1} << 32, 2, 1); }, "gemm: sizes exceed the BLAS integer range");
+  EXPECT_NO_THROW(gemm(0, 0, 1));  // an empty product is not looked at further
+}
+
+TEST(BackendChecks, Softmax) {
+  expect_error([] { cpu().softmax_backward(v(f32({6})), v(f32({6})), v(f32({5})), 2, 3, 1, false); },
+               "softmax_backward: y [5] should hold 6 elements");
+  expect_error([] { cpu().softmax_backward(v(f32({6})), v(f64({6})), v(f32({6})), 2, 3, 1, true); },
+               "log_softmax_backward: grad_out has dtype float64, expected float32");
+  expect_error([] { cpu().softmax_backward(v(f64({6})), v(f32({6})), v(f32({6})), 2, 3, 1, false); },
+               "softmax_backward: grad_in has dtype float64, expected float32");
+}
+
+TEST(BackendChecks, LayerNorm) {
+  const View none;
+  expect_error([&] { cpu().layer_norm(v(f32({2, 3})), v(f32({2})), v(f32({2})), v(f32({2, 3})), none, none, 2, 0, 1e-5); },
+               "layer_norm: normalised size must be positive, got 0");
+  expect_error([&] { cpu().layer_norm(v(f32({2, 3})), v(f32({3})), v(f32({2})), v(f32({2, 3})), none, none, 2, 3, 1e-5); },
+               "layer_norm: mean [3] should hold 2 elements");
+  expect_error([&] { cpu().layer_norm(v(f32({2, 3})), v(f64({2})), v(f32({2})), v(f32({2, 3})), none, none, 2, 3, 1e-5); },
+               "layer_norm: output has dtype float64, expected float32");
+  expect_error([&] { cpu().layer_norm(v(f32({2, 3})), v(f32({2})), v(f32({2})), v(f32({2, 3})), v(f32({4})), none, 2, 3, 1e-5); },
+               "layer_norm: weight [4] should hold 3 elements");
+  expect_error([&] { cpu().layer_norm(v(f32({2, 3})), v(f32({2})), v(f32({2})), v(f32({2, 3})), none, v(f64({3})), 2, 3, 1e-5); },
+               "layer_norm: bias has dtype float64, expected float32");
+  auto bwd = [&](const Tensor& gx, const Tensor& gw, const Tensor& gy, const Tensor& rstd, const Tensor& w) {
+    cpu().layer_norm_backward(v(gx), v(gw), none, v(gy), v(f32({2, 3})), v(f32({2})), v(rstd), v(w), 2, 3);
+  };
+  expect_error([&] { bwd(f32({2, 3}), f32({3}), f32({2, 2}), f32({2}), f32({3})); },
+               "layer_norm_backward: grad_y [2, 2] should hold 6 elements");
+  expect_error([&] { bwd(f32({2, 3}), f32({3}), f64({2, 3}), f32({2}), f32({3})); },
+               "layer_norm_backward: grad_y has dtype float64, expected float32");
+  expect_error([&] { bwd(f32({2, 3}), f32({3}), f32({2, 3}), f64({2}), f32({3})); },
+               "layer_norm_backward: rstd has dtype float64, expected float32");
+  expect_error([&] { bwd(f64({2, 3}), f32({3}), f32({2, 3}), f32({2}), f32({3})); },
+               "layer_norm_backward: grad_x has dtype float64, expected float32");
+  expect_error([&] { bwd(f32({2, 3}), f32({3}), f32({2, 3}), f32({2}), f32({2})); },
+               "layer_norm_backward: weight [2] should hold 3 elements");
+  expect_error([&] { bwd(f32({2, 3}), f64({3}), f32({2, 3}), f32({2}), f32({3})); },
+               "layer_norm_backward: grad_weight/grad_bias has dtype float64, expected float32");
+}
+
+TEST(BackendChecks, CrossEntropy) {
+  expect_error([] { cpu().cross_entropy(v(f32({2})), v(f32({2})), v(f32({2, 3})), v(i64({2})), 2, 0, -100, 0.0); },
+               "cross_entropy: number of classes must be positive, got 0");
+  expect_error([] { cpu().cross_entropy(v(f32({2})), v(f32({2})), v(f32({2, 3})), v(f32({2})), 2, 3, -100, 0.0); },
+               "cross_entropy: targets has dtype float32, expected int64");
+  expect_error([] { cpu().cross_entropy(v(f32({2})), v(f64({2})), v(f32({2, 3})), v(i64({2})), 2, 3, -100, 0.0); },
+               "cross_entropy: lse has dtype float64, expected float32");
+  expect_error([] { cpu().cross_entropy_backward(v(f32({2, 3})), v(f32({2, 3})), v(f32({2})), v(i64({2})), 2, -1, -100, 0.0, 1.0); },
+               "cross_entropy_backward: number of classes must be positive, got -1");
+  expect_error([] { cpu().cross_entropy_backward(v(f32({2, 2})), v(f32({2, 3})), v(f32({2})), v(i64({2})), 2, 3, -100, 0.0, 1.0); },
+               "cross_entropy_backward: grad_logits [2, 2] should hold 6 elements");
+  expect_error([] { cpu().cross_entropy_backward(v(f32({2, 3})), v(f32({2, 3})), v(f32({2})), v(f32({2})), 2, 3, -100, 0.0, 1.0); },
+               "cross_entropy_backward: targets has dtype float32, expected int64");
+  const Tensor targets = Tensor::from_ints({1, 7}, {2});
+  expect_error([&] { cpu().cross_entropy(v(f32({2})), v(f32({2})), v(f32({2, 3})), v(targets), 2, 3, -100, 0.0); },
+               "cross_entropy: target 7 at row 1 is out of range [0, 3) and is not ignore_index (-100)");
+}
+
+TEST(BackendChecks, Indexing) {
+  expect_error([] { cpu().index_select(v(f32({2, 2})), v(f32({3, 2})), v(i64({2})), 1, 4, 2, 2); },
+               "index_select: input [3, 2] should hold 8 elements");
+  expect_error([] { cpu().index_select(v(f32({2, 2})), v(f32({3, 2})), v(f32({2})), 1, 3, 2, 2); },
+               "index_select: index has dtype float32, expected int64");
+  expect_error([] { cpu().index_select(v(f64({2, 2})), v(f32({3, 2})), v(i64({2})), 1, 3, 2, 2); },
+               "index_select: output has dtype float64, expected float32");
+  expect_error([] { cpu().index_add(v(f32({3, 2})), v(f32({2, 3})), v(i64({2})), 1, 3, 2, 2); },
+               "index_add: source [2, 3] should hold 4 elements");
+  expect_error([] { cpu().index_add(v(f32({3, 2})), v(f64({2, 2})), v(i64({2})), 1, 3, 2, 2); },
+               "index_add: source has dtype float64, expected float32");
+  expect_error([] { cpu().gather(v(f32({2, 2})), v(f32({2, 3})), v(i64({3})), 2, 3, 2, 1); },
+               "gather: index [3] is not a whole number of [2, 1] blocks");
+  expect_error([] { cpu().gather(v(f32({2, 2})), v(f32({2, 3})), v(f32({2, 2})), 2, 3, 2, 1); },
+               "gather: index has dtype float32, expected int64");
+  expect_error([] { cpu().scatter_add(v(f32({2, 3})), v(f32({2, 3})), v(i64({2, 2})), 2, 3, 2, 1); },
+               "scatter_add: source [2, 3] should hold 4 elements");
+  expect_error([] { cpu().scatter_add(v(f32({2, 3})), v(f64({2, 2})), v(i64({2, 2})), 2, 3, 2, 1); },
+               "scatter_add: source has dtype float64, expected float32");
+}
+
+TEST(BackendChecks, RandomAndOptimizers) {
+  expect_error([] { cpu().dropout_mask(v(f32({4})), 1.5, 1, 0); },
+               "dropout_mask: probability must be in [0, 1], got 1.5");
+  const Tensor t = transpose(f32({3, 2}), 0, 1);
+  expect_error([&] { cpu().random_uniform(v(t), 0.0, 1.0, 1, 0); },
+               "random_uniform: output must be contiguous");
+  expect_error([&] { cpu().random_normal(v(t), 0.0, 1.0, 1, 0); },
+               "random_normal: output must be contiguous");
+  auto adamw = [](const Tensor& g, const Tensor& m, double bc1) {
+    cpu().adamw_step(v(f32({4})), v(g), v(m), v(f32({4})), 1e-3, 0.9, 0.999, 1e-8, 0.0, bc1, 1.0);
+  };
+  expect_error([&] { adamw(f32({3}), f32({4}), 1.0); }, "adamw_step: grad [3] should hold 4 elements");
+  expect_error([&] { adamw(f32({4}), f64({4}), 1.0); }, "adamw_step: state has dtype float64, expected float32");
+  expect_error([&] { adamw(f32({4}), f32({4}), 0.0); },
+               "adamw_step: bias corrections must be positive, got 0 and 1");
+  auto sgd = [](const Tensor& g, const Tensor& buf, double momentum) {
+    cpu().sgd_step(v(f32({4})), v(g), v(buf), 0.1, momentum, 0.0, 0.0, false, true);
+  };
+  expect_error([&] { sgd(f64({4}), f32({4}), 0.0); }, "sgd_step: grad has dtype float64, expected float32");
+  expect_error([&] { sgd(f32({4}), f32({3}), 0.9); },
+               "sgd_step: momentum_buffer [3] should hold 4 elements");
+  EXPECT_NO_THROW(sgd(f32({4}), f32({3}), 0.0));  // no momentum: the buffer is not looked at
+}
+
+TEST(BackendChecks, RotatePairsAndAttention) {
+  expect_error([] { cpu().rotate_pairs(v(f32({2, 4})), v(f32({2, 4})), v(f32({2, 2})), v(f32({2, 2})), 1, 2, 4, 3, false, false); },
+               "rotate_pairs: 3 pairs do not fit rows of 4");
+  expect_error([] { cpu().rotate_pairs(v(f32({2, 4})), v(f32({2, 4})), v(f64({2, 2})), v(f32({2, 2})), 1, 2, 4, 2, false, false); },
+               "rotate_pairs: cos has dtype float64, expected float32");
+  AttentionArgs a;
+  a.q = v(f32({2, 3, 4}));
+  a.k = v(f32({2, 5, 4}));
+  a.v = v(f32({2, 5, 4}));
+  a.out = v(f32({2, 3, 4}));
+  a.stats = v(f32({2, 3, 2}));
+  a.B = 1;
+  a.H = 2;
+  AttentionArgs bad = a;
+  bad.v = v(f32({2, 5, 3}));
+  expect_error([&] { cpu().attention(bad); }, "attention: expected q [2, Lq, dh] and k = v [2, Lk, dh]");
+  bad = a;
+  bad.stats = v(f32({2, 3}));
+  expect_error([&] { cpu().attention(bad); }, "attention: stats [2, 3] must be contiguous [2, 3, 2]");
+  EXPECT_NO_THROW(cpu().attention(a));
+}
