@@ -20,39 +20,18 @@
 #include "models/pe/pe.h"
 #include "models/transformer.h"
 #include "pelab/pelab.h"
+#include "tests/pe_test_util.h"
 
 using namespace pelab;
 using namespace pelab::models;
 
 namespace {
 
-// Small settings for every scheme, so that tables are exercised at short lengths.
-PEConfig small_pe(const std::string& scheme) {
-  PEConfig pe;
-  pe.scheme = scheme;
-  pe.set("max_positions", 32);
-  pe.set("shaw_k", 3);
-  pe.set("t5_num_buckets", 8);
-  pe.set("t5_max_distance", 16);
-  return pe;
-}
+using pelab::testing::small_pe;
 
 ModelConfig tiny(const std::string& arch, const std::string& scheme,
                  const std::string& dtype = "float64") {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab = 11;
-  c.d_model = 8;
-  c.heads = 2;
-  c.d_ff = 16;
-  c.encoder_layers = 1;
-  c.decoder_layers = 1;
-  c.dropout = 0.0;
-  c.dtype = dtype;
-  c.init_std = 0.5;  // large enough that token content matters in the checks below
-  c.seed = 7;
-  c.pe = small_pe(scheme);
-  return c;
+  return pelab::testing::tiny_model(arch, scheme, dtype);
 }
 
 Tensor randn(const Shape& shape, Generator& gen, DType dt = DType::Float64) {

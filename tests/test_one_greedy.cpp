@@ -15,6 +15,7 @@
 #include "models/pe/pe.h"
 #include "models/transformer.h"
 #include "pelab/pelab.h"
+#include "tests/pe_test_util.h"
 #include "tests/test_util.h"
 #include "train/study/compare.h"
 #include "train/evaluate.h"
@@ -25,22 +26,7 @@ using namespace pelab;
 
 namespace {
 
-models::ModelConfig tiny_model(const std::string& arch, const std::string& scheme) {
-  models::ModelConfig c;
-  c.arch = arch;
-  c.vocab = 11;
-  c.d_model = 8;
-  c.heads = 2;
-  c.d_ff = 16;
-  c.encoder_layers = 1;
-  c.decoder_layers = 1;
-  c.dtype = "float64";
-  c.init_std = 0.5;  // large enough that token content matters
-  c.seed = 7;
-  c.pe.scheme = scheme;
-  c.pe.set("max_positions", 64);
-  return c;
-}
+using pelab::testing::tiny_model;
 
 // The reference: a plain greedy loop that reruns the full forward each step on the whole sequence
 // (no cache) at positions pos[0..L) (0..L-1 when pos is null) and takes the argmax of the last
