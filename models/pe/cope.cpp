@@ -29,15 +29,11 @@
 #include <cmath>
 #include <deque>
 
+#include "models/pe/layer_params.h"
 #include "models/pe/pe.h"
 
 namespace pelab::models {
 namespace {
-
-class ParamHolder : public Module {
- public:
-  Tensor add(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
-};
 
 class CoPE : public PositionalEncoding {
  public:
@@ -47,13 +43,12 @@ class CoPE : public PositionalEncoding {
     PELAB_CHECK(p_max_ >= 1, "pe.cope_p_max: must be >= 1, got ", p_max_);
     PELAB_CHECK(s.layers >= 1, "cope: stack needs at least one layer, got ", s.layers);
     rows_ = bidirectional_ ? 2 * p_max_ + 1 : p_max_ + 1;
-    auto layers = register_module("layers", std::make_shared<ModuleList>());
+    LayerParams layers(s.layers);
+    register_module("layers", layers.list());
     for (int64_t i = 0; i < s.layers; ++i) {
-      auto holder = std::make_shared<ParamHolder>();
       Tensor t = Tensor::empty({rows_, dh_}, s.dtype);
       init::normal_(t, 0.0, 0.02, gen);
-      emb_.push_back(holder->add("pos_emb", t));
-      layers->push_back(holder);
+      emb_.push_back(layers.add(i, "pos_emb", t));
     }
   }
   std::string name() const override { return "cope"; }
@@ -62,8 +57,6 @@ class CoPE : public PositionalEncoding {
                           const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return Tensor();
     PELAB_CHECK(site.q_pos && site.k_pos, "cope: attention site without positions");
-    PELAB_CHECK(site.layer >= 0 && site.layer < static_cast<int64_t>(emb_.size()), "cope: layer ",
-                site.layer, " out of range (stack has ", emb_.size(), " layers)");
     const int64_t Lq = static_cast<int64_t>(site.q_pos->size());
     const int64_t Lk = static_cast<int64_t>(site.k_pos->size());
     PELAB_CHECK(q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4 && q.size(1) == heads_ &&
@@ -96,7 +89,7 @@ class CoPE : public PositionalEncoding {
     const Tensor w = sub(u, floor_val);  // p − ⌊p⌋, differentiable through p
 
     // z[b, h, i, n] = q_i·e[n] / √dh, with row n = rows (a copy of the last) for ⌈p⌉ at p = p_max
-    const Tensor& e = emb_[site.layer];
+    const Tensor& e = emb_[layer_index("cope", site, emb_.size())];
     Tensor z = matmul(q, transpose(e, 0, 1), scale);  // [B, H, Lq, rows]
     z = concat({z, slice(z, 3, rows_ - 1, rows_)}, 3);
     const Tensor lo = gather(z, 3, floor_idx), hi = gather(z, 3, ceil_idx);

@@ -24,17 +24,13 @@
 #include <cmath>
 #include <deque>
 
+#include "models/pe/layer_params.h"
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
 #include "pelab/backend.h"
 
 namespace pelab::models {
 namespace {
-
-class ParamHolder : public Module {
- public:
-  Tensor add(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
-};
 
 class ShawPE : public PositionalEncoding {
  public:
@@ -51,12 +47,11 @@ class ShawPE : public PositionalEncoding {
       init::normal_(t, 0.0, 0.02, gen);
       return t;
     };
-    auto layers = register_module("layers", std::make_shared<ModuleList>());
+    LayerParams layers(s.layers);
+    register_module("layers", layers.list());
     for (int64_t i = 0; i < s.layers; ++i) {
-      auto holder = std::make_shared<ParamHolder>();
-      rel_k_.push_back(keys_ ? holder->add("rel_k", make_table()) : Tensor());
-      rel_v_.push_back(values_ ? holder->add("rel_v", make_table()) : Tensor());
-      layers->push_back(holder);
+      rel_k_.push_back(keys_ ? layers.add(i, "rel_k", make_table()) : Tensor());
+      rel_v_.push_back(values_ ? layers.add(i, "rel_v", make_table()) : Tensor());
     }
   }
   std::string name() const override { return "shaw"; }
@@ -94,10 +89,10 @@ class ShawPE : public PositionalEncoding {
   // its fused op.
   RelativeTables relative_tables(const AttnSite& site) override {
     if (site.kind == AttnKind::Cross || (!keys_ && !values_)) return {};
-    check_site(site);
-    const Tensor& any = keys_ ? rel_k_[site.layer] : rel_v_[site.layer];
+    const size_t l = check_site(site);
+    const Tensor& any = keys_ ? rel_k_[l] : rel_v_[l];
     const Entry& e = index(*site.q_pos, *site.k_pos, any.device());
-    return {e.idx, rows(rel_k_[site.layer], e), rows(rel_v_[site.layer], e)};
+    return {e.idx, rows(rel_k_[l], e), rows(rel_v_[l], e)};
   }
 
  private:
@@ -117,10 +112,9 @@ class ShawPE : public PositionalEncoding {
     return axis == 0 ? t : t.contiguous();
   }
 
-  void check_site(const AttnSite& site) const {
+  size_t check_site(const AttnSite& site) const {
     PELAB_CHECK(site.q_pos && site.k_pos, "shaw: attention site without positions");
-    PELAB_CHECK(site.layer >= 0 && site.layer < static_cast<int64_t>(rel_k_.size()), "shaw: layer ",
-                site.layer, " out of range (stack has ", rel_k_.size(), " layers)");
+    return layer_index("shaw", site, rel_k_.size());
   }
 
   // idx[i, j] = clip(k_pos[j] − q_pos[i], −k, k) + k − lo, Int64 [Lq, Lk] on `dev` (cached).

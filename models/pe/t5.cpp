@@ -9,18 +9,13 @@
 // [H, Lq·Lk] viewed as [1, H, Lq, Lk] (contiguous: the score add runs at unit stride).
 #include <cmath>
 
+#include "models/pe/layer_params.h"
 #include "models/pe/pe.h"
 #include "models/pe/site_tables.h"
 #include "models/pe/t5_buckets.h"
 
 namespace pelab::models {
 namespace {
-
-// A module that only holds parameters (for the "layers.<i>." prefix).
-class ParamHolder : public Module {
- public:
-  Tensor add(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
-};
 
 class T5PE : public PositionalEncoding {
  public:
@@ -37,12 +32,9 @@ class T5PE : public PositionalEncoding {
       return t;
     };
     if (cfg.get_bool("t5_per_layer")) {
-      auto layers = register_module("layers", std::make_shared<ModuleList>());
-      for (int64_t i = 0; i < s.layers; ++i) {
-        auto holder = std::make_shared<ParamHolder>();
-        tables_.push_back(holder->add("rel_bias", make_table()));
-        layers->push_back(holder);
-      }
+      LayerParams layers(s.layers);
+      register_module("layers", layers.list());
+      for (int64_t i = 0; i < s.layers; ++i) tables_.push_back(layers.add(i, "rel_bias", make_table()));
     } else {
       tables_.push_back(register_parameter("rel_bias", make_table()));
     }
@@ -52,9 +44,9 @@ class T5PE : public PositionalEncoding {
   Tensor score_term(const Tensor& q, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return Tensor();
     PELAB_CHECK(site.q_pos && site.k_pos, "t5: attention site without positions");
-    PELAB_CHECK(site.layer >= 0 && (tables_.size() == 1 || site.layer < int64_t(tables_.size())),
-                "t5: layer ", site.layer, " out of range (", tables_.size(), " tables)");
-    const Tensor& table = tables_.size() == 1 ? tables_[0] : tables_[site.layer];
+    // One table shared by the stack, or one per layer (pe.t5_per_layer).
+    const Tensor& table =
+        tables_.size() == 1 && site.layer >= 0 ? tables_[0] : tables_[layer_index("t5", site, tables_.size())];
     const bool bidirectional = site.kind == AttnKind::EncoderSelf && !site.causal;
     const Tensor ids = bucket_ids(*site.q_pos, *site.k_pos, bidirectional, table.device());
     const int64_t Lq = static_cast<int64_t>(site.q_pos->size());
