@@ -23,6 +23,7 @@
 #include "models/transformer.h"
 #include "pelab/pelab.h"
 #include "tests/op_driver.h"
+#include "tests/pe_test_util.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
 #ifdef PELAB_WITH_CUDA
@@ -652,11 +653,7 @@ models::ModelConfig small_model(const std::string& arch, const std::string& sche
   c.dtype = dtype;
   c.init_std = 0.1;
   c.seed = 3;
-  c.pe.scheme = scheme;
-  c.pe.set("max_positions", 32);
-  c.pe.set("shaw_k", 3);
-  c.pe.set("t5_num_buckets", 8);
-  c.pe.set("t5_max_distance", 16);
+  c.pe = pelab::testing::small_pe(scheme);
   return c;
 }
 

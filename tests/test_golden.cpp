@@ -27,9 +27,10 @@
 #include "models/pe/pe.h"
 #include "models/transformer.h"
 #include "pelab/pelab.h"
+#include "tests/pe_test_util.h"
+#include "tests/test_paths.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
-#include "tests/test_paths.h"
 
 using namespace pelab;
 
@@ -62,11 +63,8 @@ models::ModelConfig base_config(const std::string& scheme, const std::string& ar
   c.dropout = 0.0;
   c.dtype = "float32";
   c.init_std = 0.3;
-  c.pe.scheme = scheme;
+  c.pe = pelab::testing::small_pe(scheme);
   c.pe.set("max_positions", 16);
-  c.pe.set("shaw_k", 3);
-  c.pe.set("t5_num_buckets", 8);
-  c.pe.set("t5_max_distance", 16);
   return c;
 }
 

@@ -48,15 +48,6 @@ double now_s() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-[[noreturn]] void config_fail(const std::string& where, const std::string& msg) {
-  throw ConfigError(where + ": " + msg);
-}
-
-std::string at_line(const std::string& source, const YAML::Node& n) {
-  const int line = n.Mark().line;
-  return line >= 0 ? source + ":" + std::to_string(line + 1) : source;
-}
-
 // YAML text of a value for a "key=value" override: scalars as written, collections in flow style.
 std::string value_text(const YAML::Node& n) {
   if (n.IsScalar()) return n.Scalar();
@@ -138,15 +129,14 @@ std::vector<std::string> parse_set_map(const YAML::Node& n, const std::string& s
   std::vector<std::string> out;
   if (!n.IsDefined() || n.IsNull()) return out;
   if (!n.IsMap())
-    config_fail(at_line(source, n), what + ".set must be a mapping of section.key: value");
+    fail_at(yaml_where(source, n), what + ".set must be a mapping of section.key: value");
   for (auto it = n.begin(); it != n.end(); ++it) {
     if (!it->first.IsScalar())
-      config_fail(at_line(source, it->first), what + ".set: keys must be section.key");
+      fail_at(yaml_where(source, it->first), what + ".set: keys must be section.key");
     const std::string k = it->first.Scalar();
     if (k.find('.') == std::string::npos)
-      config_fail(
-          at_line(source, it->first),
-          what + ".set: '" + k + "' needs a section: write section.key (e.g. pe." + k + ")");
+      fail_at(yaml_where(source, it->first),
+              what + ".set: '" + k + "' needs a section: write section.key (e.g. pe." + k + ")");
     out.push_back(k + "=" + value_text(it->second));
   }
   return out;
@@ -158,23 +148,23 @@ std::vector<int64_t> parse_seeds(const YAML::Node& n, const std::string& where) 
     try {
       seeds.push_back(n.as<int64_t>());
     } catch (const YAML::Exception&) {
-      config_fail(where, "compare.seeds must be a list of integers, got '" + n.Scalar() + "'");
+      fail_at(where, "compare.seeds must be a list of integers, got '" + n.Scalar() + "'");
     }
     return seeds;
   }
-  if (!n.IsSequence()) config_fail(where, "compare.seeds must be a list of integers");
+  if (!n.IsSequence()) fail_at(where, "compare.seeds must be a list of integers");
   for (size_t i = 0; i < n.size(); ++i) {
     try {
       seeds.push_back(n[i].as<int64_t>());
     } catch (const YAML::Exception&) {
-      config_fail(where, "compare.seeds[" + std::to_string(i) + "] is not an integer");
+      fail_at(where, "compare.seeds[" + std::to_string(i) + "] is not an integer");
     }
   }
-  if (seeds.empty()) config_fail(where, "compare.seeds must not be empty");
+  if (seeds.empty()) fail_at(where, "compare.seeds must not be empty");
   std::set<int64_t> uniq(seeds.begin(), seeds.end());
-  if (uniq.size() != seeds.size()) config_fail(where, "compare.seeds has a repeated seed");
+  if (uniq.size() != seeds.size()) fail_at(where, "compare.seeds has a repeated seed");
   for (int64_t s : seeds)
-    if (s < 0) config_fail(where, "compare.seeds: seeds must be >= 0, got " + std::to_string(s));
+    if (s < 0) fail_at(where, "compare.seeds: seeds must be >= 0, got " + std::to_string(s));
   return seeds;
 }
 
@@ -190,8 +180,8 @@ int64_t parse_jobs(const YAML::Node& n, const std::string& where) {
     }
   }
   if (!ok || j < 1)
-    config_fail(where, "compare.jobs must be an integer >= 1 (runs trained at once), got '" +
-                           value_text(n) + "'");
+    fail_at(where, "compare.jobs must be an integer >= 1 (runs trained at once), got '" +
+                       value_text(n) + "'");
   return j;
 }
 
@@ -219,26 +209,26 @@ std::vector<CompareSearchKey> parse_search(const YAML::Node& n, const std::strin
                                            const std::string& where) {
   std::vector<CompareSearchKey> out;
   if (!n.IsMap() || n.size() == 0)
-    config_fail(where,
-                "compare.search must be a mapping of section.key: [value, ...] (e.g. "
-                "{train.lr: [1e-3, 2e-3]})");
+    fail_at(where,
+            "compare.search must be a mapping of section.key: [value, ...] (e.g. "
+            "{train.lr: [1e-3, 2e-3]})");
   for (auto it = n.begin(); it != n.end(); ++it) {
     CompareSearchKey sk;
-    sk.where = at_line(source, it->first);
+    sk.where = yaml_where(source, it->first);
     sk.key = it->first.IsScalar() ? it->first.Scalar() : value_text(it->first);
     const std::string problem = search_key_problem(sk.key);
-    if (!problem.empty()) config_fail(sk.where, "compare.search: " + problem);
+    if (!problem.empty()) fail_at(sk.where, "compare.search: " + problem);
     const YAML::Node v = it->second;
     if (!v.IsSequence() || v.size() == 0)
-      config_fail(sk.where, "compare.search." + sk.key + " must be a non-empty list of values");
+      fail_at(sk.where, "compare.search." + sk.key + " must be a non-empty list of values");
     for (size_t i = 0; i < v.size(); ++i) {
       const std::string t = value_text(v[i]);
       if (std::find(sk.values.begin(), sk.values.end(), t) != sk.values.end())
-        config_fail(sk.where, "compare.search." + sk.key + ": value " + t + " appears twice");
+        fail_at(sk.where, "compare.search." + sk.key + ": value " + t + " appears twice");
       sk.values.push_back(t);
     }
     for (const auto& o : out)
-      if (o.key == sk.key) config_fail(sk.where, "compare.search: " + sk.key + " appears twice");
+      if (o.key == sk.key) fail_at(sk.where, "compare.search: " + sk.key + " appears twice");
     out.push_back(sk);
   }
   return out;
@@ -284,28 +274,28 @@ std::vector<SearchCandidate> search_candidates(const std::vector<CompareSearchKe
   std::set<std::string> labels;
   for (const auto& c : out)
     if (!labels.insert(c.label).second)
-      config_fail(search.front().where,
-                  "compare.search: two candidates get the same run name '" + c.label +
-                      "' (values that differ only in characters other than letters, digits, "
-                      ". - + _)");
+      fail_at(search.front().where,
+              "compare.search: two candidates get the same run name '" + c.label +
+                  "' (values that differ only in characters other than letters, digits, "
+                  ". - + _)");
   return out;
 }
 
 std::string parse_unconverged(const std::string& v, const std::string& where) {
   if (v != "report" && v != "exclude" && v != "fail")
-    config_fail(where, "compare.unconverged: expected report, exclude or fail, got '" + v + "'");
+    fail_at(where, "compare.unconverged: expected report, exclude or fail, got '" + v + "'");
   return v;
 }
 
 
 void parse_compare_node(const YAML::Node& c, const std::string& source, CompareSpec& spec) {
   if (!c.IsDefined() || c.IsNull())
-    config_fail(source, "the compare section is empty (it needs at least compare.schemes)");
-  if (!c.IsMap()) config_fail(at_line(source, c), "compare must be a mapping");
+    fail_at(source, "the compare section is empty (it needs at least compare.schemes)");
+  if (!c.IsMap()) fail_at(yaml_where(source, c), "compare must be a mapping");
   for (auto it = c.begin(); it != c.end(); ++it) {
     const std::string k = it->first.Scalar();
     const YAML::Node v = it->second;
-    const std::string where = at_line(source, it->first);
+    const std::string where = yaml_where(source, it->first);
     if (k == "title") {
       spec.title = value_text(v);
     } else if (k == "out") {
@@ -318,7 +308,7 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
       spec.unconverged = parse_unconverged(value_text(v), where);
     } else if (k == "schemes") {
       if (!v.IsSequence() || v.size() == 0)
-        config_fail(where, "compare.schemes must be a non-empty list");
+        fail_at(where, "compare.schemes must be a non-empty list");
       for (size_t i = 0; i < v.size(); ++i) {
         const YAML::Node e = v[i];
         const std::string what = "compare.schemes[" + std::to_string(i) + "]";
@@ -330,53 +320,53 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
           for (auto f = e.begin(); f != e.end(); ++f) {
             const std::string fk = f->first.Scalar();
             if (fk != "name" && fk != "set" && fk != "expect" && fk != "why")
-              config_fail(at_line(source, f->first),
-                          what + ": unknown key '" + fk + "' (valid: name, set, expect, why)");
+              fail_at(yaml_where(source, f->first),
+                      what + ": unknown key '" + fk + "' (valid: name, set, expect, why)");
           }
           if (!e["name"] || !e["name"].IsScalar())
-            config_fail(at_line(source, e), what + " needs a name");
+            fail_at(yaml_where(source, e), what + " needs a name");
           s.name = e["name"].Scalar();
           s.sets = parse_set_map(e["set"], source, what);
           if (e["expect"]) {
             const std::string x = value_text(e["expect"]);
             if (x != "cannot_learn" && x != "learn")
-              config_fail(at_line(source, e["expect"]),
-                          what + " (" + s.name + ").expect: expected cannot_learn or learn, got '" +
-                              x + "'");
+              fail_at(yaml_where(source, e["expect"]),
+                      what + " (" + s.name + ").expect: expected cannot_learn or learn, got '" + x +
+                          "'");
             s.cannot_learn = x == "cannot_learn";
           }
           if (e["why"]) {
             if (!e["why"].IsScalar() || trim(e["why"].Scalar()).empty())
-              config_fail(at_line(source, e["why"]),
-                          what + " (" + s.name + ").why must be a non-empty text");
+              fail_at(yaml_where(source, e["why"]),
+                      what + " (" + s.name + ").why must be a non-empty text");
             if (!s.cannot_learn)
-              config_fail(at_line(source, e["why"]), what + " (" + s.name +
-                                                         ").why explains expect: cannot_learn; add "
-                                                         "expect: cannot_learn or remove why");
+              fail_at(yaml_where(source, e["why"]), what + " (" + s.name +
+                                                        ").why explains expect: cannot_learn; add "
+                                                        "expect: cannot_learn or remove why");
             s.why = trim(e["why"].Scalar());
           }
           if (s.cannot_learn && s.why.empty())
-            config_fail(at_line(source, e["expect"]),
-                        what + " (" + s.name + "): expect: cannot_learn needs why: \"<reason>\"");
+            fail_at(yaml_where(source, e["expect"]),
+                    what + " (" + s.name + "): expect: cannot_learn needs why: \"<reason>\"");
         } else {
-          config_fail(at_line(source, e), what + " must be a scheme name or {name, set}");
+          fail_at(yaml_where(source, e), what + " must be a scheme name or {name, set}");
         }
-        s.where = at_line(source, e);
+        s.where = yaml_where(source, e);
         if (!safe_name(s.name))
-          config_fail(at_line(source, e),
-                      what + ": name '" + s.name + "' must use only letters, digits, _ - + .");
+          fail_at(yaml_where(source, e),
+                  what + ": name '" + s.name + "' must use only letters, digits, _ - + .");
         for (const auto& set : s.sets)
           if (managed_key(key_of(set)))
-            config_fail(at_line(source, e), what + " (" + s.name + "): " + key_of(set) +
-                                                " is set by the comparison (use compare.seeds / "
-                                                "compare.out)");
+            fail_at(yaml_where(source, e), what + " (" + s.name + "): " + key_of(set) +
+                                               " is set by the comparison (use compare.seeds / "
+                                               "compare.out)");
         for (const auto& o : spec.schemes)
           if (o.name == s.name)
-            config_fail(at_line(source, e), what + ": scheme name '" + s.name + "' appears twice");
+            fail_at(yaml_where(source, e), what + ": scheme name '" + s.name + "' appears twice");
         spec.schemes.push_back(s);
       }
     } else if (k == "variants" || k == "eval_variants") {
-      if (!v.IsSequence()) config_fail(where, "compare.variants must be a list");
+      if (!v.IsSequence()) fail_at(where, "compare.variants must be a list");
       for (size_t i = 0; i < v.size(); ++i) {
         const YAML::Node e = v[i];
         const std::string what = "compare.variants[" + std::to_string(i) + "]";
@@ -390,28 +380,26 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
           if (var.sets.empty()) {
             std::string names;
             for (const auto& n : models::pe_variant_names()) names += (names.empty() ? "" : ", ") + n;
-            config_fail(at_line(source, e),
-                        what + ": '" + var.name + "' is not a scheme's shorthand variant (" + names +
-                            "); write {name: ..., set: {...}} for other eval-time variants");
+            fail_at(yaml_where(source, e),
+                    what + ": '" + var.name + "' is not a scheme's shorthand variant (" + names +
+                        "); write {name: ..., set: {...}} for other eval-time variants");
           }
         } else if (e.IsMap()) {
           for (auto f = e.begin(); f != e.end(); ++f) {
             const std::string fk = f->first.Scalar();
             if (fk != "name" && fk != "set" && fk != "schemes" && fk != "positions")
-              config_fail(
-                  at_line(source, f->first),
-                  what + ": unknown key '" + fk + "' (valid: name, set, schemes, positions)");
+              fail_at(yaml_where(source, f->first),
+                      what + ": unknown key '" + fk + "' (valid: name, set, schemes, positions)");
           }
           if (!e["name"] || !e["name"].IsScalar())
-            config_fail(at_line(source, e), what + " needs a name");
+            fail_at(yaml_where(source, e), what + " needs a name");
           var.name = e["name"].Scalar();
           var.sets = parse_set_map(e["set"], source, what);
           if (e["positions"]) {
             var.positions = value_text(e["positions"]);
             if (var.positions != "random" && var.positions != "default")
-              config_fail(
-                  at_line(source, e["positions"]),
-                  what + ".positions: expected random or default, got '" + var.positions + "'");
+              fail_at(yaml_where(source, e["positions"]),
+                      what + ".positions: expected random or default, got '" + var.positions + "'");
             if (var.positions == "default") var.positions.clear();
           }
           if (var.sets.empty() && var.positions.empty()) var.sets = models::pe_variant_sets(var.name);
@@ -422,30 +410,30 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
             else if (sc.IsSequence())
               for (size_t j = 0; j < sc.size(); ++j) var.schemes.push_back(value_text(sc[j]));
             else
-              config_fail(at_line(source, sc), what + ".schemes must be a list of scheme names");
+              fail_at(yaml_where(source, sc), what + ".schemes must be a list of scheme names");
           }
         } else {
-          config_fail(at_line(source, e), what + " must be a variant name or {name, set, schemes}");
+          fail_at(yaml_where(source, e), what + " must be a variant name or {name, set, schemes}");
         }
         if (!safe_name(var.name) || var.name == "base")
-          config_fail(at_line(source, e), what + ": name '" + var.name +
-                                              "' must use only letters, digits, _ - + . "
-                                              "(and not be 'base')");
+          fail_at(yaml_where(source, e), what + ": name '" + var.name +
+                                             "' must use only letters, digits, _ - + . "
+                                             "(and not be 'base')");
         if (var.sets.empty() && var.positions.empty())
-          config_fail(at_line(source, e), what + " (" + var.name + ") sets nothing");
+          fail_at(yaml_where(source, e), what + " (" + var.name + ") sets nothing");
         for (const auto& set : var.sets)
           if (!eval_time_key(key_of(set))) {
             std::string keys;
             for (const auto& k : eval_time_keys()) keys += k + ", ";
-            config_fail(at_line(source, e),
-                        what + " (" + var.name + "): " + key_of(set) +
-                            " changes the trained model; eval-time variants may only set " + keys +
-                            "and eval.*");
+            fail_at(yaml_where(source, e),
+                    what + " (" + var.name + "): " + key_of(set) +
+                        " changes the trained model; eval-time variants may only set " + keys +
+                        "and eval.*");
           }
         for (const auto& o : spec.variants)
           if (o.name == var.name)
-            config_fail(at_line(source, e),
-                        what + ": variant name '" + var.name + "' appears twice");
+            fail_at(yaml_where(source, e),
+                    what + ": variant name '" + var.name + "' appears twice");
         spec.variants.push_back(var);
       }
     } else if (k == "jobs") {
@@ -454,23 +442,23 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
       spec.search = parse_search(v, source, where);
     } else if (k == "slurm") {
       if (!v.IsMap())
-        config_fail(where, "compare.slurm must be a mapping (cpus_per_task, time, mem, partition, "
-                           "max_parallel, options)");
+        fail_at(where,
+                "compare.slurm must be a mapping (cpus_per_task, time, mem, partition, "
+                "max_parallel, options)");
       for (auto f = v.begin(); f != v.end(); ++f)
-        set_slurm_key(spec.slurm, f->first.Scalar(), f->second, at_line(source, f->first));
+        set_slurm_key(spec.slurm, f->first.Scalar(), f->second, yaml_where(source, f->first));
     } else {
-      config_fail(where, "unknown key 'compare." + k +
-                             "' (valid: title, out, seeds, metric, unconverged, schemes, "
-                             "variants, jobs, search, slurm)");
+      fail_at(where, "unknown key 'compare." + k +
+                         "' (valid: title, out, seeds, metric, unconverged, schemes, "
+                         "variants, jobs, search, slurm)");
     }
   }
-  if (spec.schemes.empty()) config_fail(source, "compare.schemes is missing");
+  if (spec.schemes.empty()) fail_at(source, "compare.schemes is missing");
   for (const auto& v : spec.variants)
     for (const auto& s : v.schemes) {
       bool found = false;
       for (const auto& sc : spec.schemes) found = found || sc.name == s;
-      if (!found)
-        config_fail(source, "compare.variants (" + v.name + "): unknown scheme '" + s + "'");
+      if (!found) fail_at(source, "compare.variants (" + v.name + "): unknown scheme '" + s + "'");
     }
 }
 
@@ -556,30 +544,31 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
   YAML::Node literature;
   const std::string base_text = split_literature_block(compare_rest, source, &literature);
   if (!root.IsDefined() || root.IsNull() || !root.IsMap() || !root["compare"])
-    config_fail(source,
-                "no compare section (a compare config needs compare.schemes; see "
-                "docs/experiments.md)");
+    fail_at(source,
+            "no compare section (a compare config needs compare.schemes; see "
+            "docs/experiments.md)");
   parse_compare_node(root["compare"], source, spec);
   std::vector<std::string> base_sets;
   for (const auto& o : overrides) {
     const std::string k = key_of(o);
     if (k == "literature" || k.rfind("literature.", 0) == 0)
-      config_fail("--set " + o, "the literature section cannot be set from the command line; "
-                                "edit it in the config file");
+      fail_at("--set " + o,
+              "the literature section cannot be set from the command line; "
+              "edit it in the config file");
     if (k.rfind("compare.", 0) != 0) {
       base_sets.push_back(o);
       continue;
     }
     const std::string where = "--set " + o;
     const size_t eq = o.find('=');
-    if (eq == std::string::npos) config_fail(where, "expected compare.key=value");
+    if (eq == std::string::npos) fail_at(where, "expected compare.key=value");
     const std::string v = o.substr(eq + 1);
     if (k == "compare.seeds") {
       YAML::Node n;
       try {
         n = YAML::Load(v);
       } catch (const YAML::Exception& ex) {
-        config_fail(where, "value '" + v + "' is not valid YAML: " + ex.msg);
+        fail_at(where, "value '" + v + "' is not valid YAML: " + ex.msg);
       }
       spec.seeds = parse_seeds(n, where);
     } else if (k == "compare.out") {
@@ -607,29 +596,29 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       }
       set_slurm_key(spec.slurm, k.substr(std::string("compare.slurm.").size()), n, where);
     } else {
-      config_fail(where,
-                  "compare.schemes / compare.variants / compare.search cannot be set from the "
-                  "command line; valid: compare.seeds, compare.out, compare.title, "
-                  "compare.metric, compare.unconverged, compare.jobs, compare.slurm.KEY");
+      fail_at(where,
+              "compare.schemes / compare.variants / compare.search cannot be set from the "
+              "command line; valid: compare.seeds, compare.out, compare.title, "
+              "compare.metric, compare.unconverged, compare.jobs, compare.slurm.KEY");
     }
   }
   spec.cli_sets = base_sets;
   spec.overrides = overrides;
   spec.base = load_config_string(base_text, source, base_sets);
   if (!metric_names().count(spec.metric))
-    config_fail(source,
-                "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
-                "or loss, got '" +
-                    spec.metric + "'");
+    fail_at(source,
+            "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
+            "or loss, got '" +
+                spec.metric + "'");
   if (spec.metric == "exact_match" && is_lm(spec.base))
-    config_fail(source, "compare.metric: the lm task has no exact match (use perplexity or loss)");
+    fail_at(source, "compare.metric: the lm task has no exact match (use perplexity or loss)");
   // Every scheme's settings must make a valid config (the model-level checks run in compare_plan).
   for (const auto& s : spec.schemes) {
     Config c = spec.base;
     try {
       apply_overrides(c, s.sets);
     } catch (const std::exception& e) {
-      config_fail(s.where, "compare.schemes (" + s.name + "): " + e.what());
+      fail_at(s.where, "compare.schemes (" + s.name + "): " + e.what());
     }
   }
   // Every search value must be valid for its key.
@@ -639,7 +628,7 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       try {
         apply_overrides(c, {sk.key + "=" + v});
       } catch (const std::exception& e) {
-        config_fail(sk.where, "compare.search." + sk.key + ": " + e.what());
+        fail_at(sk.where, "compare.search." + sk.key + ": " + e.what());
       }
     }
   (void)search_candidates(spec.search);

@@ -54,4 +54,13 @@ YAML::Node load_config_block(const std::string& yaml, const std::string& key,
   }
 }
 
+std::string yaml_where(const std::string& source, const YAML::Node& n) {
+  const int line = n.Mark().line;
+  return line >= 0 ? source + ":" + std::to_string(line + 1) : source;
+}
+
+void fail_at(const std::string& where, const std::string& msg) {
+  throw ConfigError(where + ": " + msg);
+}
+
 }  // namespace pelab

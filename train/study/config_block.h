@@ -22,4 +22,10 @@ void split_config_block(const std::string& text, const std::string& key, std::st
 YAML::Node load_config_block(const std::string& yaml, const std::string& key,
                              const std::string& source, std::string& rest);
 
+// "FILE:LINE" of a node of the config read from `source` (just FILE when the node has no mark).
+std::string yaml_where(const std::string& source, const YAML::Node& n);
+
+// Throws ConfigError("WHERE: MSG"): the one line a bad study config gets.
+[[noreturn]] void fail_at(const std::string& where, const std::string& msg);
+
 }  // namespace pelab

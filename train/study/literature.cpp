@@ -18,15 +18,6 @@ namespace pelab {
 
 namespace {
 
-[[noreturn]] void lit_fail(const std::string& where, const std::string& msg) {
-  throw ConfigError(where + ": " + msg);
-}
-
-std::string at(const std::string& source, const YAML::Node& n) {
-  const int line = n.Mark().line;
-  return line >= 0 ? source + ":" + std::to_string(line + 1) : source;
-}
-
 bool is_percent(const std::string& m) { return m == "exact_match" || m == "token_accuracy"; }
 
 const std::vector<std::string>& metric_choices() {
@@ -74,13 +65,14 @@ ConfigKey lit_key(const std::string& name, ConfigType type, std::vector<std::str
 std::string row_name(const YAML::Node& n, const std::string& source, const std::string& what,
                      const LiteratureContext& ctx) {
   if (!n.IsScalar() || n.Scalar().empty())
-    lit_fail(at(source, n), what + ": expected one of our row names (" + join(ctx.rows, ", ") + ")");
+    fail_at(yaml_where(source, n),
+            what + ": expected one of our row names (" + join(ctx.rows, ", ") + ")");
   const std::string name = n.Scalar();
   if (std::find(ctx.rows.begin(), ctx.rows.end(), name) == ctx.rows.end())
-    lit_fail(at(source, n), what + ": '" + name + "' is not a row of this " +
-                                (ctx.suite ? "suite" : "comparison") + hint(name, ctx.rows) +
-                                " (rows: " + join(ctx.rows, ", ") +
-                                "; name OUR scheme, e.g. none for their NoPE)");
+    fail_at(yaml_where(source, n), what + ": '" + name + "' is not a row of this " +
+                                       (ctx.suite ? "suite" : "comparison") + hint(name, ctx.rows) +
+                                       " (rows: " + join(ctx.rows, ", ") +
+                                       "; name OUR scheme, e.g. none for their NoPE)");
   return name;
 }
 
@@ -387,35 +379,39 @@ std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::st
   std::vector<std::string> names;
   for (const auto& k : literature_schema()) names.push_back(k.name);
   if (!n.IsSequence() || n.size() == 0)
-    lit_fail(at(source, n),
-             "literature must be a non-empty list of entries {paper, setting, figure, theirs, "
-             "...} (see docs/config.md, section literature[])");
+    fail_at(yaml_where(source, n),
+            "literature must be a non-empty list of entries {paper, setting, figure, theirs, "
+            "...} (see docs/config.md, section literature[])");
   std::vector<LiteratureEntry> out;
   for (size_t i = 0; i < n.size(); ++i) {
     const YAML::Node e = n[i];
     std::string what = "literature[" + std::to_string(i) + "]";
     if (!e.IsMap())
-      lit_fail(at(source, e), what + " must be a mapping {paper, setting, figure, theirs, ...}");
+      fail_at(yaml_where(source, e),
+              what + " must be a mapping {paper, setting, figure, theirs, ...}");
     LiteratureEntry le;
-    le.where = at(source, e);
+    le.where = yaml_where(source, e);
     std::map<std::string, YAML::Node> k;
     for (auto it = e.begin(); it != e.end(); ++it) {
       if (!it->first.IsScalar())
-        lit_fail(at(source, it->first), what + ": keys must be plain words");
+        fail_at(yaml_where(source, it->first), what + ": keys must be plain words");
       const std::string name = it->first.Scalar();
       if (std::find(names.begin(), names.end(), name) == names.end())
-        lit_fail(at(source, it->first), what + ": unknown key '" + name + "'" + hint(name, names) +
-                                            " (keys: " + join(names, ", ") + ")");
-      if (k.count(name)) lit_fail(at(source, it->first), what + "." + name + " appears twice");
+        fail_at(yaml_where(source, it->first), what + ": unknown key '" + name + "'" +
+                                                   hint(name, names) +
+                                                   " (keys: " + join(names, ", ") + ")");
+      if (k.count(name))
+        fail_at(yaml_where(source, it->first), what + "." + name + " appears twice");
       k[name] = it->second;
     }
     auto text = [&](const std::string& name) {
       if (!k.count(name))
-        lit_fail(le.where, what + ": " + name + " is missing (required: paper, setting, figure, "
-                                                "theirs)");
+        fail_at(le.where, what + ": " + name +
+                              " is missing (required: paper, setting, figure, "
+                              "theirs)");
       const YAML::Node v = k.at(name);
       if (!v.IsScalar() || v.Scalar().find_first_not_of(" \t") == std::string::npos)
-        lit_fail(at(source, v), what + "." + name + " must be a non-empty text");
+        fail_at(yaml_where(source, v), what + "." + name + " must be a non-empty text");
       return v.Scalar();
     };
     le.paper = text("paper");
@@ -423,62 +419,68 @@ std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::st
     le.setting = text("setting");
     le.figure = text("figure");
     if (!k.count("theirs"))
-      lit_fail(le.where, what + ": theirs is missing (their figure per scheme, or with pairs "
-                                "their one figure)");
+      fail_at(le.where, what +
+                            ": theirs is missing (their figure per scheme, or with pairs "
+                            "their one figure)");
     const YAML::Node th = k.at("theirs");
     if (th.IsMap()) {
       for (auto it = th.begin(); it != th.end(); ++it) {
         const std::string name = row_name(it->first, source, what + ".theirs", ctx);
         double v = 0;
         if (!scalar_number(it->second, v))
-          lit_fail(at(source, it->second), what + ".theirs." + name +
-                                               ": expected their figure as a number, got '" +
-                                               (it->second.IsScalar() ? it->second.Scalar() : "?") +
-                                               "'");
+          fail_at(yaml_where(source, it->second),
+                  what + ".theirs." + name + ": expected their figure as a number, got '" +
+                      (it->second.IsScalar() ? it->second.Scalar() : "?") + "'");
         for (const auto& t : le.theirs)
           if (t.first == name)
-            lit_fail(at(source, it->first), what + ".theirs: " + name + " appears twice");
+            fail_at(yaml_where(source, it->first), what + ".theirs: " + name + " appears twice");
         le.theirs.emplace_back(name, v);
         le.theirs_text.push_back(it->second.Scalar());
       }
       if (le.theirs.size() < 2)
-        lit_fail(at(source, th), what + ".theirs: a ranking needs at least 2 schemes");
+        fail_at(yaml_where(source, th), what + ".theirs: a ranking needs at least 2 schemes");
       if (!k.count("higher_is_better"))
-        lit_fail(le.where, what + ": higher_is_better is missing (the direction of their "
-                                  "figure: false for perplexity or loss)");
+        fail_at(le.where, what +
+                              ": higher_is_better is missing (the direction of their "
+                              "figure: false for perplexity or loss)");
       const YAML::Node h = k.at("higher_is_better");
       const std::string hs = h.IsScalar() ? h.Scalar() : "";
       if (hs != "true" && hs != "false")
-        lit_fail(at(source, h), what + ".higher_is_better: expected true or false, got '" + hs + "'");
+        fail_at(yaml_where(source, h),
+                what + ".higher_is_better: expected true or false, got '" + hs + "'");
       le.higher_is_better = hs == "true";
       if (k.count("pairs"))
-        lit_fail(at(source, k.at("pairs")),
-                 what + ".pairs goes with theirs as one number (their mean gain); with theirs "
-                        "as a map the schemes are ranked");
+        fail_at(yaml_where(source, k.at("pairs")),
+                what +
+                    ".pairs goes with theirs as one number (their mean gain); with theirs "
+                    "as a map the schemes are ranked");
     } else {
       double v = 0;
       if (!scalar_number(th, v))
-        lit_fail(at(source, th), what + ".theirs: expected a map {scheme: number} or, with "
-                                         "pairs, one number");
+        fail_at(yaml_where(source, th), what +
+                                            ".theirs: expected a map {scheme: number} or, with "
+                                            "pairs, one number");
       le.gain = v;
       le.gain_text = th.Scalar();
       if (v > 0 && le.gain_text.front() != '+') le.gain_text = "+" + le.gain_text;
       if (!k.count("pairs"))
-        lit_fail(at(source, th), what + ": theirs as one number needs pairs: {with: without} "
-                                         "(e.g. {rope+rand: rope})");
+        fail_at(yaml_where(source, th), what +
+                                            ": theirs as one number needs pairs: {with: without} "
+                                            "(e.g. {rope+rand: rope})");
       if (k.count("higher_is_better"))
-        lit_fail(at(source, k.at("higher_is_better")),
-                 what + ".higher_is_better goes with theirs as a map (a ranking)");
+        fail_at(yaml_where(source, k.at("higher_is_better")),
+                what + ".higher_is_better goes with theirs as a map (a ranking)");
       const YAML::Node p = k.at("pairs");
       if (!p.IsMap() || p.size() == 0)
-        lit_fail(at(source, p), what + ".pairs must be a mapping {with: without, ...}");
+        fail_at(yaml_where(source, p), what + ".pairs must be a mapping {with: without, ...}");
       for (auto it = p.begin(); it != p.end(); ++it) {
         const std::string a = row_name(it->first, source, what + ".pairs", ctx);
         const std::string b = row_name(it->second, source, what + ".pairs." + a, ctx);
-        if (a == b) lit_fail(at(source, it->first), what + ".pairs: " + a + " paired with itself");
+        if (a == b)
+          fail_at(yaml_where(source, it->first), what + ".pairs: " + a + " paired with itself");
         for (const auto& q : le.pairs)
           if (q.first == a)
-            lit_fail(at(source, it->first), what + ".pairs: " + a + " appears twice");
+            fail_at(yaml_where(source, it->first), what + ".pairs: " + a + " appears twice");
         le.pairs.emplace_back(a, b);
       }
     }
@@ -488,45 +490,52 @@ std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::st
       le.metric = m.IsScalar() ? m.Scalar() : "";
       const auto& mc = metric_choices();
       if (std::find(mc.begin(), mc.end(), le.metric) == mc.end())
-        lit_fail(at(source, m), what + ".metric: '" + le.metric + "' is not one of " +
-                                    join(mc, ", ") + hint(le.metric, mc));
+        fail_at(yaml_where(source, m), what + ".metric: '" + le.metric + "' is not one of " +
+                                           join(mc, ", ") + hint(le.metric, mc));
       if (ctx.lm && le.metric == "exact_match")
-        lit_fail(at(source, m), what + ".metric: the lm task has no exact match (use perplexity "
-                                       "or loss)");
+        fail_at(yaml_where(source, m),
+                what +
+                    ".metric: the lm task has no exact match (use perplexity "
+                    "or loss)");
     }
     if (k.count("length")) {
       const YAML::Node l = k.at("length");
       if (ctx.suite)
-        lit_fail(at(source, l), what + ".length: a suite ranks by each task's mean over its "
-                                       "extrapolation lengths; length is for comparisons");
+        fail_at(yaml_where(source, l), what +
+                                           ".length: a suite ranks by each task's mean over its "
+                                           "extrapolation lengths; length is for comparisons");
       int64_t L = 0;
       try {
         L = l.as<int64_t>();
       } catch (const YAML::Exception&) {
-        lit_fail(at(source, l), what + ".length: expected a test length (an integer), got '" +
-                                    (l.IsScalar() ? l.Scalar() : "?") + "'");
+        fail_at(yaml_where(source, l), what +
+                                           ".length: expected a test length (an integer), got '" +
+                                           (l.IsScalar() ? l.Scalar() : "?") + "'");
       }
       std::vector<std::string> ls;
       for (int x : ctx.lengths) ls.push_back(std::to_string(x));
       if (L != 0 && std::find(ctx.lengths.begin(), ctx.lengths.end(), L) == ctx.lengths.end())
-        lit_fail(at(source, l), what + ".length: " + std::to_string(L) + " is not a test length (" +
-                                    ctx.lengths_key + ": [" + join(ls, ", ") +
-                                    "]); 0 = the mean over the extrapolation lengths");
+        fail_at(yaml_where(source, l), what + ".length: " + std::to_string(L) +
+                                           " is not a test length (" + ctx.lengths_key + ": [" +
+                                           join(ls, ", ") +
+                                           "]); 0 = the mean over the extrapolation lengths");
       le.length = L;
     }
     if (k.count("statistic")) {
       const YAML::Node st = k.at("statistic");
       if (!ctx.suite)
-        lit_fail(at(source, st), what + ".statistic is for suites (mean over the tasks or mrr); "
-                                        "a comparison ranks by its one task");
+        fail_at(yaml_where(source, st),
+                what +
+                    ".statistic is for suites (mean over the tasks or mrr); "
+                    "a comparison ranks by its one task");
       le.statistic = st.IsScalar() ? st.Scalar() : "";
       const std::vector<std::string> sc = {"mean", "mrr"};
       if (std::find(sc.begin(), sc.end(), le.statistic) == sc.end())
-        lit_fail(at(source, st),
-                 what + ".statistic: expected mean or mrr, got '" + le.statistic + "'" +
-                     hint(le.statistic, sc));
+        fail_at(yaml_where(source, st), what + ".statistic: expected mean or mrr, got '" +
+                                            le.statistic + "'" + hint(le.statistic, sc));
       if (le.statistic == "mrr" && le.gains())
-        lit_fail(at(source, st), what + ".statistic: mrr ranks schemes; it needs theirs as a map");
+        fail_at(yaml_where(source, st),
+                what + ".statistic: mrr ranks schemes; it needs theirs as a map");
     }
     out.push_back(std::move(le));
   }

@@ -24,15 +24,6 @@ namespace pelab {
 
 namespace {
 
-[[noreturn]] void suite_fail(const std::string& where, const std::string& msg) {
-  throw ConfigError(where + ": " + msg);
-}
-
-std::string at(const std::string& source, const YAML::Node& n) {
-  const int line = n.Mark().line;
-  return line >= 0 ? source + ":" + std::to_string(line + 1) : source;
-}
-
 double now_s() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
@@ -79,11 +70,11 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
   const std::string rest = split_literature_block(suite_rest, source, &literature);
   const YAML::Node s = root.IsMap() ? root["suite"] : YAML::Node();
   if (!s.IsDefined() || !s.IsMap())
-    suite_fail(source, "suite must be a mapping with suite.tasks (see docs/experiments.md, Suites)");
+    fail_at(source, "suite must be a mapping with suite.tasks (see docs/experiments.md, Suites)");
   YAML::Node tasks;
   for (auto it = s.begin(); it != s.end(); ++it) {
     const std::string k = it->first.Scalar();
-    const std::string where = at(source, it->first);
+    const std::string where = yaml_where(source, it->first);
     if (k == "title") {
       spec.title = it->second.Scalar();
     } else if (k == "out") {
@@ -92,16 +83,18 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
       spec.metric = it->second.Scalar();
       if (spec.metric != "exact_match" && spec.metric != "token_accuracy" &&
           spec.metric != "perplexity" && spec.metric != "loss")
-        suite_fail(where, "suite.metric: expected exact_match, token_accuracy, perplexity or "
-                          "loss, got '" + spec.metric + "'");
+        fail_at(where,
+                "suite.metric: expected exact_match, token_accuracy, perplexity or "
+                "loss, got '" +
+                    spec.metric + "'");
     } else if (k == "tasks") {
       tasks = it->second;
     } else {
-      suite_fail(where, "suite: unknown key '" + k + "' (valid: title, out, metric, tasks)");
+      fail_at(where, "suite: unknown key '" + k + "' (valid: title, out, metric, tasks)");
     }
   }
   if (!tasks.IsDefined() || !tasks.IsSequence() || tasks.size() == 0)
-    suite_fail(at(source, s), "suite.tasks must be a non-empty list of tasks");
+    fail_at(yaml_where(source, s), "suite.tasks must be a non-empty list of tasks");
   const std::string stem = fs::path(source).stem().string();
   if (spec.out.empty()) spec.out = (fs::path("reports") / (stem.empty() ? "suite" : stem)).string();
   if (spec.title.empty()) spec.title = "pelab suite: " + (stem.empty() ? "suite" : stem);
@@ -111,7 +104,7 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
     const YAML::Node e = tasks[i];
     std::vector<YAML::Node> cannot_of;  // the entry's cannot_learn: {SCHEME: "why", ...}, if any
     SuiteTask t;
-    t.where = at(source, e);
+    t.where = yaml_where(source, e);
     const std::string what = "suite.tasks[" + std::to_string(i) + "]";
     if (e.IsScalar()) {
       t.name = e.Scalar();
@@ -119,43 +112,47 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
       for (auto f = e.begin(); f != e.end(); ++f) {
         const std::string fk = f->first.Scalar();
         if (fk != "name" && fk != "set" && fk != "cannot_learn")
-          suite_fail(at(source, f->first),
-                     what + ": unknown key '" + fk + "' (valid: name, set, cannot_learn)");
+          fail_at(yaml_where(source, f->first),
+                  what + ": unknown key '" + fk + "' (valid: name, set, cannot_learn)");
       }
-      if (!e["name"] || !e["name"].IsScalar()) suite_fail(t.where, what + " needs a name");
+      if (!e["name"] || !e["name"].IsScalar()) fail_at(t.where, what + " needs a name");
       t.name = e["name"].Scalar();
       t.sets = parse_config_set_map(e["set"], source, what);
       if (e["cannot_learn"]) cannot_of.push_back(e["cannot_learn"]);
     } else {
-      suite_fail(t.where, what + " must be a task name or {name: N, set: {...}}");
+      fail_at(t.where, what + " must be a task name or {name: N, set: {...}}");
     }
     if (!safe_run_name(t.name))
-      suite_fail(t.where, what + ": name '" + t.name +
-                              "' must be letters, digits, _ - + . (it names a directory)");
+      fail_at(t.where, what + ": name '" + t.name +
+                           "' must be letters, digits, _ - + . (it names a directory)");
     if (!names.insert(t.name).second)
-      suite_fail(t.where, what + ": task '" + t.name + "' is listed twice");
+      fail_at(t.where, what + ": task '" + t.name + "' is listed twice");
     bool has_task_name = false;
     for (const auto& x : t.sets) has_task_name = has_task_name || x.rfind("task.name=", 0) == 0;
     if (!has_task_name) t.sets.insert(t.sets.begin(), "task.name=" + t.name);
     for (const auto& x : t.sets)
       if (x.rfind("compare.out=", 0) == 0)
-        suite_fail(t.where, what + ": compare.out cannot be set per task (the suite writes "
-                                   "<suite.out>/" + t.name + ")");
+        fail_at(t.where, what +
+                             ": compare.out cannot be set per task (the suite writes "
+                             "<suite.out>/" +
+                             t.name + ")");
     std::vector<std::string> all = t.sets;
     all.insert(all.end(), overrides.begin(), overrides.end());
     try {
       t.spec = load_compare_string(rest, source, all);
       (void)compare_plan(t.spec, (fs::path(spec.out) / t.name).string());  // validates every run
     } catch (const ConfigError& ex) {
-      suite_fail(t.where, "suite task '" + t.name + "': " + ex.what());
+      fail_at(t.where, "suite task '" + t.name + "': " + ex.what());
     } catch (const data::DataError& ex) {
-      suite_fail(t.where, "suite task '" + t.name + "': " + ex.what());
+      fail_at(t.where, "suite task '" + t.name + "': " + ex.what());
     }
     for (const YAML::Node& cannot : cannot_of) {
       if (!cannot.IsMap() || cannot.size() == 0)
-        suite_fail(at(source, cannot), what + ".cannot_learn must be a map {SCHEME: \"why\", ...} "
-                                              "of the schemes that cannot learn this task by "
-                                              "construction");
+        fail_at(yaml_where(source, cannot),
+                what +
+                    ".cannot_learn must be a map {SCHEME: \"why\", ...} "
+                    "of the schemes that cannot learn this task by "
+                    "construction");
       for (auto c = cannot.begin(); c != cannot.end(); ++c) {
         const std::string sn = c->first.Scalar();
         auto s = std::find_if(t.spec.schemes.begin(), t.spec.schemes.end(),
@@ -163,14 +160,14 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
         if (s == t.spec.schemes.end()) {
           std::vector<std::string> known;
           for (const auto& x : t.spec.schemes) known.push_back(x.name);
-          suite_fail(at(source, c->first), what + ".cannot_learn: '" + sn +
-                                               "' is not a scheme of compare.schemes (" +
-                                               join(known, ", ") + ")");
+          fail_at(yaml_where(source, c->first), what + ".cannot_learn: '" + sn +
+                                                    "' is not a scheme of compare.schemes (" +
+                                                    join(known, ", ") + ")");
         }
         if (!c->second.IsScalar() ||
             c->second.Scalar().find_first_not_of(" \t") == std::string::npos)
-          suite_fail(at(source, c->first), what + ".cannot_learn." + sn +
-                                               ": give the reason as a non-empty string");
+          fail_at(yaml_where(source, c->first),
+                  what + ".cannot_learn." + sn + ": give the reason as a non-empty string");
         s->cannot_learn = true;
         s->why = c->second.Scalar();  // a YAML scalar: no outer blanks
       }
@@ -178,27 +175,29 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
     const TaskConfig& tc = t.spec.base.task;
     const auto registered = data::task_names();
     if (std::find(registered.begin(), registered.end(), tc.name) == registered.end())
-      suite_fail(t.where, "suite task '" + t.name + "': task.name " + tc.name +
-                              " is not a synthetic task; a suite runs the tasks of docs/tasks.md "
-                              "and the built-in synthetic tasks");
+      fail_at(t.where, "suite task '" + t.name + "': task.name " + tc.name +
+                           " is not a synthetic task; a suite runs the tasks of docs/tasks.md "
+                           "and the built-in synthetic tasks");
     bool longer = false;
     for (int L : tc.test_lengths) {
       if (L < tc.train_min_len)
-        suite_fail(t.where, "suite task '" + t.name + "': task.test_lengths has " +
-                                std::to_string(L) + ", shorter than task.train_min_len " +
-                                std::to_string(tc.train_min_len) +
-                                "; the summary averages the lengths outside the training range, "
-                                "which must be the longer ones (use lengths >= " +
-                                std::to_string(tc.train_min_len) + ")");
+        fail_at(t.where, "suite task '" + t.name + "': task.test_lengths has " + std::to_string(L) +
+                             ", shorter than task.train_min_len " +
+                             std::to_string(tc.train_min_len) +
+                             "; the summary averages the lengths outside the training range, "
+                             "which must be the longer ones (use lengths >= " +
+                             std::to_string(tc.train_min_len) + ")");
       longer = longer || L > tc.train_max_len;
     }
     if (!longer)
-      suite_fail(t.where, "suite task '" + t.name + "': no test length is longer than "
-                          "task.train_max_len " + std::to_string(tc.train_max_len) +
-                          " (task.test_lengths: [" + lengths_text(tc.test_lengths) +
-                          "]); the summary needs extrapolation lengths");
+      fail_at(t.where, "suite task '" + t.name +
+                           "': no test length is longer than "
+                           "task.train_max_len " +
+                           std::to_string(tc.train_max_len) + " (task.test_lengths: [" +
+                           lengths_text(tc.test_lengths) +
+                           "]); the summary needs extrapolation lengths");
     if (spec.metric == "exact_match" && tc.name == "lm")
-      suite_fail(t.where, "suite.metric exact_match: task lm has none");
+      fail_at(t.where, "suite.metric exact_match: task lm has none");
     t.spec.out = (fs::path(spec.out) / t.name).string();
     t.spec.title = spec.title + ": " + t.name;
     // Not a file: the child processes (--jobs) then load <out>/<task>/compare.yaml, the config
