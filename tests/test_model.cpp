@@ -29,10 +29,7 @@ namespace {
 
 using pelab::testing::small_pe;
 
-ModelConfig tiny(const std::string& arch, const std::string& scheme,
-                 const std::string& dtype = "float64") {
-  return pelab::testing::tiny_model(arch, scheme, dtype);
-}
+using pelab::testing::tiny_model;
 
 Tensor randn(const Shape& shape, Generator& gen, DType dt = DType::Float64) {
   Tensor t = Tensor::empty(shape, dt);
@@ -186,7 +183,7 @@ TEST(ModelSinusoidal, ValuesMatchTheClosedForm) {
 
 TEST(ModelLearnedPE, PastMaxPositionsRaisesTheClearError) {
   for (const std::string arch : {"decoder", "seq2seq"}) {
-    ModelConfig c = tiny(arch, "learned");
+    ModelConfig c = tiny_model(arch, "learned");
     c.pe.set("max_positions", 8);
     Transformer m(c);
     EXPECT_EQ(m.decoder->pe->parameter("weight").shape(), (Shape{8, 8}));
@@ -297,7 +294,7 @@ TEST(ModelTransformer, GradCheckTinyModelsEveryScheme) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
       for (const std::string norm : {"pre", "post"}) {
         if (norm == "post" && scheme != "sinusoidal") continue;  // post-LN once is enough
-        ModelConfig c = tiny(arch, scheme);
+        ModelConfig c = tiny_model(arch, scheme);
         c.norm = norm;
         Transformer m(c);
         Generator gen(5);
@@ -316,7 +313,7 @@ TEST(ModelTransformer, GradCheckTinyModelsEveryScheme) {
 TEST(ModelTransformer, FutureTokensDoNotChangeEarlierOutputs) {
   for (const auto& scheme : pe_names()) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
-      Transformer m(tiny(arch, scheme));
+      Transformer m(tiny_model(arch, scheme));
       Generator gen(21);
       Tensor src = random_ids(2, 6, 11, gen);
       Tensor a = random_ids(2, 7, 11, gen);
@@ -339,7 +336,7 @@ TEST(ModelTransformer, FutureTokensDoNotChangeEarlierOutputs) {
 TEST(ModelTransformer, PaddedKeysDoNotAffectRealTokens) {
   for (const auto& scheme : pe_names()) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
-      Transformer m(tiny(arch, scheme));
+      Transformer m(tiny_model(arch, scheme));
       Generator gen(31);
       // Row 1 is padded: at the end of the source, at the start of the target (left padding, so
       // that the causal mask alone would not hide the pads from later tokens).
@@ -379,7 +376,7 @@ TEST(ModelTransformer, PaddedKeysDoNotAffectRealTokens) {
 }
 
 TEST(ModelTransformer, NoPEEncoderIsPermutationEquivariant) {
-  Transformer m(tiny("seq2seq", "none"));
+  Transformer m(tiny_model("seq2seq", "none"));
   Generator gen(41);
   Tensor src = random_ids(2, 6, 11, gen);
   const std::vector<int64_t> perm = {3, 0, 5, 1, 4, 2};
@@ -398,7 +395,7 @@ TEST(ModelTransformer, NoPEEncoderIsPermutationEquivariant) {
   EXPECT_LE(diff, 1e-12);
   EXPECT_GT(spread, 1e-3);  // outputs do differ per token, so the check means something
   // With a positional scheme the same permutation is not equivariant.
-  Transformer ms(tiny("seq2seq", "sinusoidal"));
+  Transformer ms(tiny_model("seq2seq", "sinusoidal"));
   std::vector<double> g = ms.encode(src, Tensor()).to_vector();
   std::vector<double> gp = ms.encode(Tensor::from_ints(pv, {2, 6}), Tensor()).to_vector();
   double d2 = 0;
@@ -410,7 +407,7 @@ TEST(ModelTransformer, NoPEEncoderIsPermutationEquivariant) {
 TEST(ModelDecoding, CachedStepsMatchTheFullForwardEveryScheme) {
   for (const auto& scheme : pe_names()) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
-      Transformer m(tiny(arch, scheme));
+      Transformer m(tiny_model(arch, scheme));
       m.eval();
       Generator gen(51);
       Tensor src = random_ids(2, 6, 11, gen), tgt = random_ids(2, 7, 11, gen);
@@ -440,7 +437,7 @@ TEST(ModelDecoding, CachedStepsMatchTheFullForwardEveryScheme) {
 TEST(ModelDecoding, GreedyCachedEqualsUncachedEveryScheme) {
   for (const auto& scheme : pe_names()) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
-      ModelConfig c = tiny(arch, scheme);
+      ModelConfig c = tiny_model(arch, scheme);
       c.dropout = 0.1;  // greedy decoding must switch dropout off (eval mode) and restore the mode
       Transformer m(c);
       Generator gen(61);
@@ -483,7 +480,7 @@ TEST(ModelDecoding, GreedyCachedEqualsUncachedEveryScheme) {
 TEST(ModelTransformer, Float32MatchesFloat64EveryScheme) {
   for (const auto& scheme : pe_names()) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
-      ModelConfig c = tiny(arch, scheme, "float32");
+      ModelConfig c = tiny_model(arch, scheme, "float32");
       c.init_std = 0.1;
       Transformer m32(c);
       c.dtype = "float64";
@@ -504,7 +501,7 @@ TEST(ModelTransformer, Float32MatchesFloat64EveryScheme) {
 
 TEST(ModelTransformer, EmbedScaleFollowsTheScheme) {
   for (const auto& scheme : pe_names()) {
-    ModelConfig c = tiny("seq2seq", scheme);
+    ModelConfig c = tiny_model("seq2seq", scheme);
     Transformer m(c);
     const double want = m.decoder->pe->additive() ? std::sqrt(8.0) : 1.0;
     EXPECT_DOUBLE_EQ(m.decoder->embed_scale, want) << scheme;
@@ -514,12 +511,12 @@ TEST(ModelTransformer, EmbedScaleFollowsTheScheme) {
     c.embed_scale = "sqrt_d";
     EXPECT_DOUBLE_EQ(Transformer(c).decoder->embed_scale, std::sqrt(8.0)) << scheme;
   }
-  EXPECT_TRUE(Transformer(tiny("seq2seq", "sinusoidal")).decoder->pe->additive());
-  EXPECT_FALSE(Transformer(tiny("seq2seq", "none")).decoder->pe->additive());
+  EXPECT_TRUE(Transformer(tiny_model("seq2seq", "sinusoidal")).decoder->pe->additive());
+  EXPECT_FALSE(Transformer(tiny_model("seq2seq", "none")).decoder->pe->additive());
 }
 
 TEST(ModelNames, DottedParameterNamesAsDocumented) {
-  ModelConfig c = tiny("seq2seq", "learned");
+  ModelConfig c = tiny_model("seq2seq", "learned");
   c.decoder_layers = 2;
   Transformer m(c);
   std::vector<std::string> names;
@@ -560,7 +557,7 @@ TEST(ModelNames, DottedParameterNamesAsDocumented) {
 
   // Decoder-only, post-LN, tied, no biases: no encoder, no cross-attention, ff norm is norm2,
   // no final norms, lm_head shares decoder.embed.weight (listed once).
-  ModelConfig d = tiny("decoder", "none");
+  ModelConfig d = tiny_model("decoder", "none");
   d.norm = "post";
   d.tie_embeddings = true;
   d.bias = false;
@@ -578,7 +575,7 @@ TEST(ModelNames, DottedParameterNamesAsDocumented) {
   EXPECT_EQ(md.lm_head->weight.impl(), md.decoder->embed->weight.impl());
 
   // Seq2seq tied: one table for encoder, decoder and lm_head, named encoder.embed.weight.
-  ModelConfig t = tiny("seq2seq", "sinusoidal");
+  ModelConfig t = tiny_model("seq2seq", "sinusoidal");
   t.tie_embeddings = true;
   Transformer mt(t);
   EXPECT_EQ(mt.decoder->embed->weight.impl(), mt.encoder->embed->weight.impl());
@@ -615,7 +612,7 @@ TEST(ModelConfigTest, ValidateNamesTheKey) {
       {[](ModelConfig& c) { c.pe.scheme = "bogus"; }, "pe.scheme"},
   };
   for (const auto& k : cases) {
-    ModelConfig c = tiny("seq2seq", "sinusoidal");
+    ModelConfig c = tiny_model("seq2seq", "sinusoidal");
     k.edit(c);
     try {
       c.validate();
@@ -625,10 +622,10 @@ TEST(ModelConfigTest, ValidateNamesTheKey) {
     }
     EXPECT_THROW(Transformer m(c), Error) << k.key;
   }
-  ModelConfig ok = tiny("decoder", "sinusoidal");
+  ModelConfig ok = tiny_model("decoder", "sinusoidal");
   ok.encoder_layers = 0;  // fine without an encoder
   EXPECT_NO_THROW(ok.validate());
-  EXPECT_NO_THROW(tiny("seq2seq", "none").validate());
+  EXPECT_NO_THROW(tiny_model("seq2seq", "none").validate());
   // Wrong-arch calls are errors, not crashes.
   Transformer dec(ok);
   Tensor ids = Tensor::from_ints({1, 2, 3}, {1, 3});
@@ -641,7 +638,7 @@ TEST(ModelConfigTest, ValidateNamesTheKey) {
 TEST(ModelTransformer, ExplicitPositionsReachThePE) {
   // Shifting every position by the same amount changes an absolute scheme's outputs but, with
   // explicit default positions, equals the implicit call.
-  Transformer m(tiny("decoder", "sinusoidal"));
+  Transformer m(tiny_model("decoder", "sinusoidal"));
   Generator gen(81);
   Tensor ids = random_ids(2, 5, 11, gen);
   std::vector<int64_t> p0 = {0, 1, 2, 3, 4}, p7 = {7, 8, 9, 10, 11};
@@ -661,7 +658,7 @@ TEST(ModelTransformer, ExplicitPositionsReachThePE) {
 TEST(ModelTraining, OverfitsOneBatchEveryScheme) {
   for (const auto& scheme : pe_names()) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
-      ModelConfig c = tiny(arch, scheme, "float32");
+      ModelConfig c = tiny_model(arch, scheme, "float32");
       c.d_model = 16;
       c.d_ff = 32;
       c.init_std = 0.02;
@@ -685,7 +682,7 @@ TEST(ModelTraining, OverfitsOneBatchEveryScheme) {
 }
 
 TEST(ModelInfo, ParameterTableSumsToTheTotal) {
-  ModelConfig c = tiny("seq2seq", "learned");
+  ModelConfig c = tiny_model("seq2seq", "learned");
   Transformer m(c);
   const std::string table = parameter_table(m);
   // Rows look like "    encoder.layers.0      1,234": name (indented by depth), then the count.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -102,7 +103,7 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
   std::set<std::string> names;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const YAML::Node e = tasks[i];
-    std::vector<YAML::Node> cannot_of;  // the entry's cannot_learn: {SCHEME: "why", ...}, if any
+    std::optional<YAML::Node> cannot;  // the entry's cannot_learn: {SCHEME: "why", ...}
     SuiteTask t;
     t.where = yaml_where(source, e);
     const std::string what = "suite.tasks[" + std::to_string(i) + "]";
@@ -118,7 +119,7 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
       if (!e["name"] || !e["name"].IsScalar()) fail_at(t.where, what + " needs a name");
       t.name = e["name"].Scalar();
       t.sets = parse_config_set_map(e["set"], source, what);
-      if (e["cannot_learn"]) cannot_of.push_back(e["cannot_learn"]);
+      if (e["cannot_learn"]) cannot.emplace(e["cannot_learn"]);
     } else {
       fail_at(t.where, what + " must be a task name or {name: N, set: {...}}");
     }
@@ -146,14 +147,12 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
     } catch (const data::DataError& ex) {
       fail_at(t.where, "suite task '" + t.name + "': " + ex.what());
     }
-    for (const YAML::Node& cannot : cannot_of) {
-      if (!cannot.IsMap() || cannot.size() == 0)
-        fail_at(yaml_where(source, cannot),
-                what +
-                    ".cannot_learn must be a map {SCHEME: \"why\", ...} "
-                    "of the schemes that cannot learn this task by "
-                    "construction");
-      for (auto c = cannot.begin(); c != cannot.end(); ++c) {
+    if (cannot) {
+      if (!cannot->IsMap() || cannot->size() == 0)
+        fail_at(yaml_where(source, *cannot),
+                what + ".cannot_learn must be a map {SCHEME: \"why\", ...} of the schemes that "
+                       "cannot learn this task by construction");
+      for (auto c = cannot->begin(); c != cannot->end(); ++c) {
         const std::string sn = c->first.Scalar();
         auto s = std::find_if(t.spec.schemes.begin(), t.spec.schemes.end(),
                               [&](const CompareScheme& x) { return x.name == sn; });
@@ -164,8 +163,7 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
                                                     "' is not a scheme of compare.schemes (" +
                                                     join(known, ", ") + ")");
         }
-        if (!c->second.IsScalar() ||
-            c->second.Scalar().find_first_not_of(" \t") == std::string::npos)
+        if (!c->second.IsScalar() || trim(c->second.Scalar()).empty())
           fail_at(yaml_where(source, c->first),
                   what + ".cannot_learn." + sn + ": give the reason as a non-empty string");
         s->cannot_learn = true;
