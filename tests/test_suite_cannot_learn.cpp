@@ -53,6 +53,19 @@ TEST(SuiteCannotLearn, MarksTheSchemeInThatTaskOnly) {
   EXPECT_EQ(s.cells[1].text, "25.0 (n = 1) ‡");
   EXPECT_EQ(s.cells[3].task, "parity_check");
   EXPECT_EQ(s.cells[3].text, "25.0 (n = 1)");
+  // The summary lists the reason under the table, for that task and scheme only.
+  EXPECT_NE(s.markdown.find("‡ Declared unable to learn the task:\n\n"
+                            "- t5 on even_pairs: no reason, a test\n"),
+            std::string::npos)
+      << s.markdown;
+  EXPECT_EQ(s.markdown.find("on parity_check:"), std::string::npos);
+}
+
+TEST(SuiteCannotLearn, NoReasonListWithoutDeclarations) {
+  const SuiteSpec spec = load_suite_string(suite_yaml({"even_pairs"}), "cfg.yaml");
+  const SuiteSummary s =
+      suite_summary(spec, {{row("rope", 6, 0.5), row("t5", 6, 0.25)}}, {"a.md"}, 0, "cmd");
+  EXPECT_EQ(s.markdown.find("Declared unable to learn the task:"), std::string::npos);
 }
 
 TEST(SuiteCannotLearn, BadEntriesAreOneErrorAtTheirLine) {

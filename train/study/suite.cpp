@@ -282,8 +282,9 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
         "task.train_max_len; each run's mean over those lengths), then the mean over seeds with "
         "the 95 % Student-t interval [low, high] (clipped to the metric's range; (n = k) where "
         "fewer runs than seeds have every length). † a run in the cell missed its stop criterion "
-        "(train.stop_when); ‡ the scheme is declared unable to learn the task "
-        "(`expect: cannot_learn`). **Bold**: the best mean of the task (ties all bold). "
+        "(train.stop_when); ‡ the scheme is declared unable to learn the task by construction "
+        "(the scheme's `expect: cannot_learn`, or the task entry's `cannot_learn:`; the reasons "
+        "are listed under the table). **Bold**: the best mean of the task (ties all bold). "
         "`average`: the mean of the row's cells over the tasks (– when a cell is missing). "
         "Per-task reports (every length, convergence, training curves) are linked below.\n\n";
   md << "| scheme |";
@@ -311,6 +312,12 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
                     k * avg / static_cast<double>(sum.tasks.size()));
     md << " " << avg_text << " |\n";
   }
+  // The reasons behind every ‡, as the config gives them (one line per task and scheme).
+  std::string reasons;
+  for (const auto& task : spec.tasks)
+    for (const auto& sc : task.spec.schemes)
+      if (sc.cannot_learn) reasons += "- " + sc.name + " on " + task.name + ": " + sc.why + "\n";
+  if (!reasons.empty()) md << "\n‡ Declared unable to learn the task:\n\n" << reasons;
   for (const auto& c : sum.cells) {
     std::string text = c.text;
     for (auto& ch : text)
