@@ -88,7 +88,11 @@ bool eval_time_key(const std::string& k) {
 }
 
 // Keys that may differ between a stored run and the wanted config without retraining.
-bool reusable_difference(const std::string& k) {
+// `stops`: the run trains to a train.stop_when criterion. Its validations then decide where it
+// stops, so the validation cadence and split size (train.eval_every, task.num_eval_examples)
+// change what is trained.
+bool reusable_difference(const std::string& k, bool stops) {
+  if (stops && (k == "train.eval_every" || k == "task.num_eval_examples")) return false;
   static const std::set<std::string> ok = {"train.log_every",        "train.eval_every",
                                            "train.checkpoint_every", "train.keep_checkpoints",
                                            "train.threads",          "train.device",
@@ -201,7 +205,7 @@ std::string search_key_problem(const std::string& k) {
   if (managed_key(k)) return k + " is set by the comparison (seeds, run directories)";
   if (eval_time_key(k))
     return k + " only changes the evaluation (use compare.variants for eval-time settings)";
-  if (reusable_difference(k)) return k + " does not change what is trained";
+  if (reusable_difference(k, false)) return k + " does not change what is trained";
   return "";
 }
 
@@ -812,9 +816,10 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
     r.reason = std::string("unreadable config.yaml: ") + e.what();
     return r;
   }
+  const bool stops = want.train.stop_when.enabled() || r.stored.train.stop_when.enabled();
   for (const auto& key : config_schema()) {
     const std::string k = key.full_name();
-    if (reusable_difference(k)) continue;
+    if (reusable_difference(k, stops)) continue;
     const std::string a = config_value_text(r.stored, k), b = config_value_text(want, k);
     if (a != b) {
       r.state = RunState::Stale;
