@@ -672,6 +672,11 @@ std::vector<Entry> build_entries() {
   train("log_every", &TrainConfig::log_every, "[1, inf)", "steps between training log lines");
   train("eval_every", &TrainConfig::eval_every, "[0, inf)",
         "steps between validation runs; 0 = only at the end");
+  train("valid_positions", &TrainConfig::valid_positions, "fixed|as_trained",
+        "positions of the validation split (its validations, train.stop_when, eval.json): fixed "
+        "= 0..L-1 as the test splits; as_trained = drawn as training draws them (with "
+        "pe.randomized_positions a sorted random subset of [0, pe.randomized_max_position), the "
+        "same at every validation of the run; without it 0..L-1 too)");
   train("checkpoint_every", &TrainConfig::checkpoint_every, "[0, inf)",
         "steps between checkpoints; 0 = only at the end");
   train("keep_checkpoints", &TrainConfig::keep_checkpoints, "[0, inf)",

@@ -103,6 +103,10 @@ struct TrainConfig {
   std::string device = "cpu";
   int log_every = 50;
   int eval_every = 500;
+  // Positions of the validation split: "fixed" = 0..L-1 (as the test splits); "as_trained" =
+  // drawn as training draws them (with pe.randomized_positions a sorted random subset of
+  // [0, pe.randomized_max_position), the same at every validation; without it 0..L-1 as well).
+  std::string valid_positions = "fixed";
   int checkpoint_every = 500;
   int keep_checkpoints = 3;
   // Divergence limits (docs/training.md): a step whose loss or gradient norm is not finite is

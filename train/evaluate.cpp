@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/rng.h"
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
@@ -76,6 +77,13 @@ std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_pos
     if (!chosen.insert(r).second) chosen.insert(j);
   }
   return std::vector<int64_t>(chosen.begin(), chosen.end());
+}
+
+void set_validation_positions(const Config& cfg, Generator& gen, EvalOptions& opt) {
+  if (cfg.train.valid_positions != "as_trained" || !cfg.model.pe.randomized_positions) return;
+  gen.set_state(data::derive_seed(static_cast<uint64_t>(cfg.train.seed), "valid_positions"), 0);
+  opt.random_positions = &gen;
+  opt.random_max_position = cfg.model.pe.randomized_max_position;
 }
 
 Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t B, int64_t L, Device dev) {

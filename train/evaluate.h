@@ -67,6 +67,12 @@ struct EvalOptions {
 constexpr const char* kNaMaxPositions = "n/a (> max_positions)";
 constexpr const char* kNaRandomMaxPosition = "n/a (> randomized_max_position)";
 
+// The positions of the validation split (train.valid_positions): `as_trained` with
+// pe.randomized_positions sets `opt` to draw them as training does, from `gen`, which is reset to
+// a seed derived from train.seed, so that every validation of a run (during training, the final
+// eval.json, `pelab eval`) sees the same positions; otherwise `opt` is left as it is (0..L-1).
+void set_validation_positions(const Config& cfg, Generator& gen, EvalOptions& opt);
+
 // Evaluates `model` on `set` (model left in the mode it was in).
 EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const EvalSet& set,
                         const Config& cfg, const EvalOptions& opt = {});

@@ -680,7 +680,10 @@ void Trainer::rewrite_metrics_files() {
 }
 
 EvalResult Trainer::validate() {
-  EvalResult r = evaluate_set(*model_, *data_, data_->valid(), cfg_);
+  Generator positions;
+  EvalOptions vo;
+  set_validation_positions(cfg_, positions, vo);  // train.valid_positions
+  EvalResult r = evaluate_set(*model_, *data_, data_->valid(), cfg_, vo);
   last_valid_ = r;
   last_valid_step_ = step_;
   update_criterion(r);
@@ -994,10 +997,14 @@ TrainResult Trainer::run() {
   EvalOptions eo;
   eo.keep_predictions = keep;
   std::vector<EvalResult> results;
-  if (last_valid_step_ == step_ && !keep)
+  if (last_valid_step_ == step_ && !keep) {
     results.push_back(last_valid_);  // the validation run of the final step
-  else
-    results.push_back(evaluate_set(*model_, *data_, data_->valid(), cfg_, eo));
+  } else {
+    Generator positions;
+    EvalOptions vo = eo;
+    set_validation_positions(cfg_, positions, vo);  // as validate() does
+    results.push_back(evaluate_set(*model_, *data_, data_->valid(), cfg_, vo));
+  }
   for (const auto& s : data_->tests()) results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
   write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_),
                    convergence_json(conv));

@@ -280,7 +280,12 @@ int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
   eo.use_cache = !args.has("--no-cache");
   eo.keep_predictions = cfg.eval.save_predictions && args.has("--out");
   std::vector<EvalResult> results;
-  results.push_back(evaluate_set(*lm.model, *lm.data, lm.data->valid(), cfg, eo));
+  {
+    Generator positions;
+    EvalOptions vo = eo;
+    set_validation_positions(cfg, positions, vo);  // train.valid_positions, as in training
+    results.push_back(evaluate_set(*lm.model, *lm.data, lm.data->valid(), cfg, vo));
+  }
   for (const auto& s : lm.data->tests())
     results.push_back(evaluate_set(*lm.model, *lm.data, s, cfg, eo));
   out << "checkpoint: " << ckpt << " (step " << lm.step << ")\n" << eval_table(results);
