@@ -140,9 +140,14 @@ std::vector<std::vector<Example>> make_batches(const std::vector<Example>& examp
 }
 
 BatchSampler::BatchSampler(ExampleStream stream, int64_t batch_size, int64_t pool_batches,
-                           int64_t position)
-    : stream_(std::move(stream)), B_(batch_size), P_(std::max<int64_t>(1, pool_batches)) {
+                           int64_t position, bool one_length)
+    : stream_(std::move(stream)),
+      B_(batch_size),
+      P_(std::max<int64_t>(1, pool_batches)),
+      one_length_(one_length) {
   PELAB_DATA_CHECK(batch_size >= 1, "BatchSampler: batch_size ", batch_size, " must be >= 1");
+  PELAB_DATA_CHECK(!one_length || (P_ == 1 && stream_.from_task()),
+                   "BatchSampler: one-length batches need a task stream and no bucketing pool");
   set_position(position);
 }
 
@@ -155,7 +160,9 @@ std::vector<Example> BatchSampler::batch_at(int64_t j) const {
   PELAB_DATA_CHECK(j >= 0, "BatchSampler: batch index ", j, " must be >= 0");
   if (P_ == 1) {
     std::vector<Example> out;
-    for (int64_t i = 0; i < B_; ++i) out.push_back(stream_.at(j * B_ + i));
+    const int64_t length = one_length_ ? stream_.batch_length(j) : 0;
+    for (int64_t i = 0; i < B_; ++i)
+      out.push_back(one_length_ ? stream_.at_length(j * B_ + i, length) : stream_.at(j * B_ + i));
     return out;
   }
   const int64_t p = j / P_;

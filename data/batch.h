@@ -79,10 +79,14 @@ std::vector<std::vector<Example>> make_batches(const std::vector<Example>& examp
 // pool_batches <= 1: batch j = stream examples [j*B, (j+1)*B).
 // pool_batches = P > 1: pool p = stream examples [p*P*B, (p+1)*P*B), bucketed by make_batches with
 // seed derived from (stream seed, p); batch j is batch j % P of pool j / P.
+// one_length (a task stream, pool_batches <= 1): every example of batch j has the length
+// stream.batch_length(j) (uniform over the task's valid training lengths), example i being
+// stream.at_length(j*B + i, that length) — the batches of Delétang et al. 2023 / Ruoss et al. 2023,
+// which randomized positions need (one position subset per batch, sized to its sequences).
 class BatchSampler {
  public:
   BatchSampler(ExampleStream stream, int64_t batch_size, int64_t pool_batches = 1,
-               int64_t position = 0);
+               int64_t position = 0, bool one_length = false);
   std::vector<Example> batch_at(int64_t j) const;
   std::vector<Example> next() { return batch_at(position_++); }
   int64_t position() const { return position_; }
@@ -92,6 +96,7 @@ class BatchSampler {
  private:
   ExampleStream stream_;
   int64_t B_, P_;
+  bool one_length_ = false;
   int64_t position_ = 0;
   mutable int64_t cached_pool_ = -1;
   mutable std::vector<std::vector<Example>> pool_;

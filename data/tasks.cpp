@@ -277,6 +277,19 @@ Example ExampleStream::at(int64_t k) const {
   return (*dataset_)[static_cast<size_t>(perm_[static_cast<size_t>(k % n)])];
 }
 
+Example ExampleStream::at_length(int64_t k, int64_t length) const {
+  PELAB_DATA_CHECK(task_, "ExampleStream::at_length: a dataset's examples have the lengths they "
+                   "have (one-length batches need a task)");
+  PELAB_DATA_CHECK(k >= 0, "ExampleStream: index ", k, " must be >= 0");
+  return task_->example_at(seed_, k, length, length);
+}
+
+int64_t ExampleStream::batch_length(int64_t j) const {
+  PELAB_DATA_CHECK(task_, "ExampleStream::batch_length: one-length batches need a task");
+  return task_->length_at(derive_seed(seed_, "batch_length"), j, task_->spec().train_min_len,
+                          task_->spec().train_max_len);
+}
+
 std::vector<Example> ExampleStream::next_batch(int64_t n) {
   PELAB_DATA_CHECK(n >= 0, "ExampleStream: batch size ", n, " must be >= 0");
   std::vector<Example> out;

@@ -97,6 +97,12 @@ class ExampleStream {
   ExampleStream(const std::vector<Example>& dataset, uint64_t seed, int64_t position = 0);
 
   Example at(int64_t k) const;  // example k, independent of the current position
+  // Task streams only (DataError for a dataset): example k drawn at the given length instead of
+  // one drawn from the task's training range, and the length of one-length batch j, drawn
+  // uniformly from the task's valid training lengths; both pure functions of (seed, k / j).
+  Example at_length(int64_t k, int64_t length) const;
+  int64_t batch_length(int64_t j) const;
+  bool from_task() const { return task_ != nullptr; }
   Example next() { return at(position_++); }
   std::vector<Example> next_batch(int64_t n);  // n examples from the current position
   int64_t position() const { return position_; }

@@ -358,6 +358,14 @@ TEST_F(ConfigTest, ConfigCrossFieldRules) {
        {"pe.randomized_positions", "pe.scheme"}},
       {"pe:\n  randomized_positions: true\n  randomized_max_position: 20\n",
        {"pe.randomized_max_position", "task.test_lengths"}},
+      {"pe:\n  randomized_positions: true\n  randomized_max_position: 64\ntrain:\n  "
+       "batch_lengths: mixed\n",
+       {"train.batch_lengths", "pe.randomized_positions"}},
+      {"task:\n  train_examples: 100\ntrain:\n  batch_lengths: one\n",
+       {"train.batch_lengths", "task.train_examples"}},
+      {"pe:\n  randomized_positions: true\n  randomized_max_position: 64\ntrain:\n  "
+       "bucket_by_length: true\n",
+       {"train.bucket_by_length", "train.batch_lengths"}},
       {"train:\n  device: gpu\n", {"train.device"}},
       {"train:\n  run_name: a/b\n", {"train.run_name"}},
       {"train:\n  run_dir: ''\n", {"train.run_dir"}},
@@ -374,6 +382,21 @@ TEST_F(ConfigTest, ConfigCrossFieldRules) {
   EXPECT_EQ(error_of("model:\n  d_model: 60\n  heads: 4\npe:\n  scheme: alibi\n"), "");
   EXPECT_EQ(error_of("pe:\n  t5_num_buckets: 31\n"), "");
   EXPECT_EQ(error_of("task:\n  name: lm\n  formulation: decoder\nmodel:\n  arch: decoder\n"), "");
+  // train.batch_lengths: auto means one-length batches exactly with randomized positions; the lm
+  // task's windows have one length whatever it says.
+  Config c;
+  EXPECT_FALSE(pelab::one_length_batches(c));
+  c.model.pe.randomized_positions = true;
+  EXPECT_TRUE(pelab::one_length_batches(c));
+  c.model.pe.randomized_positions = false;
+  c.train.batch_lengths = "one";
+  EXPECT_TRUE(pelab::one_length_batches(c));
+  c.task.name = "lm";
+  EXPECT_FALSE(pelab::one_length_batches(c));
+  EXPECT_EQ(error_of("train:\n  batch_lengths: one\n"), "");
+  EXPECT_EQ(error_of("train:\n  batch_lengths: mixed\n  bucket_by_length: true\n"), "");
+  EXPECT_NE(error_of("train:\n  batch_lengths: single\n").find("train.batch_lengths"),
+            std::string::npos);
 }
 
 TEST_F(ConfigTest, ConfigValidateInCode) {

@@ -566,3 +566,53 @@ TEST(DataBatch, LmBatchAndBucketing) {
     }
   }
 }
+
+// One-length batches (train.batch_lengths one; what randomized positions train on): every example
+// of a batch has the batch's length, the lengths are uniform over the task's valid training
+// lengths, and batch j is a pure function of (seed, j), so a run resumes exactly.
+TEST(DataBatchSampler, OneLengthBatches) {
+  auto task = make_task(spec("copy", 1, 8, 6));
+  BatchSampler s(ExampleStream(*task, 5), 16, 1, 0, true);
+  std::map<size_t, int> batches_of_length;
+  const int n = 4000;
+  for (int j = 0; j < n; ++j) {
+    const std::vector<Example> b = s.batch_at(j);
+    ASSERT_EQ(b.size(), 16u);
+    for (const auto& e : b) ASSERT_EQ(e.src.size(), b[0].src.size()) << "batch " << j;
+    // The batch's length is the one the stream draws for it, each example drawn at that length.
+    ASSERT_EQ(static_cast<int64_t>(b[0].src.size()), ExampleStream(*task, 5).batch_length(j));
+    EXPECT_EQ(b[3], ExampleStream(*task, 5).at_length(j * 16 + 3, ExampleStream(*task, 5).batch_length(j)));
+    ++batches_of_length[b[0].src.size()];
+  }
+  ASSERT_EQ(batches_of_length.size(), 8u);  // lengths 1..8, each about n / 8 = 500 times
+  for (const auto& [len, count] : batches_of_length) {
+    EXPECT_GE(len, 1u);
+    EXPECT_LE(len, 8u);
+    EXPECT_NEAR(count, n / 8, 75) << "length " << len;
+  }
+  // Deterministic and resumable; the examples differ between batches of the same length.
+  BatchSampler r(ExampleStream(*task, 5), 16, 1, 6, true);
+  EXPECT_EQ(r.next(), s.batch_at(6));
+  EXPECT_NE(s.batch_at(0), s.batch_at(1));
+  BatchSampler other_seed(ExampleStream(*task, 6), 16, 1, 0, true);
+  bool differs = false;
+  for (int j = 0; j < 8; ++j) differs |= other_seed.batch_at(j) != s.batch_at(j);
+  EXPECT_TRUE(differs);
+
+  // A task with lengths it cannot generate draws only the valid ones (modular_arithmetic: odd).
+  auto mt = make_task(spec("modular_arithmetic", 1, 9));
+  BatchSampler m(ExampleStream(*mt, 3), 4, 1, 0, true);
+  std::set<size_t> lengths;
+  for (int j = 0; j < 200; ++j) {
+    const std::vector<Example> b = m.batch_at(j);
+    for (const auto& e : b) ASSERT_EQ(e.src.size(), b[0].src.size());
+    lengths.insert(b[0].src.size());
+  }
+  EXPECT_EQ(lengths, (std::set<size_t>{1, 3, 5, 7, 9}));
+
+  // A fixed dataset has the lengths it has; a pool (bucketing) mixes lengths: both refused.
+  std::vector<Example> data = task->make_split(9, 20, 1, 8);
+  EXPECT_THROW(BatchSampler(ExampleStream(data, 1), 4, 1, 0, true), DataError);
+  EXPECT_THROW(BatchSampler(ExampleStream(*task, 5), 4, 4, 0, true), DataError);
+  EXPECT_THROW(ExampleStream(data, 1).at_length(0, 3), DataError);
+}

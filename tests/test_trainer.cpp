@@ -291,6 +291,34 @@ TEST_F(TrainerTest, RandomizedPositionsAreSortedUniqueInRangeAndTrainingWorks) {
   }
 }
 
+// Randomized positions train on one-length batches (train.batch_lengths auto), as Ruoss et al.
+// 2023 do: a batch shares one sorted position subset, drawn for exactly its sequences' length. In
+// a batch of mixed lengths the subset would be sized to the longest sequence and the shorter ones
+// would only ever get its first (small) positions.
+TEST_F(TrainerTest, RandomizedPositionsTrainOnOneLengthBatches) {
+  for (const char* arch : {"seq2seq", "decoder"}) {
+    std::map<size_t, int> steps_of_size;  // first stack's position count -> steps
+    TrainOptions o = quiet();
+    o.position_hook = [&](int64_t, const std::vector<std::vector<int64_t>>& pos) {
+      ASSERT_FALSE(pos.empty());
+      ++steps_of_size[pos[0].size()];
+      // Drawn from the whole range whatever the length: not only the first positions.
+      for (size_t i = 1; i < pos[0].size(); ++i) ASSERT_LT(pos[0][i - 1], pos[0][i]);
+    };
+    std::vector<std::string> sets = {"pe.scheme=rope", "pe.randomized_positions=true",
+                                     "pe.randomized_max_position=64", "train.steps=60",
+                                     "train.eval_every=0", "train.checkpoint_every=0",
+                                     std::string("model.arch=") + arch,
+                                     std::string("task.formulation=") + arch};
+    TrainResult r = train(tiny(std::string("one_length_") + arch, sets), o);
+    ASSERT_TRUE(r.finished);
+    // Lengths 1..5 each get about 12 of the 60 steps; with batches of 8 mixed lengths the
+    // subset would be sized to the longest of 8 (length 1 in one batch of 390625).
+    EXPECT_EQ(steps_of_size.size(), 5u) << arch;
+    EXPECT_GE(steps_of_size.begin()->second, 4) << arch;
+  }
+}
+
 TEST_F(TrainerTest, CachedDecodingInEvalEqualsUncached) {
   EvalOptions cached, uncached;
   cached.keep_predictions = uncached.keep_predictions = true;

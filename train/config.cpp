@@ -688,6 +688,12 @@ std::vector<Entry> build_entries() {
         "stop the run (an error) after this many skipped steps in total; 0 = no limit");
   train("bucket_by_length", &TrainConfig::bucket_by_length, "",
         "batch training examples of similar length together");
+  train("batch_lengths", &TrainConfig::batch_lengths, "auto|mixed|one",
+        "lengths of a training batch's examples (synthetic tasks): mixed = each example's own, "
+        "uniform over the training range; one = one length per batch, drawn uniformly (as "
+        "Deletang et al. 2023 and Ruoss et al. 2023 train); auto = one with "
+        "pe.randomized_positions (a batch shares one position subset sized to its sequences), "
+        "else mixed");
   train("run_dir", &TrainConfig::run_dir, "", "directory that holds the run directories");
   train("run_name", &TrainConfig::run_name, "",
         "run directory name under train.run_dir; \"\" = the config file's stem");
@@ -1000,6 +1006,37 @@ std::vector<Rule> build_rules() {
                  {"pe.randomized_max_position",
                   lm ? "task.lm_eval_lengths" : "task.test_lengths"}};
        }},
+      {"one-length training batches (train.batch_lengths one, or auto with "
+       "pe.randomized_positions) need a synthetic task's generated examples (not task textfile "
+       "or task.train_examples > 0) and no train.bucket_by_length; pe.randomized_positions needs "
+       "them",
+       [](const Config& c) -> Violation {
+         if (c.task.name == "lm") return {};
+         const bool randomized = c.model.pe.randomized_positions;
+         if (randomized && c.train.batch_lengths == "mixed")
+           return {"pe.randomized_positions needs one-length batches (train.batch_lengths one or "
+                   "auto, not mixed): a batch shares one sorted position subset sized to its "
+                   "longest sequence, so in a mixed batch the shorter sequences would get only "
+                   "its first positions",
+                   {"train.batch_lengths", "pe.randomized_positions"}};
+         if (!one_length_batches(c)) return {};
+         const std::string why =
+             c.train.batch_lengths == "one" ? "train.batch_lengths one"
+                                            : "pe.randomized_positions (train.batch_lengths auto)";
+         if (c.task.name == "textfile" || c.task.train_examples > 0)
+           return {why + " needs one-length batches, which are drawn from a synthetic task's "
+                         "generated examples; " +
+                       (c.task.name == "textfile" ? std::string("task textfile")
+                                                  : "task.train_examples " +
+                                                        std::to_string(c.task.train_examples)) +
+                       " trains on a fixed set of examples",
+                   {"train.batch_lengths", "task.name", "task.train_examples"}};
+         if (c.train.bucket_by_length)
+           return {"train.bucket_by_length groups examples of mixed lengths; " + why +
+                       " draws one length per batch already: remove train.bucket_by_length",
+                   {"train.bucket_by_length", "train.batch_lengths"}};
+         return {};
+       }},
       {"train.stop_when needs train.eval_every > 0, a metric the task has (no exact_match for "
        "task lm) and a validation split (task textfile: task.valid_file or "
        "task.valid_fraction > 0)",
@@ -1208,6 +1245,12 @@ std::string emit_text(const Entry& e, const Config& c) {
 }
 
 }  // namespace
+
+bool one_length_batches(const Config& c) {
+  if (c.task.name == "lm") return false;
+  return c.train.batch_lengths == "one" ||
+         (c.train.batch_lengths == "auto" && c.model.pe.randomized_positions);
+}
 
 // ---------------- public API ----------------
 

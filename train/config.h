@@ -115,6 +115,12 @@ struct TrainConfig {
   int64_t max_consecutive_skipped = 10;
   int64_t max_skipped_steps = 100;
   bool bucket_by_length = false;
+  // How the lengths of a training batch's examples are drawn (synthetic tasks): "mixed" = each
+  // example's own, uniformly over the training range; "one" = one length per batch, drawn
+  // uniformly, as Delétang et al. 2023 and Ruoss et al. 2023 train; "auto" = one with
+  // pe.randomized_positions (a batch shares one position subset, sized to its sequences), else
+  // mixed. one_length_batches() resolves it.
+  std::string batch_lengths = "auto";
   std::string run_dir = "runs";
   std::string run_name;  // "" = derived from the config file name
   std::string resume;    // "" = fresh run; a checkpoint path, or "latest"
@@ -213,6 +219,9 @@ std::string config_reference_markdown(const std::vector<ConfigReferenceSection>&
 
 // ---------------- derived values shared by model code ----------------
 int head_dim(const Config& cfg);           // model.d_model / model.heads
+// train.batch_lengths resolved for the training batches of a synthetic task: `one`, or `auto` with
+// pe.randomized_positions (false for the lm task, whose windows all have one length anyway).
+bool one_length_batches(const Config& cfg);
 std::string derive_run_name(const std::string& config_path);  // file stem, "run" if empty
 
 }  // namespace pelab

@@ -200,7 +200,8 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
   data::ExampleStream stream = train_.empty() ? data::ExampleStream(*task_, stream_seed)
                                               : data::ExampleStream(train_, stream_seed);
   sampler_ = std::make_unique<data::BatchSampler>(
-      stream, cfg.train.batch_size, cfg.train.bucket_by_length ? kBucketPoolBatches : 1);
+      stream, cfg.train.batch_size, cfg.train.bucket_by_length ? kBucketPoolBatches : 1, 0,
+      one_length_batches(cfg));
   if (!train_.empty()) {
     for (size_t i = 0; i < train_.size(); ++i) {
       const int64_t n = positions_of(train_[i], decoder_);
