@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/batch.h"
@@ -24,10 +25,13 @@
 #include "train/model_from_config.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
+#include "tests/run_test_util.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
+
+using pelab::testing::quiet_train;
 
 namespace {
 
@@ -60,16 +64,8 @@ class HardeningInput : public pelab::testing::TempDirTest {
         "model.heads=2",            "model.d_ff=32",            "model.encoder_layers=1",
         "model.decoder_layers=1",   "train.steps=2",            "train.batch_size=8",
         "train.warmup=1",           "train.log_every=1",        "train.eval_every=0",
-        "train.checkpoint_every=0", "train.threads=1",          "train.run_dir=" + dir_.string(),
-        "train.run_name=" + name,   "eval.batch_size=4"};
-    all.insert(all.end(), sets.begin(), sets.end());
-    return load_config_string("", "<test>", all);
-  }
-
-  static TrainOptions quiet() {
-    TrainOptions o;
-    o.progress = 2;
-    return o;
+        "train.checkpoint_every=0", "train.threads=1",          "eval.batch_size=4"};
+    return pelab::testing::tiny_run_config(std::move(all), dir_, name, sets);
   }
 
   // A textfile task over train.tsv ("ab" -> "ba" style lines) with the given valid/test files.
@@ -123,7 +119,7 @@ TEST_F(HardeningInput, UnknownSymbolsMappedToUnkAreCountedAndReported) {
     // They are scored as <unk>.
     EXPECT_EQ(d.valid().examples[1].src.back(), data::Vocab::kUnk);
   }
-  TrainResult r = train(cfg, quiet());
+  TrainResult r = train(cfg, quiet_train());
   ASSERT_TRUE(r.finished);
   ASSERT_EQ(r.final_eval.size(), 2u);
   EXPECT_EQ(r.final_eval[0].unknown_symbols, 2);
@@ -214,7 +210,7 @@ TEST_F(HardeningInput, HugeConfigurationsAreRefusedBeforeAllocating) {
   // The whole path (train) refuses it before building the model: no allocation of 60 GB.
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    train(big, quiet());
+    train(big, quiet_train());
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("model.d_model=1000000000", 0), 0u) << e.what();
@@ -330,7 +326,7 @@ TEST_F(HardeningInput, ShawWithHugeKTrainsInSeconds) {
   TrainResult r = train(tiny("shawk", {"pe.scheme=shaw", "pe.shaw_k=100000", "train.steps=3",
                                        "train.batch_size=32", "task.train_max_len=12",
                                        "task.test_lengths=[12]"}),
-                        quiet());
+                        quiet_train());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(r.finished);
   EXPECT_TRUE(std::isfinite(r.final_eval[0].loss));
@@ -395,7 +391,7 @@ TEST_F(HardeningInput, LearnedPositionsRuleCountsTheRealTokens) {
       sets.back() = "pe.max_positions=" + std::to_string(need);
       Config cfg = tiny("p", sets);
       LoadedModel lm = load_model(cfg);
-      EXPECT_NO_THROW(train(cfg, quiet())) << task << " " << arch;
+      EXPECT_NO_THROW(train(cfg, quiet_train())) << task << " " << arch;
       fs::remove_all(dir_ / "p");
     }
 }

@@ -22,6 +22,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pelab/pelab.h"
@@ -30,6 +31,7 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
+#include "tests/run_test_util.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 
@@ -84,10 +86,8 @@ class HardeningRun : public pelab::testing::TempDirTest {
         "task.test_lengths=[3]",  "task.num_eval_examples=4", "model.d_model=16",
         "model.heads=2",          "model.d_ff=32",            "model.encoder_layers=1",
         "model.decoder_layers=1", "train.batch_size=4",       "train.warmup=1",
-        "train.threads=1",        "train.run_dir=" + (dir_ / "runs").string(),
-        "train.run_name=" + name};
-    all.insert(all.end(), sets.begin(), sets.end());
-    return load_config_string("", "<test>", all);
+        "train.threads=1"};
+    return pelab::testing::tiny_run_config(std::move(all), dir_ / "runs", name, sets);
   }
 
   // Exactly one line on stderr starts with "pelab: error: ", it is the last one, and it contains

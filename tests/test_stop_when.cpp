@@ -19,6 +19,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pelab/pelab.h"
@@ -28,11 +29,14 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
+#include "tests/run_test_util.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
+
+using pelab::testing::quiet_train;
 
 namespace {
 
@@ -174,16 +178,8 @@ class StopWhenTest : public pelab::testing::TempDirTest {
         "model.decoder_layers=1", "train.steps=60",           "train.batch_size=8",
         "train.warmup=2",         "train.lr=0.01",            "train.log_every=10",
         "train.eval_every=5",     "train.checkpoint_every=5", "train.keep_checkpoints=0",
-        "train.threads=1",        "train.run_dir=" + dir_.string(), "train.run_name=" + name,
-        "eval.batch_size=8"};
-    all.insert(all.end(), sets.begin(), sets.end());
-    return load_config_string("", "<test>", all);
-  }
-
-  static TrainOptions quiet() {
-    TrainOptions o;
-    o.progress = 2;
-    return o;
+        "train.threads=1",        "eval.batch_size=8"};
+    return pelab::testing::tiny_run_config(std::move(all), dir_, name, sets);
   }
 
   static std::string criterion(const std::string& metric, const char* dir, double thr,
@@ -204,7 +200,7 @@ class StopWhenTest : public pelab::testing::TempDirTest {
 
 TEST_F(StopWhenTest, StopsAtTheFirstStepWithPatienceConsecutiveHits) {
   // The run without a criterion gives the validation curve; the criterion's stop step follows.
-  const TrainResult base = train(tiny("base"), quiet());
+  const TrainResult base = train(tiny("base"), quiet_train());
   ASSERT_TRUE(base.finished);
   EXPECT_FALSE(base.criterion_set);
   EXPECT_FALSE(read_convergence(base.run_dir).has_criterion);
@@ -217,7 +213,7 @@ TEST_F(StopWhenTest, StopsAtTheFirstStepWithPatienceConsecutiveHits) {
   ASSERT_LT(want, 60) << "the threshold must be met before the cap";
 
   const TrainResult r =
-      train(tiny("crit", {criterion("token_accuracy", "at_least", thr, patience)}), quiet());
+      train(tiny("crit", {criterion("token_accuracy", "at_least", thr, patience)}), quiet_train());
   EXPECT_TRUE(r.finished);
   EXPECT_TRUE(r.criterion_set);
   EXPECT_TRUE(r.criterion_met);
@@ -266,7 +262,7 @@ TEST_F(StopWhenTest, StopsAtTheFirstStepWithPatienceConsecutiveHits) {
 
 TEST_F(StopWhenTest, ResumedMidwayStopsAtTheSameStepBitForBit) {
   // at_most on loss, patience 3: the counter must survive the interruption.
-  const TrainResult base = train(tiny("base"), quiet());
+  const TrainResult base = train(tiny("base"), quiet_train());
   const std::vector<EvalPoint> v = validations(base.run_dir, "loss");
   const int patience = 3;
   const double thr = reachable_threshold(v, false, patience);
@@ -275,12 +271,12 @@ TEST_F(StopWhenTest, ResumedMidwayStopsAtTheSameStepBitForBit) {
   ASSERT_LT(want, 60);
   const std::string crit = criterion("loss", "at_most", thr, patience);
 
-  const TrainResult full = train(tiny("full", {crit}), quiet());
+  const TrainResult full = train(tiny("full", {crit}), quiet_train());
   ASSERT_TRUE(full.criterion_met);
   EXPECT_EQ(full.step, want);
 
   // Interrupted two validations before the stop (one hit counted), then resumed.
-  TrainOptions cut = quiet();
+  TrainOptions cut = quiet_train();
   cut.stop_after = want - 10;
   const TrainResult part = train(tiny("split", {crit}), cut);
   EXPECT_FALSE(part.finished);
@@ -288,7 +284,7 @@ TEST_F(StopWhenTest, ResumedMidwayStopsAtTheSameStepBitForBit) {
   EXPECT_FALSE(part.criterion_met);
   EXPECT_EQ(load_checkpoint(ck("split", want - 10).string()).counters.at("criterion_hits"), 1);
   EXPECT_FALSE(fs::exists(dir_ / "split" / "eval.json"));
-  TrainOptions again = quiet();
+  TrainOptions again = quiet_train();
   again.resume = part.run_dir;
   const TrainResult resumed = train(tiny("split", {crit}), again);
   EXPECT_TRUE(resumed.finished);
@@ -305,7 +301,7 @@ TEST_F(StopWhenTest, ResumedMidwayStopsAtTheSameStepBitForBit) {
   EXPECT_EQ(slurp(dir_ / "full" / "eval.csv"), slurp(dir_ / "split" / "eval.csv"));
 
   // Resuming a run that met its criterion trains no further, even with a higher cap.
-  TrainOptions more = quiet();
+  TrainOptions more = quiet_train();
   more.resume = full.run_dir;
   const TrainResult done = train(tiny("full", {crit, "train.steps=80"}), more);
   EXPECT_TRUE(done.finished);
@@ -318,7 +314,7 @@ TEST_F(StopWhenTest, ResumedMidwayStopsAtTheSameStepBitForBit) {
 TEST_F(StopWhenTest, CriterionNotMetByTheCapIsRecorded) {
   // exact_match 1.0 on valid for 3 validations: not within 20 steps of this tiny model.
   const TrainResult r = train(
-      tiny("cap", {"train.steps=20", criterion("exact_match", "at_least", 1.0, 3)}), quiet());
+      tiny("cap", {"train.steps=20", criterion("exact_match", "at_least", 1.0, 3)}), quiet_train());
   EXPECT_TRUE(r.finished);
   EXPECT_TRUE(r.criterion_set);
   EXPECT_FALSE(r.criterion_met);
@@ -444,10 +440,10 @@ TEST_F(StopWhenTest, ConfigRoundTripAndResumeMustKeepTheCriterion) {
     EXPECT_GT(row, key_row) << sub;
   }
   // A run resumed with another criterion: refused (the hit count would mean something else).
-  TrainOptions cut = quiet();
+  TrainOptions cut = quiet_train();
   cut.stop_after = 5;
   train(tiny("r", {criterion("loss", "at_most", 0.5, 2)}), cut);
-  TrainOptions res = quiet();
+  TrainOptions res = quiet_train();
   res.resume = (dir_ / "r").string();
   try {
     train(tiny("r", {criterion("loss", "at_most", 0.25, 2)}), res);
@@ -497,7 +493,7 @@ const std::vector<double> kDeltas = {0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.005, 0.
 }  // namespace
 
 TEST_F(StopWhenTest, PlateauStopsAtTheFirstValidationWithoutEnoughImprovement) {
-  const TrainResult base = train(tiny("base"), quiet());
+  const TrainResult base = train(tiny("base"), quiet_train());
   ASSERT_TRUE(base.finished);
   for (const std::string metric : {"loss", "token_accuracy"}) {
     SCOPED_TRACE(metric);
@@ -520,7 +516,7 @@ TEST_F(StopWhenTest, PlateauStopsAtTheFirstValidationWithoutEnoughImprovement) {
     crit << "train.stop_when={metric: " << metric << ", min_delta: " << delta
          << ", patience: " << patience << "}";
     const std::string name = "plateau_" + metric;
-    const TrainResult r = train(tiny(name, {crit.str()}), quiet());
+    const TrainResult r = train(tiny(name, {crit.str()}), quiet_train());
     EXPECT_TRUE(r.finished);
     EXPECT_TRUE(r.criterion_met);
     EXPECT_EQ(r.criterion_step, want);
@@ -550,7 +546,7 @@ TEST_F(StopWhenTest, PlateauStopsAtTheFirstValidationWithoutEnoughImprovement) {
 }
 
 TEST_F(StopWhenTest, PlateauResumedMidwayStopsAtTheSameStepBitForBit) {
-  const TrainResult base = train(tiny("base"), quiet());
+  const TrainResult base = train(tiny("base"), quiet_train());
   const std::vector<EvalPoint> v = validations(base.run_dir, "perplexity");
   const int patience = 3;
   const double delta = plateau_delta(v, false, patience, kDeltas);
@@ -560,12 +556,12 @@ TEST_F(StopWhenTest, PlateauResumedMidwayStopsAtTheSameStepBitForBit) {
   crit.precision(17);
   crit << "train.stop_when={metric: perplexity, min_delta: " << delta << ", patience: 3}";
 
-  const TrainResult full = train(tiny("full", {crit.str()}), quiet());
+  const TrainResult full = train(tiny("full", {crit.str()}), quiet_train());
   ASSERT_TRUE(full.criterion_met);
   EXPECT_EQ(full.step, want);
   // Interrupted two validations before the stop: one validation without improvement counted, the
   // best so far in the checkpoint; then resumed.
-  TrainOptions cut = quiet();
+  TrainOptions cut = quiet_train();
   cut.stop_after = want - 10;
   const TrainResult part = train(tiny("split", {crit.str()}), cut);
   EXPECT_FALSE(part.finished);
@@ -575,7 +571,7 @@ TEST_F(StopWhenTest, PlateauResumedMidwayStopsAtTheSameStepBitForBit) {
   for (const auto& p : v)
     if (p.step <= want - 10) best = std::min(best, p.value);
   EXPECT_EQ(bits(mid.values.at("criterion_best")), bits(best));
-  TrainOptions again = quiet();
+  TrainOptions again = quiet_train();
   again.resume = part.run_dir;
   const TrainResult resumed = train(tiny("split", {crit.str()}), again);
   EXPECT_TRUE(resumed.finished);

@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/rng.h"
@@ -24,10 +25,13 @@
 #include "train/metrics.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
+#include "tests/run_test_util.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
+
+using pelab::testing::quiet_train;
 
 namespace {
 
@@ -64,14 +68,8 @@ class PerLengthTest : public pelab::testing::TempDirTest {
         "model.decoder_layers=1",   "train.steps=80",            "train.batch_size=16",
         "train.warmup=2",           "train.lr=0.01",             "train.log_every=10",
         "train.eval_every=5",       "train.checkpoint_every=0",  "train.threads=1",
-        "train.run_dir=" + dir_.string(), "train.run_name=" + name, "eval.batch_size=16"};
-    all.insert(all.end(), sets.begin(), sets.end());
-    return load_config_string("", "<test>", all);
-  }
-  static TrainOptions quiet() {
-    TrainOptions o;
-    o.progress = 2;
-    return o;
+        "eval.batch_size=16"};
+    return pelab::testing::tiny_run_config(std::move(all), dir_, name, sets);
   }
 };
 
@@ -94,7 +92,7 @@ TEST(PerLength, LengthAtIsTheLengthExampleAtDraws) {
 
 TEST_F(PerLengthTest, ScoresPerLengthAddUpToTheSplitsExactMatch) {
   const Config cfg = tiny("sum");
-  train(cfg, quiet());  // 80 steps: some lengths learned, others not yet
+  train(cfg, quiet_train());  // 80 steps: some lengths learned, others not yet
   LoadedModel lm = load_model(cfg, (dir_ / "sum" / "checkpoints" / "last.h5").string());
   const TaskData& data = *lm.data;
   const EvalSet& valid = data.valid();
@@ -124,7 +122,7 @@ TEST_F(PerLengthTest, ScoresPerLengthAddUpToTheSplitsExactMatch) {
 TEST_F(PerLengthTest, StopsAtTheFirstValidationWhoseWorstLengthMeetsTheThreshold) {
   // Run A: an unreachable per-length threshold logs the worst length at every validation.
   const std::string never = "train.stop_when={metric: exact_match, at_least: 1.0, per_length: true}";
-  train(tiny("a", {never, "train.steps=200"}), quiet());
+  train(tiny("a", {never, "train.steps=200"}), quiet_train());
   const std::vector<Validation> va = validations(dir_ / "a");
   ASSERT_GE(va.size(), 10u);
   for (const auto& v : va) {
@@ -151,7 +149,7 @@ TEST_F(PerLengthTest, StopsAtTheFirstValidationWhoseWorstLengthMeetsTheThreshold
   std::ostringstream crit;
   crit.precision(17);
   crit << "train.stop_when={metric: exact_match, at_least: " << thr << ", per_length: true}";
-  train(tiny("b", {crit.str(), "train.steps=200"}), quiet());
+  train(tiny("b", {crit.str(), "train.steps=200"}), quiet_train());
   const Convergence c = read_convergence((dir_ / "b").string());
   EXPECT_TRUE(c.met);
   EXPECT_EQ(c.step, expected);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/pe/pe.h"
@@ -23,11 +24,14 @@
 #include "train/model_from_config.h"
 #include "train/task_data.h"
 #include "train/trainer.h"
+#include "tests/run_test_util.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
+
+using pelab::testing::quiet_train;
 
 namespace {
 
@@ -46,15 +50,8 @@ class TrainerTest : public pelab::testing::TempDirTest {
         "model.encoder_layers=1",   "model.decoder_layers=1",  "train.steps=6",
         "train.batch_size=8",       "train.warmup=2",          "train.log_every=1",
         "train.eval_every=2",       "train.checkpoint_every=3", "train.threads=1",
-        "train.run_dir=" + dir_.string(), "train.run_name=" + name, "eval.batch_size=4"};
-    all.insert(all.end(), sets.begin(), sets.end());
-    return load_config_string("", "<test>", all);
-  }
-
-  static TrainOptions quiet() {
-    TrainOptions o;
-    o.progress = 2;
-    return o;
+        "eval.batch_size=4"};
+    return pelab::testing::tiny_run_config(std::move(all), dir_, name, sets);
   }
 };
 
@@ -102,8 +99,8 @@ TEST_F(TrainerTest, SameConfigGivesIdenticalMetricsAndParameters) {
   // Dropout and randomized positions exercise both generators; grad_accum the data position.
   const std::vector<std::string> sets = {"model.dropout=0.1", "pe.randomized_positions=true",
                                          "pe.randomized_max_position=40", "train.grad_accum=2"};
-  TrainResult a = train(tiny("a", sets), quiet());
-  TrainResult b = train(tiny("b", sets), quiet());
+  TrainResult a = train(tiny("a", sets), quiet_train());
+  TrainResult b = train(tiny("b", sets), quiet_train());
   ASSERT_TRUE(a.finished && b.finished);
   const auto ra = rows_without_timing(a.run_dir), rb = rows_without_timing(b.run_dir);
   EXPECT_EQ(ra.size(), 6u + 3u);  // a train row every step, an eval row every 2 steps
@@ -111,7 +108,7 @@ TEST_F(TrainerTest, SameConfigGivesIdenticalMetricsAndParameters) {
   expect_same_state(a.last_checkpoint, b.last_checkpoint);
   EXPECT_EQ(slurp(fs::path(a.run_dir) / "eval.json"), slurp(fs::path(b.run_dir) / "eval.json"));
   // A different seed changes the run.
-  TrainResult c = train(tiny("c", {"model.dropout=0.1", "train.seed=2"}), quiet());
+  TrainResult c = train(tiny("c", {"model.dropout=0.1", "train.seed=2"}), quiet_train());
   EXPECT_NE(rows_without_timing(c.run_dir)[0].json(), ra[0].json());
 }
 
@@ -119,17 +116,17 @@ TEST_F(TrainerTest, ResumedRunEqualsUninterruptedRunBitForBit) {
   const std::vector<std::string> sets = {
       "model.dropout=0.1", "pe.randomized_positions=true", "pe.randomized_max_position=40",
       "train.grad_accum=2", "train.log_every=2", "train.checkpoint_every=4", "train.steps=6"};
-  TrainResult full = train(tiny("full", sets), quiet());
+  TrainResult full = train(tiny("full", sets), quiet_train());
   ASSERT_TRUE(full.finished);
 
-  TrainOptions stop = quiet();
+  TrainOptions stop = quiet_train();
   stop.stop_after = 3;  // not a multiple of log_every: the partial loss window is checkpointed
   TrainResult part = train(tiny("part", sets), stop);
   EXPECT_FALSE(part.finished);
   EXPECT_EQ(part.step, 3);
   EXPECT_TRUE(fs::exists(fs::path(part.run_dir) / "checkpoints" / "step_3.h5"));
 
-  TrainOptions resume = quiet();
+  TrainOptions resume = quiet_train();
   resume.resume = part.run_dir;
   TrainResult done = train(tiny("part", sets), resume);
   ASSERT_TRUE(done.finished);
@@ -156,10 +153,10 @@ TEST_F(TrainerTest, ResumedRunEqualsUninterruptedRunBitForBit) {
 }
 
 TEST_F(TrainerTest, ResumeRejectsAChangedModelAndMissingRuns) {
-  TrainOptions stop = quiet();
+  TrainOptions stop = quiet_train();
   stop.stop_after = 2;
   TrainResult part = train(tiny("r"), stop);
-  TrainOptions resume = quiet();
+  TrainOptions resume = quiet_train();
   resume.resume = part.run_dir;
   try {
     train(tiny("r", {"model.d_model=32"}), resume);
@@ -178,7 +175,7 @@ TEST_F(TrainerTest, ResumeRejectsAChangedModelAndMissingRuns) {
   }
   // A fresh run into an existing run directory needs --overwrite.
   try {
-    train(tiny("r"), quiet());
+    train(tiny("r"), quiet_train());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos) << e.what();
@@ -192,7 +189,7 @@ TEST_F(TrainerTest, EvalMetricsAreSaneAndExactMatchAgreesWithPredictions) {
                              "train.steps=120", "train.warmup=10", "train.lr=0.01",
                              "train.batch_size=16", "train.log_every=40", "train.eval_every=60",
                              "train.checkpoint_every=0", "eval.save_predictions=true"});
-  TrainResult r = train(cfg, quiet());
+  TrainResult r = train(cfg, quiet_train());
   ASSERT_TRUE(r.finished);
   ASSERT_EQ(r.final_eval.size(), 4u);  // valid + 3 test lengths
   EXPECT_EQ(r.final_eval[0].split, "valid");
@@ -258,7 +255,7 @@ TEST_F(TrainerTest, RandomizedPositionsAreSortedUniqueInRangeAndTrainingWorks) {
 
   // The trainer passes such positions to the model (one vector per stack) for every batch.
   for (const char* scheme : {"sinusoidal", "rope", "t5"}) {
-    TrainOptions o = quiet();
+    TrainOptions o = quiet_train();
     int batches = 0;
     bool any_shifted = false;
     o.position_hook = [&](int64_t, const std::vector<std::vector<int64_t>>& pos) {
@@ -298,7 +295,7 @@ TEST_F(TrainerTest, RandomizedPositionsAreSortedUniqueInRangeAndTrainingWorks) {
 TEST_F(TrainerTest, RandomizedPositionsTrainOnOneLengthBatches) {
   for (const char* arch : {"seq2seq", "decoder"}) {
     std::map<size_t, int> steps_of_size;  // first stack's position count -> steps
-    TrainOptions o = quiet();
+    TrainOptions o = quiet_train();
     o.position_hook = [&](int64_t, const std::vector<std::vector<int64_t>>& pos) {
       ASSERT_FALSE(pos.empty());
       ++steps_of_size[pos[0].size()];
@@ -339,7 +336,7 @@ TEST_F(TrainerTest, CachedDecodingInEvalEqualsUncached) {
     }
   }
   // And after a little training (outputs that stop at eos).
-  TrainResult r = train(tiny("trained", {"pe.scheme=rope"}), quiet());
+  TrainResult r = train(tiny("trained", {"pe.scheme=rope"}), quiet_train());
   Config cfg = load_config((fs::path(r.run_dir) / "config.yaml").string());
   LoadedModel lm = load_model(cfg, r.last_checkpoint);
   for (const auto& set : lm.data->tests()) {
@@ -359,7 +356,7 @@ TEST_F(TrainerTest, LearnedPositionsBeyondMaxPositionsAreNotApplicable) {
                       {"pe.scheme=learned", "pe.max_positions=" + maxp,
                        std::string("model.arch=") + arch, std::string("task.formulation=") + arch,
                        "task.test_lengths=[5, 9]"});
-    TrainResult r = train(cfg, quiet());
+    TrainResult r = train(cfg, quiet_train());
     ASSERT_TRUE(r.finished);
     ASSERT_EQ(r.final_eval.size(), 3u);
     EXPECT_TRUE(r.final_eval[1].available()) << arch;
@@ -373,7 +370,7 @@ TEST_F(TrainerTest, LearnedPositionsBeyondMaxPositionsAreNotApplicable) {
   // A training sequence longer than the table is refused up front, by the config rule (seq2seq
   // reverse at length 5: 6 positions).
   try {
-    train(tiny("bad", {"pe.scheme=learned", "pe.max_positions=5"}), quiet());
+    train(tiny("bad", {"pe.scheme=learned", "pe.max_positions=5"}), quiet_train());
     FAIL() << "expected an error";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("pe.max_positions (5) must be >= 6"), std::string::npos)
@@ -390,7 +387,7 @@ TEST_F(TrainerTest, LmTaskReportsPerplexityPerLength) {
                            "task.lm_eval_lengths=[8, 16]", "task.num_eval_examples=5",
                            "task.valid_fraction=0.1", "pe.scheme=alibi", "train.steps=20",
                            "train.lr=0.01", "train.eval_every=10"});
-  TrainResult r = train(cfg, quiet());
+  TrainResult r = train(cfg, quiet_train());
   ASSERT_TRUE(r.finished);
   ASSERT_EQ(r.final_eval.size(), 3u);
   EXPECT_EQ(r.final_eval[1].split, "ctx_8");
@@ -419,7 +416,7 @@ TEST_F(TrainerTest, TextfileTaskTrainsAndEvaluatesEveryTestFile) {
   const std::string tr = write("train.tsv", train_tsv), te = write("long.tsv", test_tsv);
   Config cfg = tiny("tf", {"task.name=textfile", "task.train_file=" + tr,
                            "task.test_files=[" + te + "]", "task.valid_fraction=0.1"});
-  TrainResult r = train(cfg, quiet());
+  TrainResult r = train(cfg, quiet_train());
   ASSERT_TRUE(r.finished);
   ASSERT_EQ(r.final_eval.size(), 2u);
   EXPECT_EQ(r.final_eval[0].examples, 4);  // 10% of 40 held out

@@ -13,9 +13,11 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/rng.h"
+#include "tests/run_test_util.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
@@ -27,6 +29,8 @@
 namespace fs = std::filesystem;
 
 namespace pelab {
+using pelab::testing::quiet_train;
+
 namespace {
 
 using pelab::testing::slurp;
@@ -67,17 +71,8 @@ class ValidPositions : public pelab::testing::TempDirTest {
                                     "train.checkpoint_every=5",
                                     "train.keep_checkpoints=0",
                                     "train.threads=1",
-                                    "train.run_dir=" + dir_.string(),
-                                    "train.run_name=" + name,
                                     "eval.batch_size=8"};
-    all.insert(all.end(), sets.begin(), sets.end());
-    return load_config_string("", "<test>", all);
-  }
-
-  static TrainOptions quiet() {
-    TrainOptions o;
-    o.progress = 2;
-    return o;
+    return pelab::testing::tiny_run_config(std::move(all), dir_, name, sets);
   }
 
   // The validation split of `run` at its final checkpoint, with `opt`.
@@ -109,7 +104,7 @@ class ValidPositions : public pelab::testing::TempDirTest {
 
 TEST_F(ValidPositions, AsTrainedValidatesOnPositionsDrawnAsInTraining) {
   const Config cfg = tiny("rand", {"train.valid_positions=as_trained"});
-  const TrainResult run = train(cfg, quiet());
+  const TrainResult run = train(cfg, quiet_train());
   ASSERT_TRUE(run.finished);
   const MetricRow written = last_validation(run);
   ASSERT_EQ(written.get("step")->i, run.step);
@@ -152,21 +147,21 @@ TEST_F(ValidPositions, AsTrainedValidatesOnPositionsDrawnAsInTraining) {
 TEST_F(ValidPositions, FixedIsTheDefaultAndAsTrainedWithoutRandomPositionsChangesNothing) {
   const Config cfg = tiny("fixed");
   EXPECT_EQ(cfg.train.valid_positions, "fixed");
-  const TrainResult run = train(cfg, quiet());
+  const TrainResult run = train(cfg, quiet_train());
   EXPECT_EQ(num(last_validation(run).get("loss")), valid_of(cfg, run, EvalOptions{}).loss);
 
   // Without randomized positions training uses 0..L-1, and so does `as_trained`.
   const std::vector<std::string> plain = {"pe.randomized_positions=false"};
-  const TrainResult a = train(tiny("plain_fixed", plain), quiet());
+  const TrainResult a = train(tiny("plain_fixed", plain), quiet_train());
   std::vector<std::string> as = plain;
   as.push_back("train.valid_positions=as_trained");
-  const TrainResult b = train(tiny("plain_as_trained", as), quiet());
+  const TrainResult b = train(tiny("plain_as_trained", as), quiet_train());
   EXPECT_EQ(slurp(fs::path(a.run_dir) / "eval.csv"), slurp(fs::path(b.run_dir) / "eval.csv"));
 }
 
 TEST_F(ValidPositions, ResumedRunWithACriterionStopsAtTheSameStep) {
   // A threshold on the validation loss that the uninterrupted run meets before its cap.
-  const TrainResult probe = train(tiny("probe", {"train.valid_positions=as_trained"}), quiet());
+  const TrainResult probe = train(tiny("probe", {"train.valid_positions=as_trained"}), quiet_train());
   double thr = std::numeric_limits<double>::infinity();
   int64_t at = -1;
   for (const MetricRow& row :
@@ -184,15 +179,15 @@ TEST_F(ValidPositions, ResumedRunWithACriterionStopsAtTheSameStep) {
   when.precision(17);
   when << "train.stop_when={metric: loss, split: valid, at_most: " << thr << ", patience: 1}";
   const std::vector<std::string> crit = {"train.valid_positions=as_trained", when.str()};
-  const TrainResult full = train(tiny("full", crit), quiet());
+  const TrainResult full = train(tiny("full", crit), quiet_train());
   ASSERT_TRUE(full.criterion_met);
   ASSERT_LE(full.step, at);
 
-  TrainOptions cut = quiet();
+  TrainOptions cut = quiet_train();
   cut.stop_after = 5;
   const TrainResult part = train(tiny("split", crit), cut);
   ASSERT_FALSE(part.finished);
-  TrainOptions again = quiet();
+  TrainOptions again = quiet_train();
   again.resume = part.run_dir;
   const TrainResult resumed = train(tiny("split", crit), again);
   EXPECT_TRUE(resumed.criterion_met);
