@@ -1020,16 +1020,20 @@ std::vector<Rule> build_rules() {
                    "its first positions",
                    {"train.batch_lengths", "pe.randomized_positions"}};
          if (!one_length_batches(c)) return {};
-         const std::string why =
-             c.train.batch_lengths == "one" ? "train.batch_lengths one"
-                                            : "pe.randomized_positions (train.batch_lengths auto)";
+         const bool explicit_one = c.train.batch_lengths == "one";
+         const std::string why = explicit_one
+                                     ? "train.batch_lengths one"
+                                     : "pe.randomized_positions (train.batch_lengths auto)";
          if (c.task.name == "textfile" || c.task.train_examples > 0)
-           return {why + " needs one-length batches, which are drawn from a synthetic task's "
-                         "generated examples; " +
+           return {why + " draws one-length batches from a synthetic task's generated examples, "
+                         "but " +
                        (c.task.name == "textfile" ? std::string("task textfile")
                                                   : "task.train_examples " +
                                                         std::to_string(c.task.train_examples)) +
-                       " trains on a fixed set of examples",
+                       " trains on a fixed set of examples; " +
+                       (explicit_one ? "use train.batch_lengths mixed"
+                                     : "use a generated task (task.train_examples 0) or train "
+                                       "without pe.randomized_positions"),
                    {"train.batch_lengths", "task.name", "task.train_examples"}};
          if (c.train.bucket_by_length)
            return {"train.bucket_by_length groups examples of mixed lengths; " + why +
