@@ -74,5 +74,36 @@ TEST_F(CompareReuseStop, WithoutACriterionTheyOnlyChangeTheEvaluation) {
   EXPECT_EQ(log_.str().find("config changed"), std::string::npos) << log_.str();
 }
 
+// A randomized run that a pelab from before train.batch_lengths trained (its config.yaml has no
+// such key) trained on mixed-length batches: the comparison retrains it instead of reusing it,
+// and says why. A standard run from then trained as it does now and is reused.
+TEST_F(CompareReuseStop, RandomizedRunsFromMixedBatchesAreRetrained) {
+  const std::string cfg = write(
+      "rand.yaml", pelab::testing::tiny_compare_yaml("[2, 6]", 8) +
+                       "    - rope\n"
+                       "    - {name: rope+rand, set: {pe.scheme: rope, pe.randomized_positions: "
+                       "true, pe.randomized_max_position: 16}}\n");
+  CompareOptions o;
+  o.out = (dir_ / "rand").string();
+  o.progress = 2;
+  o.log = &log_;
+  ASSERT_EQ(run_compare(load_compare(cfg), o).trained, 4);
+  // As a pelab from before the key wrote them.
+  for (const char* run : {"rope_seed1", "rope+rand_seed1"}) {
+    const auto path = dir_ / "rand" / "runs" / run / "config.yaml";
+    std::string y = pelab::testing::slurp(path);
+    const size_t at = y.find("\n  batch_lengths: auto");  // the line, with its comment
+    ASSERT_NE(at, std::string::npos) << y;
+    y.erase(at, y.find('\n', at + 1) - at);
+    write(path.lexically_relative(dir_).string(), y);
+  }
+  log_.str("");
+  const CompareResult again = run_compare(load_compare(cfg), o);
+  EXPECT_EQ(again.trained, 1);  // rope+rand seed 1
+  EXPECT_EQ(again.reused, 3);
+  EXPECT_NE(log_.str().find("mixed-length batches"), std::string::npos) << log_.str();
+  EXPECT_EQ(run_compare(load_compare(cfg), o).reused, 4);  // retrained as pelab trains now
+}
+
 }  // namespace
 }  // namespace pelab

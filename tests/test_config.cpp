@@ -397,6 +397,16 @@ TEST_F(ConfigTest, ConfigCrossFieldRules) {
   EXPECT_EQ(error_of("train:\n  batch_lengths: mixed\n  bucket_by_length: true\n"), "");
   EXPECT_NE(error_of("train:\n  batch_lengths: single\n").find("train.batch_lengths"),
             std::string::npos);
+  // A stored config without train.batch_lengths (written before it existed) of a randomized run
+  // on a synthetic task trained on mixed batches; with the key, or not randomized, or lm: not.
+  const std::string rand = "pe:\n  randomized_positions: true\n";
+  EXPECT_NE(pelab::mixed_randomized_batches("task:\n  name: reverse\n" + rand), "");
+  EXPECT_NE(pelab::mixed_randomized_batches(rand + "train:\n  steps: 5\n"), "");
+  EXPECT_EQ(pelab::mixed_randomized_batches(rand + "train:\n  batch_lengths: auto\n"), "");
+  EXPECT_EQ(pelab::mixed_randomized_batches("pe:\n  randomized_positions: false\n"), "");
+  EXPECT_EQ(pelab::mixed_randomized_batches("task:\n  name: lm\n" + rand), "");
+  EXPECT_EQ(pelab::mixed_randomized_batches("[unclosed"), "");
+  EXPECT_EQ(pelab::mixed_randomized_batches(pelab::config_to_yaml(c)), "");  // what pelab writes
 }
 
 TEST_F(ConfigTest, ConfigValidateInCode) {

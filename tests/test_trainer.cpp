@@ -152,6 +152,39 @@ TEST_F(TrainerTest, ResumedRunEqualsUninterruptedRunBitForBit) {
             strip(slurp(fs::path(done.run_dir) / "metrics.csv")));
 }
 
+// A randomized-positions run checkpointed by a pelab from before train.batch_lengths trained on
+// mixed-length batches; continuing it on one-length batches would give a run trained half one
+// way and half the other, so --resume refuses it (injected: the checkpoint's config without the
+// key, as such a pelab wrote it).
+TEST_F(TrainerTest, ResumeRefusesARandomizedRunFromMixedBatches) {
+  const std::vector<std::string> sets = {"pe.scheme=rope", "pe.randomized_positions=true",
+                                         "pe.randomized_max_position=16"};
+  TrainOptions stop = quiet_train();
+  stop.stop_after = 3;
+  TrainResult part = train(tiny("old", sets), stop);
+  ASSERT_FALSE(part.finished);
+  const std::string ck = (fs::path(part.run_dir) / "checkpoints" / "step_3.h5").string();
+  // As the run itself wrote it, it resumes.
+  EXPECT_EQ(mixed_randomized_batches(load_checkpoint(ck).config_yaml), "");
+  CheckpointData data = load_checkpoint(ck);
+  std::string& y = data.config_yaml;
+  const size_t at = y.find("  batch_lengths: auto\n");
+  ASSERT_NE(at, std::string::npos) << y;
+  y.erase(at, std::string("  batch_lengths: auto\n").size());
+  save_checkpoint(ck, data);
+  EXPECT_NE(mixed_randomized_batches(y), "");
+  TrainOptions resume = quiet_train();
+  resume.resume = ck;
+  try {
+    train(tiny("old", sets), resume);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixed-length batches"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train it afresh"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(checkpoint_step(ck), 3);  // nothing written
+}
+
 TEST_F(TrainerTest, ResumeRejectsAChangedModelAndMissingRuns) {
   TrainOptions stop = quiet_train();
   stop.stop_after = 2;

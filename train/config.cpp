@@ -1256,6 +1256,26 @@ bool one_length_batches(const Config& c) {
          (c.train.batch_lengths == "auto" && c.model.pe.randomized_positions);
 }
 
+std::string mixed_randomized_batches(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception&) {
+    return "";  // not a config: the caller's own parse reports it
+  }
+  if (!root.IsMap()) return "";
+  const YAML::Node train = root["train"], pe = root["pe"], task = root["task"];
+  if (train.IsMap() && train["batch_lengths"]) return "";
+  if (!pe.IsMap() || !pe["randomized_positions"] || !pe["randomized_positions"].IsScalar() ||
+      pe["randomized_positions"].Scalar() != "true")
+    return "";
+  if (task.IsMap() && task["name"] && task["name"].IsScalar() && task["name"].Scalar() == "lm")
+    return "";
+  return "trained with pe.randomized_positions on mixed-length batches by a pelab from before "
+         "train.batch_lengths (its config has no train.batch_lengths); randomized positions now "
+         "train on one-length batches (docs/training.md)";
+}
+
 // ---------------- public API ----------------
 
 bool StopWhen::improves(double v, double best) const {

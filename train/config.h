@@ -222,6 +222,12 @@ int head_dim(const Config& cfg);           // model.d_model / model.heads
 // train.batch_lengths resolved for the training batches of a synthetic task: `one`, or `auto` with
 // pe.randomized_positions (false for the lm task, whose windows all have one length anyway).
 bool one_length_batches(const Config& cfg);
+// A run's stored resolved config (its config.yaml, or a checkpoint's config) written by a pelab
+// from before train.batch_lengths, of a run with pe.randomized_positions on a synthetic task: it
+// trained on mixed-length batches, which randomized positions no longer do (docs/training.md).
+// Returns why, "" when the text is not such a run's. Comparisons retrain such a run; --resume
+// refuses to continue it.
+std::string mixed_randomized_batches(const std::string& stored_config_yaml);
 std::string derive_run_name(const std::string& config_path);  // file stem, "run" if empty
 
 }  // namespace pelab

@@ -329,6 +329,9 @@ void Trainer::open_run() {
   clean_temporaries(run_dir);
   const CheckpointData ck = load_checkpoint(ckpt_path);  // the one checkpoint read of a resume
   resumed_from_ = ckpt_path;
+  const std::string mixed = mixed_randomized_batches(ck.config_yaml);
+  PELAB_CHECK(mixed.empty(), "--resume ", run_dir.string(), ": the run was ", mixed,
+              "; it cannot be continued as it was trained: train it afresh");
   const Config run_cfg = load_config_string(ck.config_yaml, ckpt_path + ": config");
   for (const auto& key : config_schema()) {
     const std::string k = key.full_name();

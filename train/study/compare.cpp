@@ -816,6 +816,13 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
     r.reason = std::string("unreadable config.yaml: ") + e.what();
     return r;
   }
+  const std::string mixed =
+      mixed_randomized_batches(read_text_file((fs::path(dir) / "config.yaml").string()));
+  if (!mixed.empty()) {
+    r.state = RunState::Stale;
+    r.reason = mixed;
+    return r;
+  }
   const bool stops = want.train.stop_when.enabled() || r.stored.train.stop_when.enabled();
   for (const auto& key : config_schema()) {
     const std::string k = key.full_name();
