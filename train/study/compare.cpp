@@ -809,15 +809,16 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
     r.reason = "no config.yaml";
     return r;
   }
+  std::string mixed;
   try {
-    r.stored = load_config((fs::path(dir) / "config.yaml").string());
+    const std::string path = (fs::path(dir) / "config.yaml").string();
+    r.stored = load_config(path);
+    mixed = mixed_randomized_batches(read_text_file(path));
   } catch (const std::exception& e) {
     r.state = RunState::Stale;
     r.reason = std::string("unreadable config.yaml: ") + e.what();
     return r;
   }
-  const std::string mixed =
-      mixed_randomized_batches(read_text_file((fs::path(dir) / "config.yaml").string()));
   if (!mixed.empty()) {
     r.state = RunState::Stale;
     r.reason = mixed;
