@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "pelab/blas_kernels.h"
 #include "pelab/pelab.h"
 
 namespace {
@@ -36,11 +37,13 @@ pelab::Tensor random_matrix(int64_t n, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pelab::select_blas_kernels(argv);  // the kernels a pelab run gets (pelab/blas_kernels.h)
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;  // default: 2 threads
   pelab::set_num_threads(threads);
   std::printf("pelab matmul vs cblas_sgemm, float32, %d threads (median GFLOP/s;\n"
               "ratio = median over alternating sample pairs of pelab/cblas speed)\n",
               threads);
+  std::printf("BLAS: %s\n", pelab::blas_kernels_summary().c_str());
   std::printf("%6s %8s %12s %12s %8s %10s\n", "n", "calls", "pelab", "cblas", "ratio",
               "max|diff|");
   bool ok = true;

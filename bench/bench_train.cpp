@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "models/transformer.h"
+#include "pelab/blas_kernels.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
 #include "pelab/pelab.h"
@@ -63,7 +64,8 @@ static std::string json_string(const std::string& s) {
 // process (from /proc/self/maps) whose name says BLAS, LAPACK or an OpenMP runtime, i.e. the files
 // the dynamic loader resolved, not the ones the build named; OpenBLAS's own openblas_get_config(),
 // its build variant from openblas_get_parallel() ("serial", "pthread", "openmp") and its thread
-// count; and omp_get_max_threads().
+// count; the kernels it runs (openblas_get_corename()) and how pelab chose them ("kernels":
+// blas_kernels_summary()); and omp_get_max_threads().
 static std::string blas_record_json() {
   std::ifstream maps("/proc/self/maps");
   std::vector<std::string> libs;
@@ -85,6 +87,8 @@ static std::string blas_record_json() {
   j += "], \"openblas_config\": " + json_string(openblas_get_config()) +
        ", \"openblas_parallel\": " + json_string(variant) +
        ", \"openblas_threads\": " + std::to_string(openblas_get_num_threads()) +
+       ", \"openblas_corename\": " + json_string(blas_corename()) +
+       ", \"kernels\": " + json_string(blas_kernels_summary()) +
        ", \"omp_max_threads\": " + std::to_string(num_threads()) + "}";
   return j;
 }
@@ -110,6 +114,7 @@ static int run_sgemm(int64_t n, int threads) {
 }
 
 int main(int argc, char** argv) {
+  select_blas_kernels(argv);  // the kernels a pelab run gets (pelab/blas_kernels.h)
   std::string scheme = "sinusoidal";
   int64_t d_model = 128, heads = 4, d_ff = 512, layers = 2, batch = 32, len = 32, vocab = 32;
   int steps = 20, warmup = 3, threads = 2;

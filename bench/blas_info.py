@@ -4,7 +4,9 @@ A BLAS record (one JSON object, the same keys on both sides) holds "libs": the s
 into the process (/proc/self/maps) whose name says BLAS, LAPACK or an OpenMP runtime — the files the
 dynamic loader resolved, e.g. Debian's libblas.so.3 alternative, not what a build named — and, when
 an OpenBLAS is mapped, its openblas_get_config(), build variant (openblas_get_parallel(): serial /
-pthread / openmp) and thread count. bench_train.cpp (blas_record_json) prints it for pelab;
+pthread / openmp), thread count and the kernels it runs (openblas_get_corename(): a DYNAMIC_ARCH
+build picks them at load, e.g. its generic "Prescott" ones on a CPU it does not know; pelab's side
+adds "kernels", how pelab chose them). bench_train.cpp (blas_record_json) prints it for pelab;
 record() below makes it for the Python process (bench_torch.py adds PyTorch's own facts). describe()
 turns one into the short label of the tables; run_bench.py writes every record in its JSON.
 """
@@ -37,7 +39,7 @@ def record(maps="/proc/self/maps"):
     (dlopen of a loaded library returns the loaded copy), so the answer is the running one's."""
     libs = mapped_libs(maps)
     rec = {"libs": libs, "openblas_config": None, "openblas_parallel": None,
-           "openblas_threads": None}
+           "openblas_threads": None, "openblas_corename": None}
     for path in libs:
         if "openblas" not in os.path.basename(path):
             continue
@@ -50,6 +52,9 @@ def record(maps="/proc/self/maps"):
             rec["openblas_parallel"] = PARALLEL.get(lib.openblas_get_parallel(), "unknown")
         if hasattr(lib, "openblas_get_num_threads"):
             rec["openblas_threads"] = lib.openblas_get_num_threads()
+        if hasattr(lib, "openblas_get_corename"):
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            rec["openblas_corename"] = lib.openblas_get_corename().decode()
         break
     return rec
 
@@ -91,14 +96,16 @@ def blas_file(rec):
 
 
 def describe(rec):
-    """One-line label without commas (CSV / table cell): the BLAS, its variant and threads, file."""
+    """One-line label without commas (CSV / table cell): the BLAS, its variant, kernels and threads,
+    file."""
     path = blas_file(rec) or "no BLAS mapped"
     if any("cublas" in os.path.basename(p) for p in rec.get("libs", [])):
         path += " + cuBLAS mapped (CUDA build)"
     if rec.get("openblas_config"):
         version = rec["openblas_config"].split()[:2]  # "OpenBLAS 0.3.21"
-        return "%s %s build / %s threads / %s" % (" ".join(version), rec["openblas_parallel"],
-                                                  rec["openblas_threads"], path)
+        return "%s %s build / %s kernels / %s threads / %s" % (
+            " ".join(version), rec["openblas_parallel"], rec.get("openblas_corename") or "unknown",
+            rec["openblas_threads"], path)
     return path
 
 
@@ -129,8 +136,9 @@ def host_state():
             "loadavg": loadavg(), "cpu_model": cpu_model(), "cpus": os.cpu_count()}
 
 
+# The BLAS kernel settings (OPENBLAS_CORETYPE, PELAB_BLAS_CORETYPE) go with them.
 THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
-              "MKL_NUM_THREADS")
+              "MKL_NUM_THREADS", "OPENBLAS_CORETYPE", "PELAB_BLAS_CORETYPE")
 
 
 def thread_env(env=None):

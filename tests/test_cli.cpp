@@ -70,6 +70,7 @@ TEST_F(CLITest, HelpAndVersionForEveryVerb) {
   Result v = pelab("--version");
   EXPECT_EQ(v.rc, 0);
   EXPECT_EQ(v.out.rfind("pelab ", 0), 0u);
+  EXPECT_NE(v.out.find("\nBLAS: OpenBLAS "), std::string::npos) << v.out;  // and its kernels
   Result none = pelab("");
   EXPECT_EQ(none.rc, 2);
   EXPECT_NE(none.err.find("usage: pelab"), std::string::npos);
@@ -96,6 +97,7 @@ TEST_F(CLITest, TrainEvalGenerateInfoResume) {
   EXPECT_NE(t.err.find("step 4/4 loss "), std::string::npos) << t.err;
   EXPECT_EQ(t.err.find('\r'), std::string::npos);
   EXPECT_NE(slurp(run / "train.log").find("step 2/4 loss "), std::string::npos);
+  EXPECT_NE(slurp(run / "train.log").find("pelab train: BLAS: OpenBLAS "), std::string::npos);
   EXPECT_NE(t.out.find("len_6"), std::string::npos);
 
   // eval of the run directory, and of the config (same run), with eval-time RoPE scaling.

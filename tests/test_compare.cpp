@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "models/pe/t5_buckets.h"
+#include "pelab/blas_kernels.h"
 #include "train/app/cli.h"
 #include "train/study/compare.h"
 #include "train/config.h"
@@ -268,6 +269,9 @@ TEST_F(CompareTest, WritesReportWithTablesPlotsAndNaCells) {
   EXPECT_NE(md.find("task lengths 1–4"), std::string::npos);
   EXPECT_NE(md.find("compare:"), std::string::npos);  // the config as given
   EXPECT_NE(md.find("## Reproduce"), std::string::npos);
+  // The conditions of the timings name the BLAS kernels (issue 31).
+  EXPECT_NE(md.find("; BLAS: OpenBLAS "), std::string::npos) << md;
+  EXPECT_NE(md.find(pelab::blas_corename() + " kernels; "), std::string::npos) << md;
   // The learned row: two numeric in-distribution cells, then two n/a cells.
   // (the first "| learned |" is the Convergence table's row)
   const size_t lp = md.find("| learned |", md.find("## exact match"));

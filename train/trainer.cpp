@@ -24,6 +24,7 @@
 #include "data/rng.h"
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
+#include "pelab/blas_kernels.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
 #include "pelab/strings.h"
@@ -875,6 +876,7 @@ TrainResult Trainer::run() {
   else
     progress_->line("pelab train: resumed " + dir_ + " at step " + std::to_string(step_) + " of " +
                     std::to_string(total));
+  progress_->line("pelab train: BLAS: " + blas_kernels_summary());
   for (const auto& note : opt_.notes) progress_->line(note);
   if (mpi)
     progress_->line("pelab train: data-parallel over " + comm_.describe() + ": " +

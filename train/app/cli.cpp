@@ -13,6 +13,7 @@
 #include "data/error.h"
 #include "models/info.h"
 #include "models/pe/pe.h"
+#include "pelab/blas_kernels.h"
 #include "pelab/pelab.h"
 #include "pelab/strings.h"
 #include "train/command_line.h"
@@ -522,7 +523,7 @@ int run_cli(const std::vector<std::string>& a, std::istream& in, std::ostream& o
       return 0;
     }
     if (cmd == "--version") {
-      out << "pelab " << version() << "\n";
+      out << "pelab " << version() << "\nBLAS: " << blas_kernels_summary() << "\n";
       return 0;
     }
     for (const auto& v : verbs())

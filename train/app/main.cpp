@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "pelab/blas_kernels.h"
 #include "train/app/cli.h"
 #include "train/study/compare.h"
 
@@ -17,10 +18,12 @@ int main(int argc, char** argv) {
   // (~2x slower on an idle machine). 1000 spins (~20 us) keeps nearly all of the idle-machine speed
   // and bounds the loss under sharing (docs/performance.md). libgomp reads these when it is loaded,
   // so when the user has chosen neither, set the spin count and re-execute ourselves once.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
-    ::setenv("GOMP_SPINCOUNT", "1000", 1);
-    ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-  }
+  const bool spin = std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr;
+  if (spin) ::setenv("GOMP_SPINCOUNT", "1000", 1);
+  // OpenBLAS's kernels against the CPU's (pelab/blas_kernels.h): when it re-executes us, the
+  // spin count above goes with it.
+  pelab::select_blas_kernels(argv);
+  if (spin) ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   // `pelab compare --jobs N` starts this binary for each run (train/study/compare.h).
   pelab::set_compare_child_binary("/proc/self/exe");
   std::vector<std::string> args(argv + 1, argv + argc);

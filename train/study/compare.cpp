@@ -27,6 +27,7 @@
 #include "data/batch.h"
 #include "data/rng.h"
 #include "models/pe/pe.h"
+#include "pelab/blas_kernels.h"
 #include "pelab/parallel.h"
 #include "pelab/strings.h"
 #include "pelab/random.h"
@@ -1672,7 +1673,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     in.timing_note =
         "machine: " + std::to_string(std::thread::hardware_concurrency()) +
         " cores, 1-min load average " + load_start + " at the start and " + load_average() +
-        " at the end; " + threads + "; " + std::to_string(res.trained + res.resumed) + " of " +
+        " at the end; BLAS: " + blas_kernels_summary() + "; " + threads + "; " + std::to_string(res.trained + res.resumed) + " of " +
         std::to_string(N) + " runs trained in this invocation, the rest reused" +
         (at_once > 1 ? "; " + std::to_string(at_once) + " runs at once in child processes (--jobs)"
                      : "");
