@@ -7,9 +7,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${PELAB_BENCH_BUILD:-$ROOT/build-perf}"
 PY="${PELAB_TORCH_PYTHON:-/usr/bin/python3}"
-# CPU-only build: PyTorch's Debian build has no CUDA either, and a bench_train linked with the CUDA
-# backend maps cudart / cuBLAS / cuBLASLt (about 150 MB more peak RSS at the reference config, none
-# of it used on the CPU). Likewise without MPI (bench_train is one process; the 2026-11-24 figures
+# CPU-only build: PyTorch's Debian build has no CUDA either (a CUDA-enabled bench_train no longer
+# maps cudart / cuBLAS / cuBLASLt on the CPU: the backend is libpelab_cuda.so, loaded on demand). Likewise without MPI (bench_train is one process; the 2026-11-24 figures
 # predate the MPI option). Each run records every BLAS library mapped into each side's processes.
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPELAB_CUDA=OFF -DPELAB_MPI=OFF >/dev/null
 ninja -C "$BUILD" bench_train pelab   # pelab: run_bench.py reads the registered schemes from `pelab config-reference`

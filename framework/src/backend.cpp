@@ -4,13 +4,16 @@
 #include <array>
 #include <mutex>
 #include <utility>
+#ifdef PELAB_WITH_CUDA
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
+#endif
 
 namespace pelab {
 
 void register_cpu_backend();  // framework/src/cpu/cpu_register.cpp
-#ifdef PELAB_WITH_CUDA
-void register_cuda_backend();  // framework/src/cuda/ (throws if no GPU is present)
-#endif
 
 namespace {
 std::array<std::unique_ptr<Backend>, 2>& slots() {
@@ -22,6 +25,35 @@ std::once_flag cpu_once;
 std::once_flag cuda_once;
 bool cuda_failed = false;
 std::string cuda_error;
+
+// The CUDA backend is the shared library libpelab_cuda.so (CMakeLists.txt), loaded the first time a
+// CUDA device is asked for, so that a CPU run maps neither it nor cudart / cuBLAS / cuBLASLt. It is
+// looked for next to the executable (the build tree), then by the loader's search (a bundle's
+// ../lib through the executable's RPATH, LD_LIBRARY_PATH). Its engine symbols resolve against the
+// executable, which exports them. Throws with the loader's reason when it cannot be loaded.
+void load_cuda_backend() {
+  const char* const kName = "libpelab_cuda.so";
+  std::string tried;
+  void* lib = nullptr;
+  char exe[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    std::string dir(exe, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/') + 1);
+    lib = ::dlopen((dir + kName).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) tried = ::dlerror();
+  }
+  if (lib == nullptr) lib = ::dlopen(kName, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = ::dlerror();
+    fail("no CUDA device: cannot load the CUDA backend ", kName, ": ", why ? why : "?",
+         tried.empty() ? "" : " (next to the executable: " + tried + ")");
+  }
+  using Register = void (*)();
+  auto reg = reinterpret_cast<Register>(::dlsym(lib, "pelab_register_cuda_backend"));
+  if (reg == nullptr) fail("no CUDA device: ", kName, " has no pelab_register_cuda_backend");
+  reg();  // throws "no CUDA device: ..." without a usable GPU
+}
 #endif
 }  // namespace
 
@@ -37,7 +69,7 @@ static void ensure(DeviceType type) {
   if (type == DeviceType::CUDA) {
     std::call_once(cuda_once, [] {
       try {
-        register_cuda_backend();
+        load_cuda_backend();
       } catch (const std::exception& e) {
         cuda_failed = true;
         cuda_error = e.what();

@@ -1,4 +1,5 @@
-// pelab — registers the CUDA backend (called lazily by backend_for() in backend.cpp). Throws
+// pelab — registers the CUDA backend (called lazily by backend_for() in backend.cpp, through
+// pelab_register_cuda_backend once it has loaded this shared library, libpelab_cuda.so). Throws
 // "no CUDA device: ..." when the runtime finds no usable GPU (no driver, no device, or device 0
 // cannot be initialised); backend.cpp turns that into "device cuda:0 is not available: ...".
 #include <cuda_runtime_api.h>
@@ -26,3 +27,8 @@ void register_cuda_backend() {
 }
 
 }  // namespace pelab
+
+// The entry point backend.cpp looks up with dlsym (an unmangled name).
+extern "C" __attribute__((visibility("default"))) void pelab_register_cuda_backend() {
+  pelab::register_cuda_backend();
+}
