@@ -135,14 +135,35 @@ TEST(BlasKernels, AutoTestsTheBetterKernelsAndFallsBackWhenTheyFail) {
   EXPECT_EQ(after.kind, BlasStep::Continue);
   EXPECT_NE(after.note.find("failed pelab's numeric self-test"), std::string::npos) << after.note;
 
-  // An OpenBLAS without the kernels (it loaded others): back to its own choice as well.
-  env.openblas_coretype = "SkylakeX";
-  env.marker = first.marker;
-  const BlasStep unknown =
-      pelab::plan_blas_kernels(env, {"Haswell", kDynamic, "SkylakeX"}, no_self_test);
-  EXPECT_EQ(unknown.kind, BlasStep::Reexec);
-  EXPECT_EQ(unknown.set_coretype, std::optional<std::string>(""));
-  EXPECT_NE(unknown.warning.find("are not in this OpenBLAS (it loaded Haswell)"), std::string::npos);
+  // An OpenBLAS without the kernels (an older one without Cooperlake: it loaded its own choice
+  // again): the next ones down are tried, while they beat its own choice ...
+  env.openblas_coretype = "Cooperlake";
+  env.marker = "try|auto|Cooperlake|Prescott";
+  const BlasStep lower = pelab::plan_blas_kernels(env, {"Prescott", kDynamic, "Cooperlake"}, no_self_test);
+  ASSERT_EQ(lower.kind, BlasStep::Reexec);
+  EXPECT_EQ(lower.set_coretype, std::optional<std::string>("SkylakeX"));
+  EXPECT_EQ(lower.marker, "try|auto|SkylakeX|Prescott");
+  EXPECT_TRUE(lower.warning.empty());
+  // ... then back to its own choice, with a warning.
+  env.openblas_coretype = "Sandybridge";
+  env.marker = "try|auto|Sandybridge|Prescott";
+  const BlasStep none = pelab::plan_blas_kernels(env, {"Prescott", kDynamic, "Cooperlake"}, no_self_test);
+  EXPECT_EQ(none.kind, BlasStep::Reexec);
+  EXPECT_EQ(none.set_coretype, std::optional<std::string>(""));
+  EXPECT_NE(none.warning.find("Sandybridge kernels are not in this OpenBLAS (it loaded Prescott)"),
+            std::string::npos)
+      << none.warning;
+  // Kernels of the same level under the name are tested and kept, under their own name.
+  env.openblas_coretype = "Cooperlake";
+  env.marker = "try|auto|Cooperlake|Prescott";
+  int ran = 0;
+  const BlasStep same = pelab::plan_blas_kernels(env, {"SkylakeX", kDynamic, "Cooperlake"}, [&] {
+    ++ran;
+    return std::string();
+  });
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(same.kind, BlasStep::Continue);
+  EXPECT_NE(same.note.find("this CPU supports SkylakeX, which passed"), std::string::npos) << same.note;
 }
 
 TEST(BlasKernels, NothingChangesWhenOpenBLASAlreadyHasTheBestOrTheUserChose) {

@@ -62,6 +62,16 @@ std::string own_choice(const std::string& corename) {
 
 const char* const kKernelExamples = "SkylakeX, Haswell, Zen, Sandybridge or Prescott";
 
+// The kernels auto tries when an OpenBLAS lacks `name` (an older one without Cooperlake, say): the
+// next one down that the same CPU runs, "" below Sandybridge.
+std::string next_lower_coretype(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "cooperlake") return "SkylakeX";
+  if (n == "skylakex" || n == "zen") return "Haswell";
+  if (n == "haswell") return "Sandybridge";
+  return "";
+}
+
 // ---------------- self-test ----------------
 
 uint64_t lcg(uint64_t& s) {
@@ -250,18 +260,27 @@ BlasStep plan_blas_kernels(const BlasEnv& e, const BlasFacts& facts,
     const std::vector<std::string> d = fields(*e.marker, 4);
     if (d.size() == 4 && d[0] == "done" && d[1] == policy && d[2] == coretype) return done(d[3]);
     if (d.size() == 4 && d[0] == "try" && d[1] == policy && d[2] == coretype && !coretype.empty()) {
-      const std::string& name = d[2];
       const std::string& deflt = d[3];
-      if (!same_name(facts.corename, name)) {
-        if (named) {
-          step.kind = BlasStep::Error;
-          step.error = std::string(kPolicyVar) + "=" + name + ": this OpenBLAS (" + facts.config +
-                       ") has no kernels of that name (it loaded " + facts.corename +
-                       "); use auto, keep or one it has, e.g. " + kKernelExamples;
+      if (named && !same_name(facts.corename, d[2])) {
+        step.kind = BlasStep::Error;
+        step.error = std::string(kPolicyVar) + "=" + d[2] + ": this OpenBLAS (" + facts.config +
+                     ") has no kernels of that name (it loaded " + facts.corename +
+                     "); use auto, keep or one it has, e.g. " + kKernelExamples;
+        return step;
+      }
+      if (openblas_kernel_level(facts.corename) < openblas_kernel_level(d[2])) {
+        // auto, and this OpenBLAS does not have them: the next ones down, while they beat its own.
+        const std::string next = next_lower_coretype(d[2]);
+        if (!next.empty() && openblas_kernel_level(next) > openblas_kernel_level(deflt)) {
+          step.kind = BlasStep::Reexec;
+          step.set_coretype = next;
+          step.marker = "try|" + policy + "|" + next + "|" + deflt;
           return step;
         }
-        return fall_back(name, deflt, "are not in this OpenBLAS (it loaded " + facts.corename + ")");
+        return fall_back(d[2], deflt, "are not in this OpenBLAS (it loaded " + facts.corename + ")");
       }
+      // What OpenBLAS loaded for the name (the same kernels, or others of their level) is tested.
+      const std::string& name = facts.corename;
       const std::string failed = self_test();
       if (!failed.empty()) return fall_back(name, deflt, "failed pelab's numeric self-test (" + failed + ")");
       return done(named ? std::string(kPolicyVar) + "=" + name + " (OpenBLAS chose " + deflt +
