@@ -539,14 +539,19 @@ std::vector<std::string> parse_config_set_map(const YAML::Node& n, const std::st
 
 CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
                                 const std::vector<std::string>& overrides) {
+  // Parsed once: an anchor of one section can be used in another.
+  return load_compare_node(parse_config_yaml(yaml, source), yaml, source, overrides);
+}
+
+CompareSpec load_compare_node(const YAML::Node& root, const std::string& text,
+                              const std::string& source,
+                              const std::vector<std::string>& overrides) {
   CompareSpec spec;
   spec.source = source;
-  spec.config_text = yaml;
-  std::string compare_rest;
-  const YAML::Node root = load_config_block(yaml, "compare", source, compare_rest);
-  // The literature section is the report's, never a run's: blanked before the run config is read.
-  YAML::Node literature;
-  const std::string base_text = split_literature_block(compare_rest, source, &literature);
+  spec.config_text = text;
+  // The literature section is the report's, never a run's: removed before the run config is read.
+  const YAML::Node literature =
+      root.IsMap() ? root["literature"] : YAML::Node(YAML::NodeType::Undefined);
   if (!root.IsDefined() || root.IsNull() || !root.IsMap() || !root["compare"])
     fail_at(source,
             "no compare section (a compare config needs compare.schemes; see "
@@ -608,7 +613,7 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
   }
   spec.cli_sets = base_sets;
   spec.overrides = overrides;
-  spec.base = load_config_string(base_text, source, base_sets);
+  spec.base = load_config_node(without_blocks(root, {"compare", "literature"}), source, base_sets);
   if (!metric_names().count(spec.metric))
     fail_at(source,
             "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
