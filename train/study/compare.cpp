@@ -4,7 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1061,34 +1061,80 @@ double valid_metric(const std::string& run_dir, const std::string& metric, std::
 
 std::string g_child_binary;  // set_compare_child_binary()
 
-// Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`.
+// `fd` moved to a descriptor >= 3 with FD_CLOEXEC (so that the child's dup2 onto 0, 1 and 2 cannot
+// clobber it, and no other child inherits it); -1 stays -1.
+int high_cloexec_fd(int fd) {
+  if (fd < 0 || fd > 2) return fd;
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  ::close(fd);
+  return moved;
+}
+
+// Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`, SIGINT and
+// SIGTERM at their defaults and no signal blocked. The child dies with this process: it asks the
+// kernel for SIGTERM when its parent ends (PR_SET_PDEATHSIG; a pelab child stops at a checkpoint),
+// so a `kill -9` of the comparison leaves no run training as an orphan that holds its run
+// directory's lock. (The signal follows the thread that forks: call this from the thread that
+// outlives the children, as run_compare's caller does.)
 pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args,
                   const std::string& log_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::vector<std::string> all = {exe};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  PELAB_CHECK(rc == 0, "compare: cannot start ", exe, ": ", std::strerror(rc));
+  // Everything the child needs is made here: between fork and exec it only makes system calls.
+  const int in = high_cloexec_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  const int out = high_cloexec_fd(
+      ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+  const int open_errno = errno;
+  int report[2] = {-1, -1};  // the child writes exec's errno here; closed by a successful exec
+  if (in < 0 || out < 0 || ::pipe2(report, O_CLOEXEC) != 0) {
+    const int e = in < 0 || out < 0 ? open_errno : errno;
+    if (in >= 0) ::close(in);
+    if (out >= 0) ::close(out);
+    fail("compare: cannot start ", exe, ": ", in < 0 ? "/dev/null" : log_path, ": ",
+         std::strerror(e));
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigset_t none;
+  sigemptyset(&none);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);  // before PDEATHSIG: a TERM before exec ends the child
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(143);  // the parent died before the request took effect
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    ::execve(exe.c_str(), argv.data(), environ);
+    const int e = errno;
+    if (::write(report[1], &e, sizeof e) < 0) {
+    }
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(in);
+  ::close(out);
+  ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    fail("compare: cannot start ", exe, ": ", std::strerror(fork_errno));
+  }
+  int exec_errno = 0;
+  ssize_t n;
+  do n = ::read(report[0], &exec_errno, sizeof exec_errno);
+  while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+    ::waitpid(pid, nullptr, 0);
+    fail("compare: cannot start ", exe, ": ", std::strerror(exec_errno));
+  }
   return pid;
 }
 
@@ -1133,6 +1179,30 @@ std::string elapsed_text(double s) {
   return buf;
 }
 
+// The reason a child gave for failing: the text of the last "pelab: error: " line it wrote to its
+// log from byte `from` on (its own run; the log is appended to by every run of the folder), "" if
+// none. The parent's message carries it, so that "run directory ... is in use by another pelab
+// process (pid N)" is not only in the log.
+std::string child_error(const std::string& log_path, std::uintmax_t from) {
+  std::ifstream in(log_path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start =
+      std::max<std::streamoff>(static_cast<std::streamoff>(from), size - 65536);
+  if (size <= start) return "";
+  in.seekg(start);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string mark = "pelab: error: ";
+  size_t at = text.rfind("\n" + mark);
+  at = at == std::string::npos ? (text.rfind(mark, 0) == 0 ? 0 : at) : at + 1;
+  if (at == std::string::npos) return "";
+  std::string line = text.substr(at + mark.size(), text.find('\n', at) - at - mark.size());
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.size() > 1000) line = line.substr(0, 1000) + " ...";
+  return line;
+}
+
 std::string run_who(const ComparePlanRun& run) {
   return run.scheme + (run.candidate.empty() ? "" : "@" + run.candidate) + " seed " +
          std::to_string(run.seed);
@@ -1157,6 +1227,7 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
     pid_t pid;
     std::string log;
     double t0;
+    std::uintmax_t log_from;  // the log's size when the child started
   };
   std::vector<Child> running;
   size_t next = 0;
@@ -1225,7 +1296,9 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       try {
         fs::create_directories(dir, ec);
         PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
-        running.push_back({i, spawn_child(exe, args, lp), lp, now_s()});
+        std::error_code size_ec;
+        const std::uintmax_t from = fs::file_size(lp, size_ec);
+        running.push_back({i, spawn_child(exe, args, lp), lp, now_s(), size_ec ? 0 : from});
       } catch (const std::exception& e) {
         failure = e.what();  // the running children are stopped and waited for first
         stop_all();
@@ -1252,8 +1325,9 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       } else if (stopping) {
         event(tag(c.index) + "stopped " + run_who(plan[c.index]));
       } else {
-        failure = "compare: run " + plan[c.index].cfg.train.run_name + " failed (" + how +
-                  "); see " + c.log;
+        const std::string why = child_error(c.log, c.log_from);
+        failure = "compare: run " + plan[c.index].cfg.train.run_name + " failed (" + how + ")" +
+                  (why.empty() ? "" : ": " + why) + "; see " + c.log;
         event(tag(c.index) + run_who(plan[c.index]) + " failed (" + how + ")");
         stop_all();
       }
