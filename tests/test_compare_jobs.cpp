@@ -570,6 +570,82 @@ void set_convergence(const fs::path& run, bool met, int64_t step) {
   ASSERT_EQ(read_convergence(run.string()).met, met);
 }
 
+// Two spellings of one number train the same run: refused when the config is read, naming both.
+TEST_F(CompareJobsTest, SearchValuesThatAreTheSameNumberAreRefused) {
+  const std::string long_spelling = "0.001" + std::string(250, '0');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train.lr: [0.001, 1e-3]", "compare.search.train.lr: 0.001 and 1e-3 are the same value"},
+      {"train.lr: [0.001, 0.002, " + long_spelling + "]",
+       "compare.search.train.lr: 0.001 and 0.00100000000000000000000000000000000000... (255 "
+       "bytes) are the same value (0.001); list each value once"},
+      {"model.d_ff: [32, 64, +32]",
+       "compare.search.model.d_ff: 32 and +32 are the same value (32)"},
+  };
+  for (const auto& [entry, msg] : cases) {
+    const std::string path = config("  search:\n    " + entry + "\n", 12, "bad.yaml");
+    EXPECT_EQ(cli({"compare", path, "--plan"}), 1) << entry;
+    EXPECT_NE(err_.find("bad.yaml:14: " + msg), std::string::npos) << entry << ": " << err_;
+    EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
+  }
+  // Different numbers are different candidates.
+  EXPECT_EQ(load_compare(config("  search:\n    train.lr: [0.001, 0.0010001]\n"), {})
+                .search[0]
+                .values.size(),
+            2u);
+}
+
+// A name pelab forms that the file system cannot create (over NAME_MAX, 255 bytes: a long scheme
+// name, a long spelling of a search value, a long variant name, a long --out folder) is one error
+// line from --plan, --emit-slurm and compare itself before anything is written or trained;
+// it used to pass --plan and --emit-slurm and fail when the run started training, stopping its
+// siblings.
+TEST_F(CompareJobsTest, NamesTooLongForTheFileSystemAreRefusedByThePlan) {
+  const std::string scheme(250, 's');
+  const std::string value = "0.002" + std::string(250, '0') + "1";  // 0.002 as a double
+  struct Case {
+    std::string extra;  // the compare section's end
+    std::vector<std::string> flags;
+    std::string msg;
+  };
+  const std::vector<Case> cases = {
+      {"    - {name: " + scheme + ", set: {pe.scheme: rope}}\n", {},
+       "compare.schemes (" + scheme.substr(0, 40) + "... (250 bytes)): the run directory name '" +
+           scheme.substr(0, 40) + "... (256 bytes)' is too long for a file name (the file system "
+           "takes up to 255 bytes); shorten the scheme name"},
+      {"  search:\n    train.lr: [0.001, " + value + "]\n", {},
+       "compare.schemes (rope, search candidate lr=0.0020000000000000000000000000000000"},
+      {"  variants: [{name: " + std::string(230, 'v') +
+           ", set: {pe.rope_scaling: pi, pe.rope_scaling_factor: 2}}]\n",
+       {}, "its evaluation file 'vvvv"},
+      {"", {"--out", (dir_ / std::string(256, 'o') / "rep").string()},
+       "the folder '" + std::string(40, 'o') + "... (256 bytes)' of the run directory is too "
+       "long for a file name"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.msg);
+    const std::string path = config(c.extra, 12, "bad.yaml");
+    for (const std::vector<std::string>& mode :
+         {std::vector<std::string>{"--plan"}, {"--emit-slurm", (dir_ / "jobs").string()},
+          {"--jobs", "2", "--no-plots"}}) {
+      std::vector<std::string> args = {"compare", path, "--out", (dir_ / "rep").string()};
+      args.insert(args.end(), mode.begin(), mode.end());
+      args.insert(args.end(), c.flags.begin(), c.flags.end());
+      EXPECT_EQ(cli(args), 1) << mode[0];
+      EXPECT_NE(err_.find("pelab: error: " + path + ": "), std::string::npos) << err_;
+      EXPECT_NE(err_.find(c.msg), std::string::npos) << mode[0] << ": " << err_;
+      EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
+      EXPECT_FALSE(fs::exists(dir_ / "rep")) << mode[0];
+      EXPECT_FALSE(fs::exists(dir_ / "jobs")) << mode[0];
+    }
+  }
+  // The limit itself: a run name of exactly 255 bytes is planned.
+  const std::string fits(255 - std::string("_seed1").size(), 'f');
+  EXPECT_EQ(cli({"compare", config("    - {name: " + fits + ", set: {pe.scheme: rope}}\n"),
+                 "--plan", "--out", (dir_ / "rep").string()}),
+            0)
+      << err_;
+}
+
 TEST_F(CompareJobsTest, SearchChoosesOnValidationOnlyAndNeverEvaluatesOtherCandidatesOnTest) {
   const std::string cfg = config("  search:\n    train.lr: [0.001, 0.004]\n", 8);
   const CompareSpec spec = load_compare(cfg, {"compare.seeds=[1]"});

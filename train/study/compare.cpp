@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -64,6 +65,28 @@ bool safe_name(const std::string& s) {
           c == '.'))
       return false;
   return true;
+}
+
+// `s` for a message: as it is up to 60 bytes, else its first 40 and its length.
+std::string shortened(const std::string& s) {
+  if (s.size() <= 60) return s;
+  return s.substr(0, 40) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+// The longest file name (bytes) the file system of `dir` takes: pathconf(_PC_NAME_MAX) on the
+// nearest folder of `dir` that exists, NAME_MAX (255) when it cannot say.
+int64_t name_max(const fs::path& dir) {
+  fs::path p = dir.empty() ? fs::path(".") : dir;
+  std::error_code ec;
+  while (!fs::is_directory(p, ec)) {
+    if (!p.has_parent_path() || p.parent_path() == p) {
+      p = ".";
+      break;
+    }
+    p = p.parent_path();
+  }
+  const long n = ::pathconf(p.c_str(), _PC_NAME_MAX);
+  return n > 0 ? n : NAME_MAX;
 }
 
 // Keys a scheme's settings may not set: the comparison owns them.
@@ -630,8 +653,10 @@ CompareSpec load_compare_node(const YAML::Node& root, const std::string& text,
       fail_at(s.where, "compare.schemes (" + s.name + "): " + e.what());
     }
   }
-  // Every search value must be valid for its key.
-  for (const auto& sk : spec.search)
+  // Every search value must be valid for its key, and each a different value: two spellings of
+  // one number (0.001, 1e-3, 0.0010) would train the same run twice under two names.
+  for (const auto& sk : spec.search) {
+    std::map<std::string, std::string> spelled;  // the value as the config holds it -> as written
     for (const auto& v : sk.values) {
       Config c = spec.base;
       try {
@@ -639,7 +664,14 @@ CompareSpec load_compare_node(const YAML::Node& root, const std::string& text,
       } catch (const std::exception& e) {
         fail_at(sk.where, "compare.search." + sk.key + ": " + e.what());
       }
+      const std::string value = config_value_text(c, sk.key);
+      const auto [first, fresh] = spelled.emplace(value, v);
+      if (!fresh)
+        fail_at(sk.where, "compare.search." + sk.key + ": " + shortened(first->second) + " and " +
+                              shortened(v) + " are the same value (" + shortened(value) +
+                              "); list each value once");
     }
+  }
   (void)search_candidates(spec.search);
   if (literature.IsDefined()) {
     LiteratureContext ctx;
@@ -683,6 +715,45 @@ std::vector<std::string> compare_row_labels(const CompareSpec& spec) {
   return labels;
 }
 
+namespace {
+
+// Refuses, before anything trains, a run whose directory or files the file system cannot create
+// because a name pelab forms is too long: the run directory's name (scheme, search candidate and
+// seed) and every folder above it (compare.out, a suite's task), and the evaluation cache of each
+// variant (<run>/compare_eval/<variant>.csv, with room for a temporary's suffix). `limit` is the
+// file system's longest name (name_max).
+void check_run_path(const CompareSpec& spec, const CompareScheme& scheme,
+                    const SearchCandidate& cand, const Config& cfg,
+                    const std::vector<ComparePlanVariant>& variants, int64_t limit) {
+  const std::string what =
+      "compare.schemes (" + shortened(scheme.name) +
+      (cand.label.empty() ? "" : ", search candidate " + shortened(cand.label)) + ")";
+  auto too_long = [&](const std::string& n) { return static_cast<int64_t>(n.size()) > limit; };
+  const std::string allowed = " is too long for a file name (the file system takes up to " +
+                              std::to_string(limit) + " bytes)";
+  const std::string& name = cfg.train.run_name;
+  if (too_long(name))
+    throw ConfigError(spec.source + ": " + what + ": the run directory name '" + shortened(name) +
+                      "'" + allowed + "; shorten the scheme name" +
+                      (cand.label.empty() ? "" : " or write the search values shorter (1e-3)"));
+  for (const auto& part : fs::path(cfg.train.run_dir))
+    if (too_long(part.string()))
+      throw ConfigError(spec.source + ": " + what + ": the folder '" + shortened(part.string()) +
+                        "' of the run directory" + allowed +
+                        "; shorten the report directory (compare.out or --out; in a suite, "
+                        "suite.out or the task name)");
+  const int64_t temporary_suffix = 32;  // ".tmp" and what makes a temporary unique
+  for (const auto& v : variants) {
+    const std::string file = v.name + ".csv";
+    if (static_cast<int64_t>(file.size()) + temporary_suffix > limit)
+      throw ConfigError(spec.source + ": compare.variants (" + shortened(v.name) +
+                        "): its evaluation file '" + shortened(file) + "'" + allowed +
+                        ", with room for a temporary's suffix; shorten the variant name");
+  }
+}
+
+}  // namespace
+
 std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::string& out_dir) {
   std::vector<ComparePlanRun> plan;
   std::map<std::string, std::shared_ptr<TaskData>> data_cache;
@@ -695,6 +766,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
     return d;
   };
   const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
+  const int64_t limit = name_max(fs::path(out_dir) / "runs");
   // Every scheme x search candidate (one candidate without a search).
   std::vector<std::pair<const CompareScheme*, size_t>> rows;
   for (const auto& s : spec.schemes)
@@ -764,6 +836,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       r.cfg.train.run_dir = (fs::path(out_dir) / "runs").string();
       r.cfg.train.run_name =
           s.name + (cand.label.empty() ? "" : "@" + cand.label) + "_seed" + std::to_string(seed);
+      check_run_path(spec, s, cand, r.cfg, variants, limit);
       r.cfg.train.resume = "";
       validate_config(r.cfg);
       for (ComparePlanVariant v : variants) {
