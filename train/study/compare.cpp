@@ -1134,13 +1134,19 @@ double valid_metric(const std::string& run_dir, const std::string& metric, std::
 
 std::string g_child_binary;  // set_compare_child_binary()
 
-// `fd` moved to a descriptor >= 3 with FD_CLOEXEC (so that the child's dup2 onto 0, 1 and 2 cannot
-// clobber it, and no other child inherits it); -1 stays -1.
-int high_cloexec_fd(int fd) {
-  if (fd < 0 || fd > 2) return fd;
-  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  ::close(fd);
-  return moved;
+// open(path, flags | O_CLOEXEC) on a descriptor >= 3 (so that the child's dup2 onto 0, 1 and 2
+// cannot clobber it, and no other child inherits it); -1 with *err = errno on failure.
+int open_high_cloexec(const char* path, int flags, int* err) {
+  int fd = ::open(path, flags | O_CLOEXEC, 0644);
+  if (fd >= 0 && fd <= 2) {
+    const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    *err = errno;
+    ::close(fd);
+    fd = moved;
+  } else if (fd < 0) {
+    *err = errno;
+  }
+  return fd;
 }
 
 // Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`, SIGINT and
@@ -1157,17 +1163,17 @@ pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args,
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   // Everything the child needs is made here: between fork and exec it only makes system calls.
-  const int in = high_cloexec_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  const int out = high_cloexec_fd(
-      ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
-  const int open_errno = errno;
+  int in_errno = 0, out_errno = 0;
+  const int in = open_high_cloexec("/dev/null", O_RDONLY, &in_errno);
+  const int out =
+      open_high_cloexec(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, &out_errno);
   int report[2] = {-1, -1};  // the child writes exec's errno here; closed by a successful exec
   if (in < 0 || out < 0 || ::pipe2(report, O_CLOEXEC) != 0) {
-    const int e = in < 0 || out < 0 ? open_errno : errno;
+    const int e = in < 0 ? in_errno : out < 0 ? out_errno : errno;
     if (in >= 0) ::close(in);
     if (out >= 0) ::close(out);
-    fail("compare: cannot start ", exe, ": ", in < 0 ? "/dev/null" : log_path, ": ",
-         std::strerror(e));
+    fail("compare: cannot start ", exe, ": ",
+         in < 0 ? "/dev/null: " : out < 0 ? log_path + ": " : "", std::strerror(e));
   }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
