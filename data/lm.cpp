@@ -11,6 +11,7 @@
 
 #include "data/error.h"
 #include "data/rng.h"
+#include "pelab/strings.h"
 
 namespace pelab::data {
 
@@ -35,7 +36,9 @@ std::string read_file(const fs::path& p) {
   std::ostringstream os;
   os << in.rdbuf();
   PELAB_DATA_CHECK(!in.bad(), "lm corpus: read error in '", p.string(), "'");
-  return os.str();
+  std::string text = os.str();
+  strip_utf8_bom(text);  // a byte-order mark is not a character of the corpus
+  return text;
 }
 
 // Drops the lines that are exactly "%" (fortune separators); keeps everything else byte for byte.

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "data/error.h"
+#include "pelab/strings.h"
 
 namespace pelab::data {
 
@@ -20,6 +21,7 @@ std::vector<TextPair> read_pairs(const std::string& path) {
   int64_t lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
+    if (lineno == 1) strip_utf8_bom(line);  // not a symbol of the first source
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     const size_t tab = line.find('\t');

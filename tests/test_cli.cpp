@@ -125,6 +125,10 @@ TEST_F(CLITest, TrainEvalGenerateInfoResume) {
   }
   EXPECT_EQ(n, 3);
   expect_error(pelab("generate " + quote(run.string()), "01x\n"), {"unknown symbol 'x'"});
+  // Input saved with a UTF-8 byte-order mark: the mark is not an (unknown) symbol of line 1.
+  Result gb = pelab("generate " + quote(run.string()), "\xEF\xBB\xBF" "0123\r\n21\n");
+  ASSERT_EQ(gb.rc, 0) << gb.err;
+  EXPECT_EQ(gb.out.substr(0, gb.out.find('\n')), g.out.substr(0, g.out.find('\n')));
 
   Result i = pelab("info " + quote(cfg));
   ASSERT_EQ(i.rc, 0) << i.err;

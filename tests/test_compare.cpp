@@ -217,6 +217,60 @@ TEST_F(CompareTest, RejectsBadSectionsWithLocation) {
   EXPECT_THROW(load_compare(path), ConfigError);  // no compare section
 }
 
+// The file is parsed once: an anchor defined in a run section can be used in the compare section
+// and the other way round (the compare section used to be parsed on its own: "unknown anchor"),
+// errors still name FILE:LINE, and a file saved with a byte-order mark reads the same.
+TEST_F(CompareTest, AnchorsWorkAcrossSections) {
+  const std::string base =
+      "task: {name: reverse, num_symbols: 4, train_min_len: 1, train_max_len: 4,\n"
+      "       test_lengths: [2, 4], num_eval_examples: 6}\n"
+      "model: {d_model: 16, heads: 2, d_ff: &ff 48, encoder_layers: 1, decoder_layers: 1}\n"
+      "train: {steps: 4, batch_size: 8, warmup: &warm 2, threads: 1}\n";
+  const CompareSpec a = load_compare_string(
+      base +
+          "compare:\n"
+          "  seeds: [1]\n"
+          "  schemes:\n"
+          "    - {name: wide, set: {pe.scheme: rope, model.d_ff: *ff, train.warmup: *warm}}\n",
+      "a.yaml");
+  ASSERT_EQ(a.schemes.size(), 1u);
+  EXPECT_EQ(a.schemes[0].sets,
+            (std::vector<std::string>{"pe.scheme=rope", "model.d_ff=48", "train.warmup=2"}));
+  EXPECT_EQ(a.base.model.d_ff, 48);
+  // An anchor of the compare section used by a run section below it.
+  const CompareSpec b = load_compare_string(
+      "compare:\n"
+      "  seeds: &seeds [7]\n"
+      "  schemes: [rope]\n"
+      "  search: {train.lr: [&lr 0.002, 0.004]}\n" +
+          base.substr(0, base.find("train:")) + "train: {steps: 4, warmup: 1, lr: *lr, threads: 1}\n",
+      "b.yaml");
+  EXPECT_DOUBLE_EQ(b.base.train.lr, 0.002);
+  EXPECT_EQ(b.seeds, std::vector<int64_t>{7});
+  // Errors name the file's line, wherever they are.
+  auto error = [](const std::string& yaml) {
+    try {
+      (void)load_compare_string(yaml, "c.yaml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error(base + "compare:\n  schemes: [*nope]\n").rfind("c.yaml:6:", 0), 0u)
+      << error(base + "compare:\n  schemes: [*nope]\n");
+  EXPECT_EQ(error(base + "compare:\n  schemes: [rope]\n  colour: red\n")
+                .rfind("c.yaml:7: unknown key 'compare.colour'", 0),
+            0u);
+  EXPECT_EQ(error("model: {d_modle: 16}\ncompare: {schemes: [rope]}\n").rfind("c.yaml:1:", 0), 0u);
+  EXPECT_NE(error("compare: {schemes: [rope]}\nmodel: {d_model: 16}\n  x: 1\n").find("c.yaml:"),
+            std::string::npos);
+  // A byte-order mark before the first key.
+  const CompareSpec c = load_compare_string(
+      "\xEF\xBB\xBF" + base + "compare:\n  seeds: [1]\n  schemes: [rope]\n", "d.yaml");
+  EXPECT_EQ(c.schemes.size(), 1u);
+  EXPECT_EQ(c.base.model.d_ff, 48);
+}
+
 // ---------------- end to end ----------------
 
 TEST_F(CompareTest, WritesReportWithTablesPlotsAndNaCells) {

@@ -3,7 +3,9 @@
 // The comparisons are tiny (1+1 layers, d_model 16, a few steps); the --jobs tests run the built
 // `pelab` binary (PELAB_BINARY), whose children are `pelab compare CONFIG --only I`.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,6 +46,34 @@ using pelab::testing::results_without_timing;
 const char* const kWaitingChild =
     "#!/bin/sh\ntrap 'echo got TERM; exit 130' TERM\necho started\n"
     "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\nexit 0\n";
+
+// The processes whose parent is `ppid` and whose command line contains `part`, zombies excluded
+// (/proc/PID/stat: state and parent after the command name).
+std::vector<pid_t> children_of(pid_t ppid, const std::string& part) {
+  std::vector<pid_t> found;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(e.path() / "stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream f(stat.substr(paren + 2));
+    char state = 0;
+    long parent = 0;
+    f >> state >> parent;
+    if (parent == ppid && state != 'Z' &&
+        slurp(e.path() / "cmdline").find(part) != std::string::npos)
+      found.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return found;
+}
+
+// Whether process `pid` still runs (exists and is not a zombie).
+bool alive(pid_t pid) {
+  const std::string stat = slurp(fs::path("/proc") / std::to_string(pid) / "stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
 
 class CompareJobsTest : public pelab::testing::TinyCompareTest {
  protected:
@@ -277,20 +307,7 @@ TEST_F(CompareJobsTest, RunThatCannotStartStopsTheRunningChildrenFirst) {
   }
   // Run 1 was stopped and waited for before the error came back: no child of this process runs
   // the stand-in any more (they are reaped, not even zombies).
-  std::vector<pid_t> left;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = slurp(e.path() / "stat");
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream f(stat.substr(paren + 2));
-    char state = 0;
-    long ppid = 0;
-    f >> state >> ppid;
-    if (ppid == ::getpid() && slurp(e.path() / "cmdline").find("fake_pelab") != std::string::npos)
-      left.push_back(static_cast<pid_t>(std::stol(name)));
-  }
+  const std::vector<pid_t> left = children_of(::getpid(), "fake_pelab");
   EXPECT_TRUE(left.empty()) << left.size() << " child(ren) left running";
   for (pid_t p : left) {
     ::kill(p, SIGKILL);
@@ -369,6 +386,89 @@ TEST_F(CompareJobsTest, InterruptedParallelComparisonCheckpointsAndResumes) {
   EXPECT_NE(out_.find("resumes at step " + std::to_string(stopped_at["rope_seed2"])),
             std::string::npos)
       << out_;
+}
+
+// `kill -9` of `pelab compare --jobs 2` (no chance to forward a signal): its children get SIGTERM
+// from the kernel (PR_SET_PDEATHSIG) and stop at a checkpoint within seconds instead of training
+// on as orphans that hold their run directories' locks.
+TEST_F(CompareJobsTest, ChildrenDieWithTheirParent) {
+  const std::string cfg = config();
+  const fs::path runs = dir_ / "rep" / "runs";
+  const std::string bin = pelab::testing::pelab_binary();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    ::execl(bin.c_str(), bin.c_str(), "compare", cfg.c_str(), "--jobs", "2", "--out",
+            (dir_ / "rep").c_str(), "--set", "train.steps=100000", "--set", "train.log_every=1",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const bool started = pelab::testing::wait_for(runs / "rope_seed1" / "train.log", "step 2/") &&
+                       pelab::testing::wait_for(runs / "rope_seed2" / "train.log", "step 2/");
+  const std::vector<pid_t> children = children_of(pid, "--only");
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(started);
+  ASSERT_EQ(children.size(), 2u);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<pid_t> left = children;
+  while (!left.empty() && seconds() < 15) {
+    left.erase(std::remove_if(left.begin(), left.end(), [](pid_t p) { return !alive(p); }),
+               left.end());
+    ::usleep(50000);
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " child(ren) still training " << seconds()
+                            << " s after the parent was killed";
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  // They stopped as on Ctrl-C: at a checkpoint the next run resumes from.
+  for (const char* run : {"rope_seed1", "rope_seed2"})
+    EXPECT_NE(slurp(runs / run / "compare.log").find("interrupted at step "), std::string::npos)
+        << run;
+}
+
+// A run whose directory is locked by another process (an orphan still training it, a second
+// comparison): the comparison's one error line says so and names the holder, not only the log.
+TEST_F(CompareJobsTest, LockedRunDirectoryIsNamedWithItsHolder) {
+  const std::string cfg = config();
+  const fs::path run = dir_ / "rep" / "runs" / "rope_seed1";
+  fs::create_directories(run);
+  write("rep/runs/rope_seed1/compare.log", "pelab: error: an older failure\n");
+  const int fd = ::open((run / ".pelab.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string holder = std::to_string(::getpid());
+  ASSERT_EQ(::write(fd, (holder + "\n").data(), holder.size() + 1),
+            static_cast<ssize_t>(holder.size() + 1));
+  const int rc = pelab("compare " + quote(cfg) + " --jobs 2 --out rep --no-plots");
+  ::close(fd);
+  EXPECT_EQ(rc, 1);
+  const std::string last = err_.substr(err_.rfind("pelab: error: "));
+  EXPECT_NE(last.find("compare: run rope_seed1 failed (exit status 1): run directory "
+                      "rep/runs/rope_seed1 is in use by another pelab process (pid " +
+                      holder + ")"),
+            std::string::npos)
+      << err_;
+  EXPECT_NE(last.find("; see rep/runs/rope_seed1/compare.log"), std::string::npos) << err_;
+  EXPECT_EQ(last.find("older failure"), std::string::npos) << err_;  // this run's reason only
+  EXPECT_EQ(std::count(last.begin(), last.end(), '\n'), 1) << err_;
+}
+
+// A child binary that cannot be started: one error naming it and why, no run left running.
+TEST_F(CompareJobsTest, ChildBinaryThatCannotStartIsNamed) {
+  const CompareSpec spec = load_compare(config(), {});
+  CompareOptions o = quiet("rep");
+  o.jobs = 2;
+  o.exe = (dir_ / "no_such_pelab").string();
+  const std::string e = pelab::testing::error_of([&] { run_compare(spec, o); });
+  EXPECT_NE(e.find("compare: cannot start " + o.exe + ": No such file or directory"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(children_of(::getpid(), "").empty());
 }
 
 // ---------------- compare.search ----------------
@@ -468,6 +568,82 @@ void set_convergence(const fs::path& run, bool met, int64_t step) {
   }
   std::ofstream(p, std::ios::trunc) << out;
   ASSERT_EQ(read_convergence(run.string()).met, met);
+}
+
+// Two spellings of one number train the same run: refused when the config is read, naming both.
+TEST_F(CompareJobsTest, SearchValuesThatAreTheSameNumberAreRefused) {
+  const std::string long_spelling = "0.001" + std::string(250, '0');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train.lr: [0.001, 1e-3]", "compare.search.train.lr: 0.001 and 1e-3 are the same value"},
+      {"train.lr: [0.001, 0.002, " + long_spelling + "]",
+       "compare.search.train.lr: 0.001 and 0.00100000000000000000000000000000000000... (255 "
+       "bytes) are the same value (0.001); list each value once"},
+      {"model.d_ff: [32, 64, +32]",
+       "compare.search.model.d_ff: 32 and +32 are the same value (32)"},
+  };
+  for (const auto& [entry, msg] : cases) {
+    const std::string path = config("  search:\n    " + entry + "\n", 12, "bad.yaml");
+    EXPECT_EQ(cli({"compare", path, "--plan"}), 1) << entry;
+    EXPECT_NE(err_.find("bad.yaml:14: " + msg), std::string::npos) << entry << ": " << err_;
+    EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
+  }
+  // Different numbers are different candidates.
+  EXPECT_EQ(load_compare(config("  search:\n    train.lr: [0.001, 0.0010001]\n"), {})
+                .search[0]
+                .values.size(),
+            2u);
+}
+
+// A name pelab forms that the file system cannot create (over NAME_MAX, 255 bytes: a long scheme
+// name, a long spelling of a search value, a long variant name, a long --out folder) is one error
+// line from --plan, --emit-slurm and compare itself before anything is written or trained;
+// it used to pass --plan and --emit-slurm and fail when the run started training, stopping its
+// siblings.
+TEST_F(CompareJobsTest, NamesTooLongForTheFileSystemAreRefusedByThePlan) {
+  const std::string scheme(250, 's');
+  const std::string value = "0.002" + std::string(250, '0') + "1";  // 0.002 as a double
+  struct Case {
+    std::string extra;  // the compare section's end
+    std::vector<std::string> flags;
+    std::string msg;
+  };
+  const std::vector<Case> cases = {
+      {"    - {name: " + scheme + ", set: {pe.scheme: rope}}\n", {},
+       "compare.schemes (" + scheme.substr(0, 40) + "... (250 bytes)): the run directory name '" +
+           scheme.substr(0, 40) + "... (256 bytes)' is too long for a file name (the file system "
+           "takes up to 255 bytes); shorten the scheme name"},
+      {"  search:\n    train.lr: [0.001, " + value + "]\n", {},
+       "compare.schemes (rope, search candidate lr=0.0020000000000000000000000000000000"},
+      {"  variants: [{name: " + std::string(230, 'v') +
+           ", set: {pe.rope_scaling: pi, pe.rope_scaling_factor: 2}}]\n",
+       {}, "its evaluation file 'vvvv"},
+      {"", {"--out", (dir_ / std::string(256, 'o') / "rep").string()},
+       "the folder '" + std::string(40, 'o') + "... (256 bytes)' of the run directory is too "
+       "long for a file name"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.msg);
+    const std::string path = config(c.extra, 12, "bad.yaml");
+    for (const std::vector<std::string>& mode :
+         {std::vector<std::string>{"--plan"}, {"--emit-slurm", (dir_ / "jobs").string()},
+          {"--jobs", "2", "--no-plots"}}) {
+      std::vector<std::string> args = {"compare", path, "--out", (dir_ / "rep").string()};
+      args.insert(args.end(), mode.begin(), mode.end());
+      args.insert(args.end(), c.flags.begin(), c.flags.end());
+      EXPECT_EQ(cli(args), 1) << mode[0];
+      EXPECT_NE(err_.find("pelab: error: " + path + ": "), std::string::npos) << err_;
+      EXPECT_NE(err_.find(c.msg), std::string::npos) << mode[0] << ": " << err_;
+      EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
+      EXPECT_FALSE(fs::exists(dir_ / "rep")) << mode[0];
+      EXPECT_FALSE(fs::exists(dir_ / "jobs")) << mode[0];
+    }
+  }
+  // The limit itself: a run name of exactly 255 bytes is planned.
+  const std::string fits(255 - std::string("_seed1").size(), 'f');
+  EXPECT_EQ(cli({"compare", config("    - {name: " + fits + ", set: {pe.scheme: rope}}\n"),
+                 "--plan", "--out", (dir_ / "rep").string()}),
+            0)
+      << err_;
 }
 
 TEST_F(CompareJobsTest, SearchChoosesOnValidationOnlyAndNeverEvaluatesOtherCandidatesOnTest) {

@@ -359,6 +359,33 @@ TEST(DataTextFile, ParsesAndBuildsVocab) {
   EXPECT_EQ(b.render(b.train()[0].tgt), "\xC3\xA9");
 }
 
+// A file saved with a UTF-8 byte-order mark (Windows editors) reads as without one: the mark
+// (EF BB BF, U+FEFF) would otherwise be an invisible symbol of the first source and of the
+// vocabulary. Only a leading mark is dropped; one inside a line is data.
+TEST(DataTextFile, ByteOrderMarkIsNotASymbol) {
+  ScratchDir dir;
+  const std::string bom = "\xEF\xBB\xBF";
+  const auto with = dir.write("bom.tsv", bom + "ab\tba\r\nb\tb\r\n");
+  const auto without = dir.write("plain.tsv", "ab\tba\nb\tb\n");
+  const auto pairs = read_pairs(with);
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[0].src, "ab");
+  EXPECT_EQ(pairs[0].line, 1);
+  TextData a({with}, Tokenization::Char), b({without}, Tokenization::Char);
+  EXPECT_EQ(a.vocab().tokens(), b.vocab().tokens());
+  EXPECT_FALSE(a.vocab().contains("\xEF\xBB\xBF"));
+  EXPECT_EQ(a.train()[0].src, b.train()[0].src);
+  const auto inside = dir.write("inside.tsv", "a" + bom + "\tb\n");
+  EXPECT_EQ(read_pairs(inside)[0].src, "a" + bom);
+  // The same for a language-modelling corpus, a file or each file of a directory.
+  const auto corpus = dir.write("corpus.txt", bom + "text\n");
+  EXPECT_EQ(read_corpus(corpus), "text\n");
+  ScratchDir fortunes;
+  fortunes.write("a", bom + "first\n%\n");
+  fortunes.write("b", bom + "second\n");
+  EXPECT_EQ(read_corpus(fortunes.path()), "first\nsecond\n");
+}
+
 TEST(DataTextFile, ErrorsNameFileAndLine) {
   ScratchDir dir;
   const auto missing = dir.path() + "/missing.tsv";

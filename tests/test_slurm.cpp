@@ -5,6 +5,7 @@
 // suite does not run as root; tools/setup.sh installs them).
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -211,6 +212,57 @@ TEST_F(SlurmTest, ConfigAndSettingErrorsAreOneLineAndWriteNothing) {
   EXPECT_EQ(spec.slurm.partition, "a,b");
   EXPECT_EQ(spec.slurm.max_parallel, 8);
   EXPECT_EQ(spec.slurm.options, (std::vector<std::string>{"--qos=y", "--nice=5"}));
+}
+
+// compare.slurm.options is refused when sbatch would read it as an option the scripts set
+// themselves: sbatch takes any unambiguous prefix of a long option (getopt_long: --chd=X is
+// --chdir=X), splits an #SBATCH line into several words (quotes group, a backslash escapes, #
+// starts a comment) and reads short options in clusters (-vD X: -v takes no argument).
+TEST(SlurmOptions, ManagedOptionsAreFoundAsSbatchReadsThem) {
+  auto check = [](const std::string& option) {
+    SlurmSettings s;
+    YAML::Node list(YAML::NodeType::Sequence);
+    list.push_back(option);
+    try {
+      set_slurm_key(s, "options", list, "cfg.yaml:3");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--chd=/tmp", "is set by the scripts (the directory --emit-slurm ran in) (sbatch reads "
+                     "--chd as --chdir)"},
+      {"--arr=1-3", "is set by the runs of the comparison (sbatch reads --arr as --array)"},
+      {"--a=1-3", "sbatch reads --a as --array"},
+      {"--dep=afterok:1", "is set by submit.sh"},
+      {"--out=/tmp/x", "is set by the scripts (DIR/logs)"},
+      {"--er=/tmp/x", "is set by the scripts (DIR/logs)"},
+      {"--cpus=8", "is set by compare.slurm.cpus_per_task"},
+      {"--ti 1:00", "is set by compare.slurm.time"},
+      {"--me=1G", "is set by compare.slurm.mem"},
+      {"--par=gpu", "is set by compare.slurm.partition"},
+      {"--job=x", "is set by the scripts (pelab-<config name>)"},
+      {"--chdir /tmp", "is set by the scripts"},
+      {"--account=x --chdir=/tmp", "is set by the scripts"},
+      {"--account=x\t-D/tmp", "sbatch reads -D as --chdir"},
+      {"--qos=normal '--chd'=/tmp", "sbatch reads --chd as --chdir"},
+      {"--qos=normal --c\\hdir=/tmp", "is set by the scripts"},
+      {"-vD /tmp", "sbatch reads -D as --chdir"},
+      {"-HQa1-3", "sbatch reads -a as --array"},
+      {"-c4", "is set by compare.slurm.cpus_per_task"},
+  };
+  for (const auto& [option, msg] : refused) {
+    const std::string m = check(option);
+    EXPECT_NE(m.find("cfg.yaml:3: compare.slurm.options[0] '"), std::string::npos) << option << m;
+    EXPECT_NE(m.find(msg), std::string::npos) << option << ": " << m;
+  }
+  // Options sbatch reads as others: not managed.
+  for (const std::string ok :
+       {"--account=proj42", "--mem-per-cpu=2G", "--time-min=10", "--cpus-per-gpu=2",
+        "--comment=\"see --chdir=/x\"", "--qos=normal # --chdir=/tmp", "-A proj", "-Adir",
+        "--begin=now", "-s", "--export=NONE", "--nodes 1 --ntasks=1"})
+    EXPECT_EQ(check(ok), "") << ok;
 }
 
 TEST_F(SlurmTest, UnwritableDirectoryIsOneLineAndLeavesNoPartialScript) {

@@ -1207,8 +1207,7 @@ Config load_node(const YAML::Node& root, const std::string& file,
   return cfg;
 }
 
-Config load_text(const std::string& text, const std::string& source,
-                 const std::vector<std::string>& overrides) {
+YAML::Node parse_text(const std::string& text, const std::string& source) {
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);
@@ -1239,7 +1238,12 @@ Config load_text(const std::string& text, const std::string& source,
       fail(where, "YAML syntax error: this line is indented differently from the lines above");
     fail(where, "expected one YAML document, found " + std::to_string(docs.size()));
   }
-  return load_node(docs.empty() ? YAML::Node() : docs[0], source, overrides);
+  return docs.empty() ? YAML::Node() : docs[0];
+}
+
+Config load_text(const std::string& text, const std::string& source,
+                 const std::vector<std::string>& overrides) {
+  return load_node(parse_text(text, source), source, overrides);
 }
 
 std::string emit_text(const Entry& e, const Config& c) {
@@ -1373,6 +1377,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config load_config_string(const std::string& yaml, const std::string& source,
                           const std::vector<std::string>& overrides) {
   return load_text(yaml, source, overrides);
+}
+
+YAML::Node parse_config_yaml(const std::string& yaml, const std::string& source) {
+  return parse_text(yaml, source);
+}
+
+Config load_config_node(const YAML::Node& root, const std::string& source,
+                        const std::vector<std::string>& overrides) {
+  return load_node(root, source, overrides);
 }
 
 void apply_overrides(Config& cfg, const std::vector<std::string>& overrides) {

@@ -20,6 +20,10 @@
 
 #include "models/model_config.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace pelab {
 
 // Every configuration problem: one line, starting with "FILE:LINE: " (or "--set ...: ").
@@ -194,6 +198,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // Same from YAML text; `source` names it in messages (e.g. "run/config.yaml"). run_name is kept.
 Config load_config_string(const std::string& yaml, const std::string& source = "<string>",
                           const std::vector<std::string>& overrides = {});
+// The two halves of load_config_string, for files holding more than a run config (compare, suite
+// and literature sections, train/study/): the YAML text parsed once, so that an anchor defined in
+// one section can be used in another (a syntax error or a second document is a ConfigError naming
+// SOURCE:LINE), and a config from such a node (its other sections removed; marks give FILE:LINE).
+YAML::Node parse_config_yaml(const std::string& yaml, const std::string& source);
+Config load_config_node(const YAML::Node& root, const std::string& source,
+                        const std::vector<std::string>& overrides = {});
 // Applies "section.key=value" overrides to an already loaded config, then re-validates it.
 void apply_overrides(Config& cfg, const std::vector<std::string>& overrides);
 // Checks every key's range / allowed values and the cross-field rules of a config built in code.

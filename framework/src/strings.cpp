@@ -46,6 +46,12 @@ std::string shell_word(const std::string& s) {
   return out + "'";
 }
 
+bool strip_utf8_bom(std::string& s) {
+  if (s.compare(0, 3, "\xEF\xBB\xBF") != 0) return false;
+  s.erase(0, 3);
+  return true;
+}
+
 size_t edit_distance(const std::string& a0, const std::string& b0) {
   const std::string a = lower(a0), b = lower(b0);
   const size_t n = a.size(), m = b.size();

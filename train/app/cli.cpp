@@ -329,6 +329,7 @@ int cmd_generate(const std::vector<std::string>& a, std::istream& in, std::ostre
   int64_t n = 0;
   while (std::getline(in, line)) {
     ++n;
+    if (n == 1) strip_utf8_bom(line);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     std::vector<int64_t> src;
     try {

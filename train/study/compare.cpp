@@ -4,7 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +66,28 @@ bool safe_name(const std::string& s) {
           c == '.'))
       return false;
   return true;
+}
+
+// `s` for a message: as it is up to 60 bytes, else its first 40 and its length.
+std::string shortened(const std::string& s) {
+  if (s.size() <= 60) return s;
+  return s.substr(0, 40) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+// The longest file name (bytes) the file system of `dir` takes: pathconf(_PC_NAME_MAX) on the
+// nearest folder of `dir` that exists, NAME_MAX (255) when it cannot say.
+int64_t name_max(const fs::path& dir) {
+  fs::path p = dir.empty() ? fs::path(".") : dir;
+  std::error_code ec;
+  while (!fs::is_directory(p, ec)) {
+    if (!p.has_parent_path() || p.parent_path() == p) {
+      p = ".";
+      break;
+    }
+    p = p.parent_path();
+  }
+  const long n = ::pathconf(p.c_str(), _PC_NAME_MAX);
+  return n > 0 ? n : NAME_MAX;
 }
 
 // Keys a scheme's settings may not set: the comparison owns them.
@@ -540,14 +563,19 @@ std::vector<std::string> parse_config_set_map(const YAML::Node& n, const std::st
 
 CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
                                 const std::vector<std::string>& overrides) {
+  // Parsed once: an anchor of one section can be used in another.
+  return load_compare_node(parse_config_yaml(yaml, source), yaml, source, overrides);
+}
+
+CompareSpec load_compare_node(const YAML::Node& root, const std::string& text,
+                              const std::string& source,
+                              const std::vector<std::string>& overrides) {
   CompareSpec spec;
   spec.source = source;
-  spec.config_text = yaml;
-  std::string compare_rest;
-  const YAML::Node root = load_config_block(yaml, "compare", source, compare_rest);
-  // The literature section is the report's, never a run's: blanked before the run config is read.
-  YAML::Node literature;
-  const std::string base_text = split_literature_block(compare_rest, source, &literature);
+  spec.config_text = text;
+  // The literature section is the report's, never a run's: removed before the run config is read.
+  const YAML::Node literature =
+      root.IsMap() ? root["literature"] : YAML::Node(YAML::NodeType::Undefined);
   if (!root.IsDefined() || root.IsNull() || !root.IsMap() || !root["compare"])
     fail_at(source,
             "no compare section (a compare config needs compare.schemes; see "
@@ -609,7 +637,7 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
   }
   spec.cli_sets = base_sets;
   spec.overrides = overrides;
-  spec.base = load_config_string(base_text, source, base_sets);
+  spec.base = load_config_node(without_blocks(root, {"compare", "literature"}), source, base_sets);
   if (!metric_names().count(spec.metric))
     fail_at(source,
             "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
@@ -626,8 +654,10 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       fail_at(s.where, "compare.schemes (" + s.name + "): " + e.what());
     }
   }
-  // Every search value must be valid for its key.
-  for (const auto& sk : spec.search)
+  // Every search value must be valid for its key, and each a different value: two spellings of
+  // one number (0.001, 1e-3, 0.0010) would train the same run twice under two names.
+  for (const auto& sk : spec.search) {
+    std::map<std::string, std::string> spelled;  // the value as the config holds it -> as written
     for (const auto& v : sk.values) {
       Config c = spec.base;
       try {
@@ -635,7 +665,14 @@ CompareSpec load_compare_string(const std::string& yaml, const std::string& sour
       } catch (const std::exception& e) {
         fail_at(sk.where, "compare.search." + sk.key + ": " + e.what());
       }
+      const std::string value = config_value_text(c, sk.key);
+      const auto [first, fresh] = spelled.emplace(value, v);
+      if (!fresh)
+        fail_at(sk.where, "compare.search." + sk.key + ": " + shortened(first->second) + " and " +
+                              shortened(v) + " are the same value (" + shortened(value) +
+                              "); list each value once");
     }
+  }
   (void)search_candidates(spec.search);
   if (literature.IsDefined()) {
     LiteratureContext ctx;
@@ -679,6 +716,45 @@ std::vector<std::string> compare_row_labels(const CompareSpec& spec) {
   return labels;
 }
 
+namespace {
+
+// Refuses, before anything trains, a run whose directory or files the file system cannot create
+// because a name pelab forms is too long: the run directory's name (scheme, search candidate and
+// seed) and every folder above it (compare.out, a suite's task), and the evaluation cache of each
+// variant (<run>/compare_eval/<variant>.csv, with room for a temporary's suffix). `limit` is the
+// file system's longest name (name_max).
+void check_run_path(const CompareSpec& spec, const CompareScheme& scheme,
+                    const SearchCandidate& cand, const Config& cfg,
+                    const std::vector<ComparePlanVariant>& variants, int64_t limit) {
+  const std::string what =
+      "compare.schemes (" + shortened(scheme.name) +
+      (cand.label.empty() ? "" : ", search candidate " + shortened(cand.label)) + ")";
+  auto too_long = [&](const std::string& n) { return static_cast<int64_t>(n.size()) > limit; };
+  const std::string allowed = " is too long for a file name (the file system takes up to " +
+                              std::to_string(limit) + " bytes)";
+  const std::string& name = cfg.train.run_name;
+  if (too_long(name))
+    throw ConfigError(spec.source + ": " + what + ": the run directory name '" + shortened(name) +
+                      "'" + allowed + "; shorten the scheme name" +
+                      (cand.label.empty() ? "" : " or write the search values shorter (1e-3)"));
+  for (const auto& part : fs::path(cfg.train.run_dir))
+    if (too_long(part.string()))
+      throw ConfigError(spec.source + ": " + what + ": the folder '" + shortened(part.string()) +
+                        "' of the run directory" + allowed +
+                        "; shorten the report directory (compare.out or --out; in a suite, "
+                        "suite.out or the task name)");
+  const int64_t temporary_suffix = 32;  // ".tmp" and what makes a temporary unique
+  for (const auto& v : variants) {
+    const std::string file = v.name + ".csv";
+    if (static_cast<int64_t>(file.size()) + temporary_suffix > limit)
+      throw ConfigError(spec.source + ": compare.variants (" + shortened(v.name) +
+                        "): its evaluation file '" + shortened(file) + "'" + allowed +
+                        ", with room for a temporary's suffix; shorten the variant name");
+  }
+}
+
+}  // namespace
+
 std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::string& out_dir) {
   std::vector<ComparePlanRun> plan;
   std::map<std::string, std::shared_ptr<TaskData>> data_cache;
@@ -691,6 +767,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
     return d;
   };
   const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
+  const int64_t limit = name_max(fs::path(out_dir) / "runs");
   // Every scheme x search candidate (one candidate without a search).
   std::vector<std::pair<const CompareScheme*, size_t>> rows;
   for (const auto& s : spec.schemes)
@@ -760,6 +837,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       r.cfg.train.run_dir = (fs::path(out_dir) / "runs").string();
       r.cfg.train.run_name =
           s.name + (cand.label.empty() ? "" : "@" + cand.label) + "_seed" + std::to_string(seed);
+      check_run_path(spec, s, cand, r.cfg, variants, limit);
       r.cfg.train.resume = "";
       validate_config(r.cfg);
       for (ComparePlanVariant v : variants) {
@@ -1057,34 +1135,86 @@ double valid_metric(const std::string& run_dir, const std::string& metric, std::
 
 std::string g_child_binary;  // set_compare_child_binary()
 
-// Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`.
+// open(path, flags | O_CLOEXEC) on a descriptor >= 3 (so that the child's dup2 onto 0, 1 and 2
+// cannot clobber it, and no other child inherits it); -1 with *err = errno on failure.
+int open_high_cloexec(const char* path, int flags, int* err) {
+  int fd = ::open(path, flags | O_CLOEXEC, 0644);
+  if (fd >= 0 && fd <= 2) {
+    const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    *err = errno;
+    ::close(fd);
+    fd = moved;
+  } else if (fd < 0) {
+    *err = errno;
+  }
+  return fd;
+}
+
+// Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`, SIGINT and
+// SIGTERM at their defaults and no signal blocked. The child dies with this process: it asks the
+// kernel for SIGTERM when its parent ends (PR_SET_PDEATHSIG; a pelab child stops at a checkpoint),
+// so a `kill -9` of the comparison leaves no run training as an orphan that holds its run
+// directory's lock. (The signal follows the thread that forks: call this from the thread that
+// outlives the children, as run_compare's caller does.)
 pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args,
                   const std::string& log_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::vector<std::string> all = {exe};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  PELAB_CHECK(rc == 0, "compare: cannot start ", exe, ": ", std::strerror(rc));
+  // Everything the child needs is made here: between fork and exec it only makes system calls.
+  int in_errno = 0, out_errno = 0;
+  const int in = open_high_cloexec("/dev/null", O_RDONLY, &in_errno);
+  const int out =
+      open_high_cloexec(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, &out_errno);
+  int report[2] = {-1, -1};  // the child writes exec's errno here; closed by a successful exec
+  if (in < 0 || out < 0 || ::pipe2(report, O_CLOEXEC) != 0) {
+    const int e = in < 0 ? in_errno : out < 0 ? out_errno : errno;
+    if (in >= 0) ::close(in);
+    if (out >= 0) ::close(out);
+    fail("compare: cannot start ", exe, ": ",
+         in < 0 ? "/dev/null: " : out < 0 ? log_path + ": " : "", std::strerror(e));
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigset_t none;
+  sigemptyset(&none);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);  // before PDEATHSIG: a TERM before exec ends the child
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(143);  // the parent died before the request took effect
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    ::execve(exe.c_str(), argv.data(), environ);
+    const int e = errno;
+    if (::write(report[1], &e, sizeof e) < 0) {
+    }
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(in);
+  ::close(out);
+  ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    fail("compare: cannot start ", exe, ": ", std::strerror(fork_errno));
+  }
+  int exec_errno = 0;
+  ssize_t n;
+  do n = ::read(report[0], &exec_errno, sizeof exec_errno);
+  while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+    ::waitpid(pid, nullptr, 0);
+    fail("compare: cannot start ", exe, ": ", std::strerror(exec_errno));
+  }
   return pid;
 }
 
@@ -1129,6 +1259,30 @@ std::string elapsed_text(double s) {
   return buf;
 }
 
+// The reason a child gave for failing: the text of the last "pelab: error: " line it wrote to its
+// log from byte `from` on (its own run; the log is appended to by every run of the folder), "" if
+// none. The parent's message carries it, so that "run directory ... is in use by another pelab
+// process (pid N)" is not only in the log.
+std::string child_error(const std::string& log_path, std::uintmax_t from) {
+  std::ifstream in(log_path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start =
+      std::max<std::streamoff>(static_cast<std::streamoff>(from), size - 65536);
+  if (size <= start) return "";
+  in.seekg(start);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string mark = "pelab: error: ";
+  size_t at = text.rfind("\n" + mark);
+  at = at == std::string::npos ? (text.rfind(mark, 0) == 0 ? 0 : at) : at + 1;
+  if (at == std::string::npos) return "";
+  std::string line = text.substr(at + mark.size(), text.find('\n', at) - at - mark.size());
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.size() > 1000) line = line.substr(0, 1000) + " ...";
+  return line;
+}
+
 std::string run_who(const ComparePlanRun& run) {
   return run.scheme + (run.candidate.empty() ? "" : "@" + run.candidate) + " seed " +
          std::to_string(run.seed);
@@ -1153,6 +1307,7 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
     pid_t pid;
     std::string log;
     double t0;
+    std::uintmax_t log_from;  // the log's size when the child started
   };
   std::vector<Child> running;
   size_t next = 0;
@@ -1221,7 +1376,9 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       try {
         fs::create_directories(dir, ec);
         PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
-        running.push_back({i, spawn_child(exe, args, lp), lp, now_s()});
+        std::error_code size_ec;
+        const std::uintmax_t from = fs::file_size(lp, size_ec);
+        running.push_back({i, spawn_child(exe, args, lp), lp, now_s(), size_ec ? 0 : from});
       } catch (const std::exception& e) {
         failure = e.what();  // the running children are stopped and waited for first
         stop_all();
@@ -1248,8 +1405,9 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       } else if (stopping) {
         event(tag(c.index) + "stopped " + run_who(plan[c.index]));
       } else {
-        failure = "compare: run " + plan[c.index].cfg.train.run_name + " failed (" + how +
-                  "); see " + c.log;
+        const std::string why = child_error(c.log, c.log_from);
+        failure = "compare: run " + plan[c.index].cfg.train.run_name + " failed (" + how + ")" +
+                  (why.empty() ? "" : ": " + why) + "; see " + c.log;
         event(tag(c.index) + run_who(plan[c.index]) + " failed (" + how + ")");
         stop_all();
       }

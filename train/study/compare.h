@@ -142,6 +142,12 @@ struct CompareSpec {
 CompareSpec load_compare(const std::string& path, const std::vector<std::string>& overrides = {});
 CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
                                 const std::vector<std::string>& overrides = {});
+// The same from the file already parsed (parse_config_yaml, train/config.h): `root` holds the run
+// config's sections, compare: and an optional literature:; `text` is the config shown in the
+// report.
+CompareSpec load_compare_node(const YAML::Node& root, const std::string& text,
+                              const std::string& source,
+                              const std::vector<std::string>& overrides = {});
 
 // The report's row names: every scheme, then scheme+variant for each eval-time variant that
 // applies to it (as compare_plan decides), in report order.

@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 #include <vector>
@@ -16,7 +17,9 @@ void split_config_block(const std::string& text, const std::string& key, std::st
                         std::string& block) {
   std::vector<std::string> lines;
   {
-    std::istringstream in(text);
+    std::string t = text;
+    strip_utf8_bom(t);  // "\xEF\xBB\xBFsuite:" is the suite block too
+    std::istringstream in(t);
     std::string l;
     while (std::getline(in, l)) lines.push_back(l);
   }
@@ -41,17 +44,15 @@ void split_config_block(const std::string& text, const std::string& key, std::st
   }
 }
 
-YAML::Node load_config_block(const std::string& yaml, const std::string& key,
-                             const std::string& source, std::string& rest) {
-  std::string block;
-  split_config_block(yaml, key, rest, block);
-  try {
-    return YAML::Load(block);
-  } catch (const YAML::ParserException& ex) {
-    std::string where = source;
-    if (!ex.mark.is_null() && ex.mark.line >= 0) where += ":" + std::to_string(ex.mark.line + 1);
-    throw ConfigError(where + ": YAML syntax error in the " + key + " section: " + ex.msg);
+YAML::Node without_blocks(const YAML::Node& root, const std::vector<std::string>& keys) {
+  if (!root.IsMap()) return root;
+  YAML::Node rest(YAML::NodeType::Map);
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const bool drop = it->first.IsScalar() &&
+                      std::find(keys.begin(), keys.end(), it->first.Scalar()) != keys.end();
+    if (!drop) rest.force_insert(it->first, it->second);
   }
+  return rest;
 }
 
 std::string yaml_where(const std::string& source, const YAML::Node& n) {

@@ -542,14 +542,6 @@ std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::st
   return out;
 }
 
-std::string split_literature_block(const std::string& yaml, const std::string& source,
-                                   YAML::Node* block) {
-  std::string rest;
-  const YAML::Node root = load_config_block(yaml, "literature", source, rest);
-  *block = root.IsMap() && root["literature"] ? root["literature"] : YAML::Node(YAML::NodeType::Undefined);
-  return rest;
-}
-
 // ---------------- statistics ----------------
 
 KendallTau kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y) {

@@ -82,13 +82,6 @@ ConfigReferenceSection literature_reference_section();
 // Parses the `literature` node (a list of entries). Throws ConfigError naming FILE:LINE.
 std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::string& source,
                                               const LiteratureContext& ctx);
-// Splits the top-level `literature:` block off a config text: returns the text with the block
-// blanked (line numbers kept), so that it never reaches a run config, and sets *block to the
-// block's `literature` node (undefined when the config has none). A YAML syntax error in the
-// block names FILE:LINE.
-std::string split_literature_block(const std::string& yaml, const std::string& source,
-                                   YAML::Node* block);
-
 // Kendall's τ-b between two rankings of the same n items (ties allowed on either side):
 // (C − D) / sqrt((n0 − n1)(n0 − n2)), n0 = n(n−1)/2, n1 / n2 the pairs tied in x / in y.
 // Undefined (tau NaN, `undefined` saying why) when n < 2 or one side ties everywhere.

@@ -59,6 +59,92 @@ void check_directive_path(const std::string& what, const std::string& p) {
 
 std::string int_text(const YAML::Node& v) { return v.IsScalar() ? v.Scalar() : "(not a number)"; }
 
+// The words sbatch makes of the text of an #SBATCH line (its _get_argument): split at blanks,
+// quotes group characters (blanks included) and are removed, a backslash takes the next
+// character as it is, and an unquoted # starts a comment.
+std::vector<std::string> sbatch_words(const std::string& line) {
+  std::vector<std::string> words;
+  std::string w;
+  bool in_word = false, escape = false;
+  char quote = 0;
+  for (char c : line) {
+    if (escape) {
+      w += c;
+      escape = false;
+    } else if (c == '\\') {
+      escape = in_word = true;
+    } else if (quote) {
+      if (c == quote)
+        quote = 0;
+      else
+        w += c;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      in_word = true;
+    } else if (c == '#') {
+      break;
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      if (in_word) words.push_back(w);
+      w.clear();
+      in_word = false;
+    } else {
+      w += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(w);
+  return words;
+}
+
+// "is set by ..." when the #SBATCH text `line` sets an option the emitted scripts set themselves,
+// read as sbatch reads it: every word of the line (sbatch_words), a long option by any prefix of
+// its name (getopt_long takes an unambiguous abbreviation, "--chd=x" for "--chdir=x"; an ambiguous
+// one is an sbatch error), and short options also inside a cluster ("-vD dir": -v takes no
+// argument, so -D follows). "" when it sets none.
+std::string managed_sbatch_option(const std::string& line) {
+  struct Managed {
+    const char* name;
+    char letter;  // its short option (0 = none)
+    const char* owner;
+  };
+  static const Managed managed[] = {
+      {"--array", 'a', "the runs of the comparison"},
+      {"--dependency", 'd', "submit.sh"},
+      {"--output", 'o', "the scripts (DIR/logs)"},
+      {"--error", 'e', "the scripts (DIR/logs)"},
+      {"--chdir", 'D', "the scripts (the directory --emit-slurm ran in)"},
+      {"--cpus-per-task", 'c', "compare.slurm.cpus_per_task"},
+      {"--time", 't', "compare.slurm.time"},
+      {"--mem", 0, "compare.slurm.mem"},
+      {"--partition", 'p', "compare.slurm.partition"},
+      {"--job-name", 'J', "the scripts (pelab-<config name>)"},
+  };
+  // sbatch's short options that take no argument (after any other short option, the rest of a
+  // cluster is that option's argument; -k's is optional).
+  static const std::string flags = "hHOQsuvVW";
+  for (const std::string& w : sbatch_words(line)) {
+    if (w.size() < 2 || w[0] != '-') continue;
+    if (w[1] == '-') {
+      const std::string name = w.substr(0, w.find('='));
+      if (name.size() < 3) continue;  // "--" ends the options
+      for (const auto& m : managed)
+        if (std::string(m.name).rfind(name, 0) == 0)
+          return name == m.name ? std::string("is set by ") + m.owner
+                                : std::string("is set by ") + m.owner + " (sbatch reads " + name +
+                                      " as " + m.name + ")";
+      continue;
+    }
+    for (size_t i = 1; i < w.size(); ++i) {
+      for (const auto& m : managed)
+        if (m.letter == w[i])
+          return std::string("is set by ") + m.owner + " (sbatch reads -" + w[i] + " as " +
+                 m.name + ")";
+      if (flags.find(w[i]) == std::string::npos) break;
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 void set_slurm_key(SlurmSettings& s, const std::string& key, const YAML::Node& v,
@@ -112,35 +198,8 @@ void set_slurm_key(SlurmSettings& s, const std::string& key, const YAML::Node& v
       if (o.size() < 2 || o[0] != '-' || o.find_first_of("\n\r") != std::string::npos)
         slurm_fail(where, what + " must be one sbatch option starting with - (e.g. "
                                  "--account=proj42), got '" + o + "'");
-      // The options the emitted scripts set themselves.
-      static const std::vector<std::pair<std::string, std::string>> managed = {
-          {"--array", "the runs of the comparison"},
-          {"-a", "the runs of the comparison"},
-          {"--dependency", "submit.sh"},
-          {"-d", "submit.sh"},
-          {"--output", "the scripts (DIR/logs)"},
-          {"-o", "the scripts (DIR/logs)"},
-          {"--error", "the scripts (DIR/logs)"},
-          {"-e", "the scripts (DIR/logs)"},
-          {"--chdir", "the scripts (the directory --emit-slurm ran in)"},
-          {"-D", "the scripts (the directory --emit-slurm ran in)"},
-          {"--cpus-per-task", "compare.slurm.cpus_per_task"},
-          {"-c", "compare.slurm.cpus_per_task"},
-          {"--time", "compare.slurm.time"},
-          {"-t", "compare.slurm.time"},
-          {"--mem", "compare.slurm.mem"},
-          {"--partition", "compare.slurm.partition"},
-          {"-p", "compare.slurm.partition"},
-          {"--job-name", "the scripts (pelab-<config name>)"},
-          {"-J", "the scripts (pelab-<config name>)"},
-      };
-      for (const auto& m : managed) {
-        const bool long_opt = m.first.size() > 2;
-        const bool hit = long_opt ? (o == m.first || o.rfind(m.first + "=", 0) == 0 ||
-                                     o.rfind(m.first + " ", 0) == 0)
-                                  : o.rfind(m.first, 0) == 0 && o.rfind("--", 0) != 0;
-        if (hit) slurm_fail(where, what + " '" + o + "' is set by " + m.second);
-      }
+      const std::string managed = managed_sbatch_option(o);
+      if (!managed.empty()) slurm_fail(where, what + " '" + o + "' " + managed);
       opts.push_back(o);
     }
     s.options = opts;

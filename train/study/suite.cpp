@@ -64,11 +64,15 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
                             const std::vector<std::string>& overrides) {
   SuiteSpec spec;
   spec.source = source;
-  std::string suite_rest;
-  const YAML::Node root = load_config_block(yaml, "suite", source, suite_rest);
+  // Parsed once: an anchor of one section can be used in another.
+  const YAML::Node root = parse_config_yaml(yaml, source);
   // The literature section belongs to the summary: the tasks' comparisons do not see it.
-  YAML::Node literature;
-  const std::string rest = split_literature_block(suite_rest, source, &literature);
+  const YAML::Node literature =
+      root.IsMap() ? root["literature"] : YAML::Node(YAML::NodeType::Undefined);
+  const YAML::Node rest = without_blocks(root, {"suite", "literature"});
+  std::string rest_text, suite_block, literature_block;  // what the tasks show as their config
+  split_config_block(yaml, "suite", rest_text, suite_block);
+  split_config_block(std::string(rest_text), "literature", rest_text, literature_block);
   const YAML::Node s = root.IsMap() ? root["suite"] : YAML::Node();
   if (!s.IsDefined() || !s.IsMap())
     fail_at(source, "suite must be a mapping with suite.tasks (see docs/experiments.md, Suites)");
@@ -140,7 +144,7 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
     std::vector<std::string> all = t.sets;
     all.insert(all.end(), overrides.begin(), overrides.end());
     try {
-      t.spec = load_compare_string(rest, source, all);
+      t.spec = load_compare_node(rest, rest_text, source, all);
       (void)compare_plan(t.spec, (fs::path(spec.out) / t.name).string());  // validates every run
     } catch (const ConfigError& ex) {
       fail_at(t.where, "suite task '" + t.name + "': " + ex.what());

@@ -26,6 +26,11 @@ std::string printf_number(const char* format, double v);
 // quotes (a ' inside written '\'').
 std::string shell_word(const std::string& s);
 
+// Removes a leading UTF-8 byte-order mark (EF BB BF) from `s`, as text files written on Windows
+// often start with one; true if there was one. Every text input is read through it, so the mark
+// never becomes a symbol, a key or part of the first line.
+bool strip_utf8_bom(std::string& s);
+
 // Optimal string alignment distance (Levenshtein plus adjacent transpositions), case-folded.
 size_t edit_distance(const std::string& a, const std::string& b);
 
