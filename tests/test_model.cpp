@@ -977,3 +977,25 @@ TEST(ModelPositionIds, LearnedTableRefusesAnIdPastItsRows) {
     EXPECT_NO_THROW(run_at(m, b, kSrcRows, kTgtRows));  // 15 is the last row
   }
 }
+
+TEST(ModelPositionIds, DynamicNtkRowsUseTheirOwnLengths) {
+  // RoPE's dynamic NTK (evaluation) takes each row's length from its own real IDs: with per-row
+  // IDs every row still equals that row alone, and the rows' lengths differ (15 vs 6).
+  const RowBatch b = row_batch(78);
+  for (const std::string arch : {"seq2seq", "decoder"}) {
+    ModelConfig c = tiny_model(arch, "rope");
+    c.pe.set("rope_scaling", "dynamic_ntk");
+    c.pe.set("rope_scaling_factor", 2.0);
+    c.pe.set("rope_train_length", 4);
+    Transformer m(c);
+    m.eval();
+    NoGradGuard ng;
+    const Tensor all = run_at(m, b, kSrcRows, kTgtRows);
+    for (int64_t r = 0; r < 3; ++r)
+      EXPECT_LE(max_abs_diff(row_of(all, r), run_at(m, b, kSrcRows.row(r), kTgtRows.row(r), r)), 1e-10)
+          << arch << " row " << r;
+    // Not vacuous: the scaling changes the result.
+    m.train();
+    EXPECT_GT(max_abs_diff(all, run_at(m, b, kSrcRows, kTgtRows)), 1e-6) << arch;
+  }
+}
