@@ -999,3 +999,24 @@ TEST(ModelPositionIds, DynamicNtkRowsUseTheirOwnLengths) {
     EXPECT_GT(max_abs_diff(all, run_at(m, b, kSrcRows, kTgtRows)), 1e-6) << arch;
   }
 }
+
+TEST(ModelPositionIds, PaddingIdsDoNotChangeRealTokens) {
+  // Row 1's padded tokens (source 4, 5; target 6) get other IDs: no real token's logits change.
+  const RowBatch b = row_batch(79);
+  Positions sp = kSrcRows, tp = kTgtRows;
+  sp.ids[6 + 4] = 0, sp.ids[6 + 5] = 30, tp.ids[7 + 6] = 2;
+  const Tensor real = reshape(b.tgt_mask, {3, 7, 1});
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny_model(arch, scheme));
+      if (!pe_accepts_task_positions(m.config().pe)) continue;
+      NoGradGuard ng;
+      const Tensor before = run_at(m, b, kSrcRows, kTgtRows), after = run_at(m, b, sp, tp);
+      EXPECT_LE(max_abs_diff(mul(before, real), mul(after, real)), 1e-12) << scheme << " " << arch;
+      // Not vacuous: the padded target token's own logits see its new ID.
+      if (pe_scheme(scheme).encodes_positions) {
+        EXPECT_GT(max_abs_diff(before, after), 1e-9) << scheme << " " << arch;
+      }
+    }
+  }
+}
