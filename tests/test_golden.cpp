@@ -49,6 +49,7 @@ struct GoldenCase {
   models::ModelConfig cfg;
   double label_smoothing = 0.0;
   bool random_positions = false;  // explicit sorted random positions instead of 0..L-1
+  bool row_ids = false;           // one position-ID row per batch row (docs/model.md 3.4)
 };
 
 models::ModelConfig base_config(const std::string& scheme, const std::string& arch) {
@@ -135,6 +136,15 @@ std::vector<GoldenCase> golden_cases() {
     d.embed_scale = "sqrt_d";
     add("rope_partial_interleaved_nobias_tied_decoder", d);
   }
+  // Position IDs per batch row, "<scheme>_rowids_<arch>", for every scheme that accepts them (the
+  // architectures alternate over the registry's order).
+  int n = 0;
+  for (const std::string& scheme : models::pe_names()) {
+    const models::ModelConfig c = base_config(scheme, n++ % 2 ? "seq2seq" : "decoder");
+    if (!models::pe_accepts_task_positions(c.pe)) continue;
+    add(scheme + "_rowids_" + c.arch, c);
+    cases.back().row_ids = true;
+  }
   return cases;
 }
 
@@ -152,12 +162,13 @@ Config train_config(const models::ModelConfig& c) {
 // ---------------- the fixed batch ----------------
 // B = 2; row 1 is padded at the end so that key-padding masks matter. Pad id 0 is the ignore
 // index of the loss. Positions are 0..L-1 or, with random_positions, a sorted random subset of
-// 0..39 (per stack, shared by the batch).
+// 0..39 (per stack, shared by the batch); with row_ids, row 0 has 0..L-1 and row 1 repeating,
+// non-monotone IDs (3 + 7i) mod 11.
 struct GoldenBatch {
   int64_t B = 2;
   std::vector<int64_t> src, src_mask, tgt, tgt_mask, targets;  // seq2seq: src [B,S], tgt [B,T]
   int64_t S = 0, T = 0;                                        // decoder: tgt/targets [B,T]
-  std::vector<int64_t> src_pos, tgt_pos;
+  std::vector<int64_t> src_pos, tgt_pos;  // [L], or [B, L] with row_ids
 };
 
 std::vector<int64_t> positions(int64_t L, bool random, Generator& gen) {
@@ -199,6 +210,12 @@ GoldenBatch make_batch(const GoldenCase& gc) {
     fill(b.T, {8, 6}, b.tgt, b.tgt_mask, &b.targets);
   }
   b.tgt_pos = positions(b.T, gc.random_positions, gen);
+  if (gc.row_ids) {
+    for (std::vector<int64_t>* p : {&b.src_pos, &b.tgt_pos}) {
+      const int64_t L = static_cast<int64_t>(p->size());
+      for (int64_t i = 0; i < L; ++i) p->push_back((3 + 7 * i) % 11);
+    }
+  }
   return b;
 }
 
@@ -379,11 +396,11 @@ void write_inputs(const GoldenCase& gc, const std::string& dir) {
   if (gc.cfg.is_seq2seq()) {
     write_i64(g.id, "src", b.src, {B, S});
     write_i64(g.id, "src_mask", b.src_mask, {B, S});
-    write_i64(g.id, "src_pos", b.src_pos, {S});
+    write_i64(g.id, "src_pos", b.src_pos, gc.row_ids ? std::vector<hsize_t>{B, S} : std::vector<hsize_t>{S});
   }
   write_i64(g.id, "tgt", b.tgt, {B, T});
   write_i64(g.id, "tgt_mask", b.tgt_mask, {B, T});
-  write_i64(g.id, "tgt_pos", b.tgt_pos, {T});
+  write_i64(g.id, "tgt_pos", b.tgt_pos, gc.row_ids ? std::vector<hsize_t>{B, T} : std::vector<hsize_t>{T});
   write_i64(g.id, "targets", b.targets, {B, T});
   write_attr(g.id, "ignore_index", 0, H5T_NATIVE_INT64);  // the pad id
   write_attr(g.id, "label_smoothing", gc.label_smoothing, H5T_NATIVE_DOUBLE);
@@ -459,14 +476,20 @@ CaseResult compare_case(const GoldenCase& gc) {
   const Tensor tgt_t = ids_tensor(ints("tgt"), B, T);
   const Tensor tgt_mask = ids_tensor(ints("tgt_mask"), B, T);
   const Tensor targets = ids_tensor(ints("targets"), B, T);
-  const std::vector<int64_t> tgt_pos = ints("tgt_pos");
+  // A position array is [L] (shared) or [B, L] (one row per batch row).
+  auto positions_of = [&](const std::string& n) {
+    const Array a = read_attr_array(gin.id, n, in_path);
+    return a.shape.size() == 2 ? models::Positions(a.shape[0], a.shape[1], to_ints(a))
+                               : models::Positions(to_ints(a));
+  };
+  const models::Positions tgt_pos = positions_of("tgt_pos");
   Tensor src_t, src_mask;
-  std::vector<int64_t> src_pos;
+  models::Positions src_pos;
   if (gc.cfg.is_seq2seq()) {
     const int64_t S = read_attr_array(gin.id, "src", in_path).shape.at(1);
     src_t = ids_tensor(ints("src"), B, S);
     src_mask = ids_tensor(ints("src_mask"), B, S);
-    src_pos = ints("src_pos");
+    src_pos = positions_of("src_pos");
   }
   auto scalar = [&](const std::string& n) { return read_attr(gin.id, n, in_path); };
   const int64_t ignore = static_cast<int64_t>(scalar("ignore_index"));

@@ -11,7 +11,8 @@ a pelab checkpoint.
 
 IN is a pelab checkpoint (docs/checkpoint.md: /config YAML, /vocab, /param_names, /params/<name>)
 with an extra group /golden_input holding the batch as attributes (tests/test_golden.cpp writes
-it): int64 arrays tgt, tgt_mask, tgt_pos, targets (and src, src_mask, src_pos for seq2seq) and
+it): int64 arrays tgt, tgt_mask, tgt_pos, targets (and src, src_mask, src_pos for seq2seq; a
+position array is [L], shared by the batch, or [B, L], one ID row per batch row) and
 the scalars ignore_index, label_smoothing, adamw_steps, adamw_lr, adamw_beta1, adamw_beta2,
 adamw_eps, adamw_weight_decay. OUT gets: logits [B, T, V] and loss (float64), grad_names
 (= /param_names; tied tables once), grads (every parameter's gradient flattened row-major and
@@ -585,6 +586,15 @@ class Model:
         return x
 
     def forward(self, batch):
+        # Position IDs per batch row (tgt_pos / src_pos [B, L], docs/model.md 3.4): every row's
+        # result is that row's alone with its IDs as the shared vector.
+        if any(batch[k].dim() == 2 for k in ("src_pos", "tgt_pos") if k in batch):
+            rows = []
+            for r in range(batch["tgt"].shape[0]):
+                one = {k: (v[r] if v.dim() == 2 else v) if k in ("src_pos", "tgt_pos")
+                       else v[r:r + 1] for k, v in batch.items()}
+                rows.append(self.forward(one))
+            return torch.cat(rows, 0)
         if self.cfg.arch == "seq2seq":
             memory = self.encode(batch["src"], batch["src_mask"], batch["src_pos"])
             h = self.decode(batch["tgt"], batch["tgt_mask"], batch["tgt_pos"], memory,
