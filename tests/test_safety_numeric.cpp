@@ -145,3 +145,68 @@ TEST_F(SafetyNumeric, NonFiniteEvaluationLossIsNotStatusOk) {
   EXPECT_FALSE(contains(js, "\"ok\"")) << js;
 }
 
+// ---------------------------------------------------------------- item 4: float settings
+
+// A float setting beyond the largest finite value of model.dtype is refused when the config is
+// read: one line naming the key and the largest usable value. The same values load in float64.
+TEST(SafetyConfig, FloatSettingsBeyondTheModelDtypeAreRefused) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"model.init_std=1e300"},
+      {"pe.scheme=fire", "pe.fire_c_init=1e39"},
+      {"pe.scheme=kerple", "pe.kerple_r1_init=1e308"},
+      {"train.lr=1e308"}};
+  for (const auto& sets : cases) {
+    const std::string key = sets.back().substr(0, sets.back().find('='));
+    const std::string e = config_error(sets);
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_TRUE(contains(e, key + ": ")) << e;
+    EXPECT_TRUE(contains(e, " overflows model.dtype float32; the largest usable value is "
+                            "3.4028234663852886e38"))
+        << e;
+    std::vector<std::string> f64 = sets;
+    f64.push_back("model.dtype=float64");
+    EXPECT_EQ(config_error(f64), "") << key;
+  }
+  // The largest float32 value itself is allowed (the range is closed).
+  EXPECT_EQ(config_error({"pe.scheme=fire", "pe.fire_c_init=3.4028234663852886e38"}), "");
+  // In a YAML file the error points at the line.
+  try {
+    load_config_string("model:\n  d_model: 16\n  init_std: 1e300\n", "c.yaml");
+    FAIL() << "model.init_std 1e300 loaded";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "c.yaml:3: model.init_std: 1e300 overflows")) << e.what();
+  }
+  // The PE registry's own check (the model constructor runs it) knows the dtype too.
+  models::PEConfig pc;
+  pc.scheme = "fire";
+  pc.set("fire_c_init", 1e39);
+  const std::string e = error_of([&] { models::validate_pe(pc, models::PEModelDims{16, 2}); });
+  EXPECT_TRUE(contains(e, "pe.fire_c_init: 1e+39 overflows model.dtype float32")) << e;
+  EXPECT_EQ(error_of([&] {
+              models::validate_pe(pc, models::PEModelDims{16, 2, DType::Float64});
+            }),
+            "");
+}
+
+// A run whose every step is skipped (an init std that fits float32 but overflows the forward pass)
+// is an error, not exit 0.
+TEST_F(SafetyNumeric, RunWhoseEveryStepIsSkippedFails) {
+  const std::string e = error_of([&] { train(tiny("skip", {"model.init_std=1e38"}), quiet_train()); });
+  EXPECT_TRUE(contains(e, "all 3 steps skipped for a non-finite loss or gradient norm")) << e;
+  EXPECT_TRUE(contains(e, "the model never updated")) << e;
+}
+
+// A run whose last update leaves non-finite parameters is an error (injected: a parameter made NaN
+// after the last step's backward pass, so the update writes NaN).
+TEST_F(SafetyNumeric, RunEndingWithNonFiniteParametersFails) {
+  TrainOptions o = quiet_train();
+  o.grad_hook = [](int64_t step, const std::vector<Tensor>& params) {
+    if (step != 2) return;
+    Tensor p = params.front();
+    p.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  };
+  const std::string e = error_of([&] { train(tiny("nanparam"), o); });
+  EXPECT_TRUE(contains(e, "step 3: the parameters are not finite after the last update")) << e;
+  EXPECT_TRUE(contains(e, "the run diverged")) << e;
+}
+

@@ -953,6 +953,17 @@ TrainResult Trainer::run() {
     progress_->line("pelab train: " + std::to_string(skipped_steps_) + " of " +
                     count_text(step_, "step") +
                     " skipped for a non-finite loss or gradient norm (no update)");
+  // A run that ends with parameters that are not finite, or that never updated its model (every
+  // step skipped: e.g. an initialisation whose loss overflows), has no result: an error, not exit 0
+  // (the skip limits catch this in a long run; this catches it in a short one).
+  if (steps_here > 0 && !healthy()) {
+    if (!all_finite(model_->parameters()))
+      diverged("the parameters are not finite after the last update (learning rate too large?)");
+    if (consecutive_skipped_ >= step_)
+      diverged("all " + count_text(step_, "step") +
+               " skipped for a non-finite loss or gradient norm: the model never updated (check "
+               "model.init_std and the pe.* initial values)");
+  }
   res.criterion_set = crit.enabled();
   res.criterion_met = crit_met_step_ >= 0;
   res.criterion_step = crit_met_step_;
