@@ -49,6 +49,102 @@ std::string config_error(const std::vector<std::string>& sets) {
   return "";
 }
 
+// The checksum exactly as docs/checkpoint.md defines it (written here from the documentation, not
+// taken from train/checkpoint.cpp): FNV-1a 64 with pelab's initial value 1469598103934665603.
+uint64_t fnv1a64(const std::vector<unsigned char>& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+std::vector<unsigned char> le64(uint64_t v) {
+  std::vector<unsigned char> b(8);
+  for (int i = 0; i < 8; ++i) b[static_cast<size_t>(i)] = static_cast<unsigned char>(v >> (8 * i));
+  return b;
+}
+// The documented byte sequence of a string array: per entry its length (8 bytes LE), its bytes.
+std::vector<unsigned char> string_bytes(const std::vector<std::string>& entries) {
+  std::vector<unsigned char> out;
+  for (const auto& s : entries) {
+    const auto n = le64(s.size());
+    out.insert(out.end(), n.begin(), n.end());
+    out.insert(out.end(), s.begin(), s.end());
+  }
+  return out;
+}
+
+// Reads and writes datasets and checksum attributes of a checkpoint with the HDF5 C API, as a
+// user with h5py would.
+class H5File {
+ public:
+  explicit H5File(const std::string& path, bool write = false) {
+    // The file's objects use the HDF5 1.8+ format, which the library edits only with these bounds.
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    f_ = H5Fopen(path.c_str(), write ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    EXPECT_GE(f_, 0) << path;
+  }
+  ~H5File() { H5Fclose(f_); }
+  uint64_t checksum(const std::string& name) {
+    uint64_t v = 0;
+    hid_t a = H5Aopen_by_name(f_, name.c_str(), "fnv1a64", H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(a, 0) << name;
+    EXPECT_GE(H5Aread(a, H5T_NATIVE_UINT64, &v), 0) << name;
+    H5Aclose(a);
+    return v;
+  }
+  // Replaces the checksum attribute (removed and created again, as h5py's attrs[...] = does).
+  void set_checksum(const std::string& name, uint64_t v) {
+    EXPECT_GE(H5Adelete_by_name(f_, name.c_str(), "fnv1a64", H5P_DEFAULT), 0) << name;
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate_by_name(f_, name.c_str(), "fnv1a64", H5T_STD_U64LE, space, H5P_DEFAULT,
+                                H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(a, 0) << name;
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_UINT64, &v), 0) << name;
+    H5Aclose(a);
+    H5Sclose(space);
+  }
+  // Writes an int64 scalar and its checksum from the documented recipe (8 bytes LE).
+  void write_int64(const std::string& name, int64_t v) {
+    hid_t ds = H5Dopen2(f_, name.c_str(), H5P_DEFAULT);
+    EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v), 0) << name;
+    H5Dclose(ds);
+    set_checksum(name, fnv1a64(le64(static_cast<uint64_t>(v))));
+  }
+  // The raw little-endian bytes of a numeric dataset in row-major order.
+  std::vector<unsigned char> bytes(const std::string& name, hid_t mem_type) {
+    hid_t ds = H5Dopen2(f_, name.c_str(), H5P_DEFAULT);
+    hid_t space = H5Dget_space(ds);
+    const hssize_t n = H5Sget_simple_extent_npoints(space);
+    std::vector<unsigned char> out(static_cast<size_t>(n) * H5Tget_size(mem_type));
+    if (n > 0) EXPECT_GE(H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0);
+    H5Sclose(space);
+    H5Dclose(ds);
+    return out;
+  }
+  // A variable-length string array (or scalar) as strings.
+  std::vector<std::string> strings(const std::string& name) {
+    hid_t ds = H5Dopen2(f_, name.c_str(), H5P_DEFAULT);
+    hid_t space = H5Dget_space(ds);
+    const hssize_t n = H5Sget_simple_extent_npoints(space);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    std::vector<char*> p(static_cast<size_t>(n), nullptr);
+    EXPECT_GE(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()), 0) << name;
+    std::vector<std::string> out;
+    for (char* s : p) out.emplace_back(s ? s : "");
+    H5Dvlen_reclaim(type, space, H5P_DEFAULT, p.data());
+    H5Tclose(type);
+    H5Sclose(space);
+    H5Dclose(ds);
+    return out;
+  }
+
+ private:
+  hid_t f_;
+};
+
 class SafetyNumeric : public pelab::testing::TempDirTest {
  protected:
   SafetyNumeric() : TempDirTest("pelab_safety_numeric") {}
@@ -208,5 +304,56 @@ TEST_F(SafetyNumeric, RunEndingWithNonFiniteParametersFails) {
   const std::string e = error_of([&] { train(tiny("nanparam"), o); });
   EXPECT_TRUE(contains(e, "step 3: the parameters are not finite after the last update")) << e;
   EXPECT_TRUE(contains(e, "the run diverged")) << e;
+}
+
+// ---------------------------------------------------------------- item 5: counters
+
+// A crafted /step (checksum recomputed) is refused on load, naming the file, and a resume from it
+// deletes nothing; so are a negative data_position and counters outside their ranges.
+TEST_F(SafetyNumeric, CraftedCheckpointCountersAreRefusedBeforeAnythingIsDeleted) {
+  const TrainResult r = train(tiny("run"), quiet_train());
+  const fs::path ck = fs::path(r.run_dir) / "checkpoints";
+  const std::vector<std::string> steps = {"step_1.h5", "step_2.h5", "step_3.h5"};
+  for (const auto& s : steps) ASSERT_TRUE(fs::exists(ck / s)) << s;
+  const std::string good = (ck / "step_3.h5").string();
+  fs::copy_file(good, (dir_ / "good.h5").string());
+  struct Case {
+    std::string dataset;
+    int64_t value;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"step", -5, ": dataset step is -5, must be >= 0"},
+      {"counters/data_position", -1, ": dataset counters/data_position is -1, outside [0, inf]"},
+      {"counters/data_position", 7, ": dataset counters/data_position is 7, but 3 steps of "
+                                     "train.grad_accum 1 consume exactly 3 x 1 micro-batches"},
+      {"counters/skipped_steps", 4, ": dataset counters/skipped_steps is 4, outside [0, 3] (/step is 3)"},
+      {"counters/best_step", -2, ": dataset counters/best_step is -2, outside [-1, 3]"},
+      {"optimizer/step", -1, ": dataset optimizer/step is -1, must be >= 0"},
+      {"counters/criterion_met_step", 9, ": dataset counters/criterion_met_step is 9, outside [-1, 3]"},
+  };
+  for (const auto& c : cases) {
+    fs::copy_file(dir_ / "good.h5", good, fs::copy_options::overwrite_existing);
+    { H5File(good, true).write_int64(c.dataset, c.value); }
+    TrainOptions o = quiet_train();
+    o.resume = good;
+    const std::string e = error_of([&] { train(tiny("run"), o); });
+    EXPECT_TRUE(contains(e, "checkpoint " + good + c.want)) << c.dataset << ": " << e;
+    for (const auto& s : steps) EXPECT_TRUE(fs::exists(ck / s)) << c.dataset << ": " << s << " deleted";
+  }
+  // Resuming from step 2 with /step crafted to -5: nothing is deleted either (the unfixed resume
+  // deleted every step checkpoint, then failed in the LR schedule).
+  const std::string two = (ck / "step_2.h5").string();
+  { H5File(two, true).write_int64("step", -5); }
+  TrainOptions o = quiet_train();
+  o.resume = two;
+  EXPECT_TRUE(contains(error_of([&] { train(tiny("run"), o); }), "checkpoint " + two +
+                                                                  ": dataset step is -5"));
+  for (const auto& s : steps) EXPECT_TRUE(fs::exists(ck / s)) << s << " deleted";
+  // The untouched checkpoint still resumes (train.steps 4: one more step).
+  fs::copy_file(dir_ / "good.h5", good, fs::copy_options::overwrite_existing);
+  TrainOptions ok = quiet_train();
+  ok.resume = good;
+  EXPECT_EQ(train(tiny("run", {"train.steps=4"}), ok).step, 4);
 }
 

@@ -417,7 +417,16 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   step_ = ck.step;
   PELAB_CHECK(counter("schedule_step") == step_, "checkpoint ", path,
               ": counters/schedule_step disagrees with /step");
+  // Every counter within its range before any is used (a resume deletes newer checkpoints only
+  // after this): a crafted /step or a negative position is refused, naming the file.
+  check_training_counters(ck, path);
   data_position_ = counter("data_position");
+  // Each step consumes train.grad_accum micro-batches (train_step), which a resume cannot change.
+  PELAB_CHECK(data_position_ / cfg_.train.grad_accum == step_ &&
+                  data_position_ % cfg_.train.grad_accum == 0,
+              "checkpoint ", path, ": dataset counters/data_position is ", data_position_,
+              ", but ", step_, " steps of train.grad_accum ", cfg_.train.grad_accum, " consume ",
+              "exactly ", step_, " x ", cfg_.train.grad_accum, " micro-batches");
   model_->rng().set_state(static_cast<uint64_t>(counter("model_rng_seed")),
                           static_cast<uint64_t>(counter("model_rng_offset")));
   randpos_.set_state(static_cast<uint64_t>(counter("randpos_rng_seed")),
