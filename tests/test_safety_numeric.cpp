@@ -357,3 +357,40 @@ TEST_F(SafetyNumeric, CraftedCheckpointCountersAreRefusedBeforeAnythingIsDeleted
   EXPECT_EQ(train(tiny("run", {"train.steps=4"}), ok).step, 4);
 }
 
+// ---------------------------------------------------------------- item 7: data memory
+
+// Data settings that cannot fit are refused before any example is generated, naming the settings
+// and the machine's memory (the unfixed code generated until std::bad_alloc).
+TEST_F(SafetyNumeric, DataThatCannotFitIsRefusedBeforeGenerating) {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string lead;
+  };
+  const std::vector<Case> cases = {
+      {{"task.train_max_len=100000000", "task.num_eval_examples=200"},
+       "task.num_eval_examples=200, task.train_min_len..task.train_max_len=1..100000000: "},
+      {{"task.test_lengths=[3, 2000000000]", "task.num_eval_examples=1000"},
+       "task.num_eval_examples=1000, task.test_lengths=[3, 2000000000]: "},
+      {{"task.num_eval_examples=2000000000"}, "task.num_eval_examples=2000000000, "},
+      {{"task.train_examples=1000000000000"},
+       "task.train_examples=1000000000000, task.train_min_len..task.train_max_len=1..5: "}};
+  for (const auto& c : cases) {
+    const Config cfg = tiny("mem", c.sets);
+    const DataEstimate est = estimate_data_memory(cfg);
+    ASSERT_GT(est.total(), 1e11) << c.lead;
+    const std::string e = error_of([&] { check_data_memory(cfg, 8e9); });
+    EXPECT_EQ(e.rfind(c.lead, 0), 0u) << e;
+    EXPECT_TRUE(contains(e, "the generated data alone need ")) << e;
+    EXPECT_TRUE(contains(e, "this machine has 8.0 GB. Reduce these settings.")) << e;
+    // TaskData (train, eval, info) refuses it before generating: at once, with the machine's size.
+    const std::string t = error_of([&] { TaskData d(cfg); });
+    EXPECT_TRUE(contains(t, c.lead)) << t;
+    EXPECT_TRUE(contains(t, "the generated data alone need ")) << t;
+  }
+  // The tiny run's data: a few kilobytes, accepted.
+  const DataEstimate small = estimate_data_memory(tiny("small"));
+  EXPECT_GT(small.total(), 0);
+  EXPECT_LT(small.total(), 1e5);
+  EXPECT_EQ(error_of([&] { check_data_memory(tiny("small"), 8e9); }), "");
+}
+
