@@ -394,3 +394,33 @@ TEST_F(SafetyNumeric, DataThatCannotFitIsRefusedBeforeGenerating) {
   EXPECT_EQ(error_of([&] { check_data_memory(tiny("small"), 8e9); }), "");
 }
 
+// ---------------------------------------------------------------- item 16: checksums
+
+// Every checksum of a real checkpoint is recomputed from docs/checkpoint.md's recipe alone (FNV-1a
+// 64 over the documented bytes, written in this test), including the worked examples of the docs.
+TEST_F(SafetyNumeric, ChecksumsFollowTheDocumentedRecipe) {
+  // The worked examples of docs/checkpoint.md.
+  EXPECT_EQ(fnv1a64({}), 0x14650fb0739d0383ull);
+  EXPECT_EQ(fnv1a64(le64(3)), 0xeb0db8638ec07380ull);
+  EXPECT_EQ(fnv1a64(string_bytes({"rope"})), 0xecf60c954afaf44full);
+  const TrainResult r = train(tiny("sum", {"pe.scheme=rope"}), quiet_train());
+  const std::string path = (fs::path(r.run_dir) / "checkpoints" / "step_3.h5").string();
+  H5File f(path);
+  EXPECT_EQ(f.checksum("step"), fnv1a64(le64(3)));
+  EXPECT_EQ(f.checksum("scheme"), fnv1a64(string_bytes({"rope"})));
+  for (const char* n : {"format_version", "step", "optimizer/step", "counters/data_position",
+                        "counters/best_step"})
+    EXPECT_EQ(f.checksum(n), fnv1a64(f.bytes(n, H5T_NATIVE_INT64))) << n;
+  for (const char* n : {"values/last_lr", "values/elapsed_s"})
+    EXPECT_EQ(f.checksum(n), fnv1a64(f.bytes(n, H5T_NATIVE_DOUBLE))) << n;
+  for (const char* n : {"scheme", "arch", "config", "metrics", "vocab", "param_names"})
+    EXPECT_EQ(f.checksum(n), fnv1a64(string_bytes(f.strings(n)))) << n;
+  const std::vector<std::string> names = f.strings("param_names");
+  ASSERT_FALSE(names.empty());
+  for (const auto& n : names) {
+    EXPECT_EQ(f.checksum("params/" + n), fnv1a64(f.bytes("params/" + n, H5T_NATIVE_FLOAT))) << n;
+    EXPECT_EQ(f.checksum("optimizer/exp_avg/" + n),
+              fnv1a64(f.bytes("optimizer/exp_avg/" + n, H5T_NATIVE_FLOAT)))
+        << n;
+  }
+}
