@@ -40,9 +40,9 @@ void ModelConfig::validate() const {
   check_one_of("model.activation", activation, {"gelu", "relu"});
   check_one_of("model.embed_scale", embed_scale, {"auto", "sqrt_d", "none"});
   check_one_of("model.dtype", dtype, {"float32", "float64"});
-  PELAB_CHECK(init_std >= 0 && std::isfinite(init_std), "model.init_std: must be finite and >= 0, got ",
-              init_std);
-  validate_pe(pe, PEModelDims{d_model, heads});
+  PELAB_CHECK(init_std >= 0 && init_std <= dtype_max(dtype_value()),
+              "model.init_std: must be >= 0 and finite in model.dtype ", dtype, ", got ", init_std);
+  validate_pe(pe, PEModelDims{d_model, heads, dtype_value()});
 }
 
 // ---------------- helpers ----------------

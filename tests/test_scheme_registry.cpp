@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -181,17 +182,25 @@ TEST(SchemeRegistry, ParameterCountOfEverySchemeMatchesTheModel) {
 }
 
 // A scheme's position limit is the scheme's answer, and the config rule uses it: learned's table
-// is the only limited seed scheme; others have none.
+// and xpos's float32 range (models/pe/xpos.cpp) are limited; others have none.
 TEST(SchemeRegistry, PositionLimitIsAskedOfTheScheme) {
+  std::set<std::string> limited;
   for (const std::string& scheme : models::pe_names()) {
     models::PEConfig p;
     p.scheme = scheme;
     p.set("max_positions", 12);
     const int64_t limit = models::pe_max_positions(p);
     if (limit == 0) continue;
-    EXPECT_EQ(limit, 12) << scheme;
-    EXPECT_EQ(models::pe_max_positions_name(p), "pe.max_positions");
-    const std::string e = load_error("pe:\n  scheme: " + scheme + "\n  max_positions: 12\n");
-    EXPECT_NE(e.find("pe.max_positions (12) must be >= "), std::string::npos) << e;
+    limited.insert(scheme);
+    const std::string name = models::pe_max_positions_name(p);
+    if (scheme == "learned") {
+      EXPECT_EQ(limit, 12);
+      EXPECT_EQ(name, "pe.max_positions");
+    }
+    // Training sequences of `limit` task symbols need more than `limit` positions.
+    const std::string e = load_error("task:\n  train_max_len: " + std::to_string(limit) +
+                                     "\npe:\n  scheme: " + scheme + "\n  max_positions: 12\n");
+    EXPECT_NE(e.find(name + " (" + std::to_string(limit) + ") must be >= "), std::string::npos) << e;
   }
+  EXPECT_EQ(limited, (std::set<std::string>{"learned", "xpos"}));
 }

@@ -557,6 +557,7 @@ CheckpointData load_checkpoint(const std::string& path) {
     r.verify(ds.get(), "format_version", hash_bytes(&d.format_version, sizeof d.format_version));
   }
   d.step = r.scalar<int64_t>(fid, "step", "step");
+  PELAB_CHECK(d.step >= 0, "checkpoint ", path, ": dataset step is ", d.step, ", must be >= 0");
   d.scheme = r.string(fid, "scheme", "scheme");
   d.arch = r.string(fid, "arch", "arch");
   d.config_yaml = r.string(fid, "config", "config");
@@ -582,6 +583,8 @@ CheckpointData load_checkpoint(const std::string& path) {
     Hid g(r.open_group(fid, "optimizer", "optimizer"), H5Gclose);
     d.optimizer = r.string(g.get(), "kind", "optimizer/kind");
     d.optimizer_step = r.scalar<int64_t>(g.get(), "step", "optimizer/step");
+    PELAB_CHECK(d.optimizer_step >= 0, "checkpoint ", path, ": dataset optimizer/step is ",
+                d.optimizer_step, ", must be >= 0");
     for (const auto& state : r.members(g.get(), "optimizer")) {
       if (state == "kind" || state == "step") continue;  // the two datasets beside the state groups
       const std::string full = "optimizer/" + state;
@@ -614,7 +617,49 @@ int64_t checkpoint_step(const std::string& path) {
   PELAB_CHECK(H5Fget_filesize(file.get(), &r.file_size) >= 0, "checkpoint ", path,
               ": cannot read its size");
   r.need_checksums = r.scalar<int64_t>(file.get(), "format_version", "format_version") >= 2;
-  return r.scalar<int64_t>(file.get(), "step", "step");
+  const int64_t step = r.scalar<int64_t>(file.get(), "step", "step");
+  PELAB_CHECK(step >= 0, "checkpoint ", path, ": dataset step is ", step, ", must be >= 0");
+  return step;
+}
+
+void check_training_counters(const CheckpointData& d, const std::string& path) {
+  // name, lowest value, highest value (INT64_MAX = none). The rng seeds and offsets and data_seed
+  // are 64-bit patterns: every value is one.
+  const int64_t none = std::numeric_limits<int64_t>::max();
+  auto get = [&](const char* name, int64_t def) {
+    auto it = d.counters.find(name);
+    return it == d.counters.end() ? def : it->second;
+  };
+  const int64_t skipped = get("skipped_steps", 0);
+  const struct {
+    const char* name;
+    int64_t lo, hi;
+  } ranges[] = {
+      {"schedule_step", d.step, d.step},          // the step the LR schedule is at: /step
+      {"data_position", 0, none},                 // micro-batches consumed
+      {"skipped_steps", 0, d.step},
+      {"consecutive_skipped", 0, skipped},        // the latest skipped steps in a row
+      {"last_finite_step", -1, d.step},           // -1 = none
+      {"log_loss_count", 0, d.step},              // steps since the last training log row
+      {"best_step", -1, d.step},                  // -1 = no best yet
+      {"train_positions", 0, none},               // 0 = not recorded
+      {"criterion_hits", 0, d.step + 1},          // validations in a row meeting train.stop_when
+      {"criterion_met_step", -1, d.step},         // -1 = not met
+  };
+  PELAB_CHECK(d.optimizer_step <= d.step, "checkpoint ", path, ": dataset optimizer/step is ",
+              d.optimizer_step, ", more than the ", d.step, " steps of /step");
+  for (const auto& c : ranges) {
+    auto it = d.counters.find(c.name);
+    if (it == d.counters.end()) continue;  // a required one missing is named by the trainer
+    const int64_t v = it->second;
+    if (v >= c.lo && v <= c.hi) continue;
+    if (c.lo == c.hi)
+      fail("checkpoint ", path, ": dataset counters/", c.name, " is ", v, ", must equal ", c.lo,
+           " (/step)");
+    fail("checkpoint ", path, ": dataset counters/", c.name, " is ", v, ", outside [", c.lo, ", ",
+         c.hi == none ? std::string("inf") : std::to_string(c.hi), "]",
+         c.hi == d.step ? " (/step is " + std::to_string(d.step) + ")" : std::string());
+  }
 }
 
 void copy_checkpoint(const std::string& from, const std::string& to) {

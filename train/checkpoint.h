@@ -49,6 +49,12 @@ void save_checkpoint(const std::string& path, const CheckpointData& data);
 CheckpointData load_checkpoint(const std::string& path);
 // Reads only /step (checksum verified).
 int64_t checkpoint_step(const std::string& path);
+// The counters a training checkpoint holds (train/trainer.cpp writes them; docs/checkpoint.md):
+// each one present within its range (most are bounded by /step, e.g. skipped_steps in
+// [0, step]; schedule_step equals it) and optimizer/step <= /step. Throws pelab::Error naming the
+// file, the counter, its value and the range. load_checkpoint itself checks /step and
+// optimizer/step >= 0.
+void check_training_counters(const CheckpointData& data, const std::string& path);
 // Copies a checkpoint file to `to` with the same atomic write as save_checkpoint.
 void copy_checkpoint(const std::string& from, const std::string& to);
 // Removes `<name>.tmp.<pid>` files in `dir` whose process no longer exists (left by a kill during a

@@ -845,6 +845,8 @@ int64_t scheme_limit(const models::PEConfig& p) {
   }
 }
 
+std::string emit_text(const Entry& e, const Config& c);
+
 std::vector<Rule> build_rules() {
   static const std::vector<Rule> r = {
       {"model.d_model must be divisible by model.heads",
@@ -1084,11 +1086,30 @@ std::vector<Rule> build_rules() {
          return {};
        }},
   };
-  std::vector<Rule> all = r;  // the schemes' own rules (models/pe/), after the fixed ones
+  std::vector<Rule> all = r;
+  // Every float setting becomes a number of the model's dtype (weights, PE parameters, the
+  // optimizer's step): one beyond that dtype's range is inf there, and the run can only skip steps.
+  all.push_back(
+      {"every float setting (model.init_std, train.lr, pe.*_init, ...) is at most the largest "
+       "finite value of model.dtype (float32: 3.4028234663852886e38)",
+       [](const Config& c) -> Violation {
+         const double most = dtype_max(dtype_from_name(c.model.dtype));
+         for (const Entry& e : entries()) {
+           if (e.key.type != ConfigType::Float) continue;
+           double v = 0;
+           if (!parse_float(emit_text(e, c), v) || std::fabs(v) <= most) continue;
+           return {e.key.full_name() + ": " + fmt_num(v) + " overflows model.dtype " +
+                       c.model.dtype + "; the largest usable value is " + fmt_num(most),
+                   {e.key.full_name()}};
+         }
+         return {};
+       }});
+  // The schemes' own rules (models/pe/), after the fixed ones.
   for (const models::PERule* pr : models::pe_rules()) {
     all.push_back({pr->doc, [pr](const Config& c) -> Violation {
                      const models::PEViolation v = pr->check(
-                         c.model.pe, models::PEModelDims{c.model.d_model, c.model.heads});
+                         c.model.pe, models::PEModelDims{c.model.d_model, c.model.heads,
+                                                         dtype_from_name(c.model.dtype)});
                      return {v.msg, v.keys};
                    }});
   }

@@ -241,6 +241,8 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
     r.loss = loss_sum / static_cast<double>(tokens);
     r.perplexity = std::exp(r.loss);
     r.token_accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
+    // A loss that overflowed (inf logits, NaN parameters) is no result: never status "ok".
+    if (!std::isfinite(r.loss)) r.status = kNonFiniteLoss;
   }
   if (!data.is_lm() && opt.decode)
     r.exact_match = static_cast<double>(exact) / static_cast<double>(r.examples);

@@ -6,7 +6,8 @@
 // label smoothing), perplexity = exp(loss), token_accuracy = teacher-forced argmax accuracy over the
 // same tokens, exact_match = fraction of examples whose greedy output (up to eos) equals the target
 // (lm: not defined). A split the model cannot represent (learned absolute positions beyond
-// pe.max_positions) gets status "n/a (> max_positions)" and no numbers.
+// pe.max_positions, or xpos positions beyond its float32 range) gets status "n/a (> max_positions)"
+// and no numbers; a split whose loss is not finite gets status "n/a (non-finite loss)".
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -66,6 +67,9 @@ struct EvalOptions {
 
 constexpr const char* kNaMaxPositions = "n/a (> max_positions)";
 constexpr const char* kNaRandomMaxPosition = "n/a (> randomized_max_position)";
+// A split whose teacher-forced loss is not finite (the model overflowed on it): its numbers are
+// not results.
+constexpr const char* kNonFiniteLoss = "n/a (non-finite loss)";
 
 // The positions of the validation split (train.valid_positions): `as_trained` with
 // pe.randomized_positions sets `opt` to draw them as training does, from `gen`, which is reset to

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "data/tasks.h"
 #include "models/pe/pe.h"
 #include "pelab/error.h"
 
@@ -83,6 +84,56 @@ MemoryEstimate estimate_memory(const Config& cfg, int64_t vocab, int64_t train_p
                         static_cast<double>(std::max<int64_t>(train_positions, 1));
   e.activation_bytes = tokens * (V + layers * (4 * d + ff)) * dtype_bytes;
   return e;
+}
+
+DataEstimate estimate_data_memory(const Config& cfg) {
+  DataEstimate e;
+  const TaskConfig& t = cfg.task;
+  if (t.name == "lm" || t.name == "textfile") return e;
+  data::TaskSpec spec;
+  spec.name = t.name;
+  spec.num_symbols = t.num_symbols;
+  spec.train_min_len = t.train_min_len;
+  spec.train_max_len = t.train_max_len;
+  std::unique_ptr<data::Task> task;
+  try {
+    task = data::make_task(spec);
+  } catch (const data::DataError&) {
+    return e;  // the task's own error comes when the data is built
+  }
+  // One example of task length L: its tokens as int64 and its two vectors.
+  auto example = [&](double L) {
+    const int64_t n = static_cast<int64_t>(L);
+    return static_cast<double>(sizeof(data::Example)) +
+           8.0 * (static_cast<double>(task->max_source_len(n)) +
+                  static_cast<double>(task->max_target_len(n)));
+  };
+  const double mid = example((static_cast<double>(t.train_min_len) + t.train_max_len) / 2);
+  const double n_eval = static_cast<double>(t.num_eval_examples);
+  e.valid_bytes = n_eval * mid;
+  e.train_bytes = static_cast<double>(t.train_examples) * mid;
+  for (int L : t.test_lengths) e.test_bytes += n_eval * example(L);
+  return e;
+}
+
+void check_data_memory(const Config& cfg, double available) {
+  const DataEstimate e = estimate_data_memory(cfg);
+  if (available <= 0 || e.total() <= available) return;
+  const TaskConfig& t = cfg.task;
+  std::string lengths;
+  for (int L : t.test_lengths) lengths += (lengths.empty() ? "" : ", ") + std::to_string(L);
+  const std::string n_eval = "task.num_eval_examples=" + std::to_string(t.num_eval_examples);
+  const std::string range = "task.train_min_len..task.train_max_len=" +
+                            std::to_string(t.train_min_len) + ".." + std::to_string(t.train_max_len);
+  const std::string tests = "task.test_lengths=[" + lengths + "]";
+  const std::string train = "task.train_examples=" + std::to_string(t.train_examples);
+  // Name the settings behind the largest part first.
+  std::string lead = n_eval + ", " + range;
+  if (e.test_bytes >= e.valid_bytes && e.test_bytes >= e.train_bytes) lead = n_eval + ", " + tests;
+  if (e.train_bytes > e.valid_bytes && e.train_bytes > e.test_bytes) lead = train + ", " + range;
+  fail(lead, ": the generated data alone need ", gb(e.total()), " (validation split ",
+       gb(e.valid_bytes), ", test splits ", gb(e.test_bytes), ", training set ", gb(e.train_bytes),
+       "); this machine has ", gb(available), ". Reduce these settings.");
 }
 
 double machine_memory_bytes() {

@@ -34,6 +34,21 @@ struct MemoryEstimate {
 // `train_positions` positions (TaskData::train_positions()).
 MemoryEstimate estimate_memory(const Config& cfg, int64_t vocab, int64_t train_positions);
 
+// The examples a synthetic task generates before training (TaskData): the validation split and
+// the training set (task.train_examples) at the middle of the training lengths, and one split per
+// task.test_lengths entry, task.num_eval_examples examples each; an example counts its source and
+// target tokens (the task's longest for its length) as int64 plus its two vectors. Zero for
+// task textfile and lm, whose data are the files read.
+struct DataEstimate {
+  double valid_bytes = 0, test_bytes = 0, train_bytes = 0;
+  double total() const { return valid_bytes + test_bytes + train_bytes; }
+};
+DataEstimate estimate_data_memory(const Config& cfg);
+// Throws pelab::Error when the generated data alone exceed `available` bytes, naming the settings
+// of the largest part (e.g. "task.num_eval_examples=1000000, task.test_lengths=[...]: the
+// generated data need 6.4 TB ..."). TaskData calls it before generating anything.
+void check_data_memory(const Config& cfg, double available);
+
 // Physical memory in bytes, or the cgroup (v2 memory.max, v1 limit_in_bytes) limit when lower.
 double machine_memory_bytes();
 

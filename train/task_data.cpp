@@ -8,6 +8,7 @@
 #include "data/rng.h"
 #include "data/textfile.h"
 #include "pelab/error.h"
+#include "train/memory_estimate.h"
 
 namespace pelab {
 
@@ -174,6 +175,8 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
                   t.num_symbols, " (", task_->vocab().size(), " tokens)");
     }
     vocab_ = std::make_unique<data::Vocab>(task_->vocab());
+    // Refused before any example is generated when the examples cannot fit in memory.
+    check_data_memory(cfg, machine_memory_bytes());
     for (int64_t i = data::Vocab::kNumSpecial; i < vocab_->size(); ++i)
       single_char_symbols_ = single_char_symbols_ && vocab_->symbol(i).size() == 1;
     if (t.train_examples > 0)

@@ -418,7 +418,16 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   step_ = ck.step;
   PELAB_CHECK(counter("schedule_step") == step_, "checkpoint ", path,
               ": counters/schedule_step disagrees with /step");
+  // Every counter within its range before any is used (a resume deletes newer checkpoints only
+  // after this): a crafted /step or a negative position is refused, naming the file.
+  check_training_counters(ck, path);
   data_position_ = counter("data_position");
+  // Each step consumes train.grad_accum micro-batches (train_step), which a resume cannot change.
+  PELAB_CHECK(data_position_ / cfg_.train.grad_accum == step_ &&
+                  data_position_ % cfg_.train.grad_accum == 0,
+              "checkpoint ", path, ": dataset counters/data_position is ", data_position_,
+              ", but ", step_, " steps of train.grad_accum ", cfg_.train.grad_accum, " consume ",
+              "exactly ", step_, " x ", cfg_.train.grad_accum, " micro-batches");
   model_->rng().set_state(static_cast<uint64_t>(counter("model_rng_seed")),
                           static_cast<uint64_t>(counter("model_rng_offset")));
   randpos_.set_state(static_cast<uint64_t>(counter("randpos_rng_seed")),
@@ -955,6 +964,17 @@ TrainResult Trainer::run() {
     progress_->line("pelab train: " + std::to_string(skipped_steps_) + " of " +
                     count_text(step_, "step") +
                     " skipped for a non-finite loss or gradient norm (no update)");
+  // A run that ends with parameters that are not finite, or that never updated its model (every
+  // step skipped: e.g. an initialisation whose loss overflows), has no result: an error, not exit 0
+  // (the skip limits catch this in a long run; this catches it in a short one).
+  if (steps_here > 0 && !healthy()) {
+    if (!all_finite(model_->parameters()))
+      diverged("the parameters are not finite after the last update (learning rate too large?)");
+    if (consecutive_skipped_ >= step_)
+      diverged("all " + count_text(step_, "step") +
+               " skipped for a non-finite loss or gradient norm: the model never updated (check "
+               "model.init_std and the pe.* initial values)");
+  }
   res.criterion_set = crit.enabled();
   res.criterion_met = crit_met_step_ >= 0;
   res.criterion_step = crit_met_step_;

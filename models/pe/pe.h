@@ -160,9 +160,11 @@ struct PEKey {
   bool eval_time = false;       // changes only the evaluation (compare variants may set it)
 };
 
-// The model dimensions a cross-field rule may need.
+// The model dimensions a cross-field rule may need, and the model's dtype (every float key's value
+// must be finite in it: validate_pe).
 struct PEModelDims {
   int64_t d_model = 0, heads = 0;
+  DType dtype = DType::Float32;
 };
 // A broken cross-field rule: one message line and the full keys involved ("pe.rope_fraction",
 // "model.d_model"), so the config loader can point at the line that set them. Empty msg = fine.
@@ -275,8 +277,8 @@ bool pe_is_variant_factor_key(const std::string& full_key);
 std::string pe_key_scheme(const std::string& full_key);
 // "" when v is a value the key allows, else the reason ("5 is out of range [1, inf)").
 std::string pe_check_value(const PEKey& key, const PEValue& v);
-// Every scheme key's value (ranges, allowed values) and every rule; throws pelab::Error naming
-// the key ("pe.rope_base: ...") or the rule's message.
+// Every scheme key's value (ranges, allowed values, a float at most dtype_max(dims.dtype)) and
+// every rule; throws pelab::Error naming the key ("pe.rope_base: ...") or the rule's message.
 void validate_pe(const PEConfig& cfg, const PEModelDims& dims);
 std::shared_ptr<PositionalEncoding> make_pe(const PEConfig& cfg, const StackInfo& stack, Generator& gen);
 

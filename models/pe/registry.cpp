@@ -360,6 +360,9 @@ void validate_pe(const PEConfig& cfg, const PEModelDims& dims) {
     PELAB_CHECK(k != nullptr, "pe.", kv.first, ": no registered scheme declares this key");
     const std::string bad = pe_check_value(*k, kv.second);
     PELAB_CHECK(bad.empty(), "pe.", kv.first, ": ", bad);
+    PELAB_CHECK(kv.second.type != PEValueType::Float || std::fabs(kv.second.d) <= dtype_max(dims.dtype),
+                "pe.", kv.first, ": ", num(kv.second.d), " overflows model.dtype ",
+                dtype_name(dims.dtype), "; the largest usable value is ", num(dtype_max(dims.dtype)));
   }
   for (const PERule* r : pe_rules()) {
     const PEViolation v = r->check(cfg, dims);

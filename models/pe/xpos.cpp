@@ -13,6 +13,13 @@
 // code); the paper's code centres the positions before scaling, which leaves q·k unchanged.
 // The paper defines xPos for causal language models; non-causal sites (encoder self-attention) get
 // the same transform, so there a key after the query is weighted up by ζ_i^(−(m−n)/B).
+// Range: the factors ζ_0^(±p/B) grow and shrink exponentially with the position p (ζ_0 = γ/(1+γ)
+// the smallest); past p/B ≈ 71 (γ = 0.4) the key's factor overflows float32 and the query's
+// underflows, and q·k turns to inf·0 = NaN. The scheme therefore declares a position limit
+// (xpos_max_positions): the positions p with |ln ζ_0|·p/B <= kMaxLogScale, so every factor stays
+// within e^±64, a margin of e^23 inside float32's range for the q and k values it multiplies and
+// for the non-causal scores ζ^(−(m−n)/B) it makes. The config rule for position limits refuses a
+// training length beyond it, evaluation reports a longer split as n/a, decoding stops at it.
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -23,6 +30,17 @@
 
 namespace pelab::models {
 namespace {
+
+constexpr double kMaxLogScale = 64;  // |ln ζ^(±p/B)| at most this: e^64 ≈ 6e27
+
+// Positions 0..N−1 with every factor within e^±kMaxLogScale (see the top); 0 = no limit.
+int64_t xpos_max_positions(const PEConfig& c) {
+  const double gamma = c.get_float("xpos_gamma"), B = c.get_float("xpos_scale_base");
+  const double decay = std::log1p(1.0 / gamma);  // |ln ζ_0| = ln((1 + γ) / γ)
+  const double last = std::floor(kMaxLogScale * B / decay);
+  if (!(decay > 0) || !(last < 4e18)) return 0;  // no decay to speak of: unlimited
+  return static_cast<int64_t>(last) + 1;
+}
 
 class XposPE : public PositionalEncoding {
  public:
@@ -97,8 +115,11 @@ PELAB_REGISTER_PE(
     })
         .key("xpos_base", 10000.0, "(1, inf)", "xpos: rotation frequency base theta (as pe.rope_base)")
         .key("xpos_scale_base", 512.0, "(0, inf)",
-             "xpos: scale base B: q at position n is scaled by zeta^(n/B), k at m by zeta^(-m/B)")
+             "xpos: scale base B: q at position n is scaled by zeta^(n/B), k at m by zeta^(-m/B); "
+             "positions are limited to those with ln((1+gamma)/gamma)*n/B <= 64 (float32's range)")
         .key("xpos_gamma", 0.4, "(0, inf)", "xpos: gamma of the per-pair decay zeta_i = (2i/d + gamma) / (1 + gamma)")
+        // The positions whose scale factors stay within float32's range (see the top).
+        .max_positions(xpos_max_positions)
         .rule("pe.scheme xpos needs an even head dim >= 2 (model.d_model / model.heads)",
               [](const PEConfig& c, const PEModelDims& m) -> PEViolation {
                 if (c.scheme != "xpos" || m.heads <= 0) return {};

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "pelab/error.h"
@@ -13,6 +14,12 @@ enum class DType : uint8_t { Float32, Float64, Int64 };
 
 inline size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 8; }
 inline bool is_floating(DType t) { return t != DType::Int64; }
+// The largest finite value of a floating dtype (float32: 3.4028234663852886e38): a setting that
+// becomes a value of this type (an init std, a learning rate) must not exceed it.
+inline double dtype_max(DType t) {
+  return t == DType::Float32 ? static_cast<double>(std::numeric_limits<float>::max())
+                             : std::numeric_limits<double>::max();
+}
 const char* dtype_name(DType t);  // "float32", "float64", "int64"
 DType dtype_from_name(const std::string& name);  // throws on unknown
 
