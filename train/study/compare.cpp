@@ -35,6 +35,7 @@
 #include "train/stop_signal.h"
 #include "train/study/config_block.h"
 #include "train/task_data.h"
+#include "train/text_file.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -1062,7 +1063,8 @@ pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args,
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -1220,6 +1222,7 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       try {
         fs::create_directories(dir, ec);
         PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
+        ::close(open_for_writing(lp, O_WRONLY | O_CREAT | O_APPEND, 0644));  // a link: one line
         running.push_back({i, spawn_child(exe, args, lp), lp, now_s()});
       } catch (const std::exception& e) {
         failure = e.what();  // the running children are stopped and waited for first
