@@ -1,8 +1,11 @@
-// pelab — the files pelab writes, with someone else's run folder (issue 29, items 2, 14): no write
-// follows a symbolic link planted in a run folder (the lock, a temporary's name, train.log /
-// metrics.jsonl, a checkpoint temporary), two writers of one file never collide, a failed write
-// (RLIMIT_FSIZE on a child process, as on a full disk) names the system's reason and leaves no
-// temporary.
+// pelab — the files pelab writes and the gnuplot scripts it runs, with someone else's config or
+// folder (issue 29, items 1, 2, 8, 9, 14): text reaching a gnuplot script only prints (backquotes,
+// @, quotes, line breaks; a compare title and a config file named with a backquote, run through
+// the real gnuplot), no write follows a symbolic link planted in a run folder (the lock, a
+// temporary's name, train.log / metrics.jsonl, a checkpoint temporary), two writers of one file
+// never collide, a failed write (RLIMIT_FSIZE on a child process, as on a full disk) names the
+// system's reason and leaves no temporary, a PNG that gnuplot cut short (RLIMIT_FSIZE again) never
+// replaces the good one, and plot-pe does not exit 0 when gnuplot fails.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -67,6 +70,14 @@ std::vector<std::string> names_with(const fs::path& dir, const std::string& need
   return out;
 }
 
+// Files (recursively under `dir`) that a hostile text's `touch PWNED...` would have created.
+std::vector<std::string> pwned(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& p : names_with(dir, "PWNED"))
+    if (fs::path(p).filename().string().rfind("PWNED", 0) == 0) out.push_back(p);
+  return out;
+}
+
 size_t lines_with(const std::string& text, const std::string& needle) {
   size_t n = 0;
   std::istringstream in(text);
@@ -108,6 +119,181 @@ std::string error_with_file_limit(rlim_t limit, const std::function<void()>& f) 
 }
 
 // A whole 1x1 PNG (signature, IHDR, IDAT, IEND; 67 bytes).
+std::string tiny_png() {
+  const unsigned char b[] = {
+      0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48,
+      0x44, 0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00,
+      0x00, 0x1F, 0x15, 0xC4, 0x89, 0x00, 0x00, 0x00, 0x0A, 0x49, 0x44, 0x41, 0x54, 0x78,
+      0x9C, 0x63, 0x00, 0x01, 0x00, 0x00, 0x05, 0x00, 0x01, 0x0D, 0x0A, 0x2D, 0xB4, 0x00,
+      0x00, 0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82};
+  return std::string(reinterpret_cast<const char*>(b), sizeof b);
+}
+
+// ---------------- item 1 / 9: text in gnuplot scripts only prints ----------------
+
+const char* kNoGnuplot = "gnuplot is not installed (tools/setup.sh installs it)";
+
+// Texts that were live or broke the script: a backquoted command (run inside double quotes), a
+// macro, quotes of both kinds ('''' after the old doubling: a parse error, item 9's empty greedy
+// output), a backslash, a line break (it ended the command: the rest ran as a command of its own).
+const std::vector<std::string> kHostile = {
+    "x `touch PWNED_bq` y", "@m", "say \"hi\"", "it's", "output ''", "''''", "back\\slash\\",
+    "$HOME", "two\nsystem 'touch PWNED_nl'", "tab\there", "UTF-8 – ± ‖", ""};
+
+TEST_F(HardeningFiles, GnuplotQuotePrintsEveryTextLiterally) {
+  for (const std::string& s : kHostile) {
+    const std::string q = gnuplot_quote(s);
+    EXPECT_EQ(q.find('`'), std::string::npos) << q;
+    EXPECT_EQ(q.find('@'), std::string::npos) << q;
+    EXPECT_EQ(q.find('\n'), std::string::npos) << q;
+    EXPECT_EQ(q.find('\t'), std::string::npos) << q;
+    EXPECT_EQ(q.front(), '"');
+    EXPECT_EQ(q.back(), '"');
+  }
+  if (gnuplot_path().empty()) GTEST_SKIP() << kNoGnuplot;
+  // gnuplot prints each text back exactly (print writes to stderr), runs nothing.
+  std::string gp = "m = \"print 'MACRO RAN'\"\n", expected;
+  for (const std::string& s : kHostile) {
+    gp += "print " + gnuplot_quote(s) + "\n";
+    expected += s + "\n";
+  }
+  write_file(dir_ / "p.gp", gp);
+  const Result r = sh(quote(gnuplot_path()) + " p.gp");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, expected);
+  EXPECT_TRUE(pwned(dir_).empty()) << pwned(dir_).front();
+}
+
+// A title, series names and the length name full of gnuplot syntax: write_report draws every plot
+// (all whole PNGs) and runs no command.
+TEST_F(HardeningFiles, ReportTextRunsNoCommandInGnuplot) {
+  if (gnuplot_path().empty()) GTEST_SKIP() << kNoGnuplot;
+  ReportInput in;
+  in.title = "t `touch PWNED_title` \"q\" 'x' '''' @m $HOME";
+  in.task_summary = "task";
+  in.primary_metric = "exact_match";
+  in.length_name = "length `touch PWNED_len`";
+  in.train_min = 1;
+  in.train_max = 4;
+  in.train_range_text = "1–4 `touch PWNED_range`";
+  in.seeds = {1, 2};
+  const std::string a = "rope`touch PWNED_label`", b = "t5 '' @x";
+  in.labels = {a, b};
+  for (int64_t seed = 1; seed <= 2; ++seed)
+    for (const std::string& l : in.labels) {
+      in.rows.push_back(pelab::testing::result_row(l, seed, 4, 1, 0.9));
+      in.rows.push_back(pelab::testing::result_row(l, seed, 8, 0, 0.4 + 0.1 * seed));
+      LossCurve c;
+      c.scheme = l;
+      c.seed = seed;
+      for (int s = 10; s <= 50; s += 10) c.points.emplace_back(s, 1.0 / s);
+      in.curves.push_back(c);
+    }
+  const fs::path out = dir_ / "report";
+  const ReportFiles f = write_report(out.string(), in, true);
+  EXPECT_TRUE(pwned(dir_).empty()) << pwned(dir_).front();
+  EXPECT_EQ(f.plot_note, "");
+  EXPECT_EQ(f.pngs.size(), 3u);
+  for (const auto& p : f.pngs) EXPECT_TRUE(is_png_file(p)) << p;
+  const std::string gp = slurp(out / "exact_match_vs_length.gp");
+  EXPECT_EQ(gp.find('`'), std::string::npos) << gp;
+  EXPECT_NE(gp.find("t \\140touch PWNED_title\\140 \\\"q\\\" 'x' '''' \\100m \\044HOME"),
+            std::string::npos)
+      << gp;
+  EXPECT_NE(gp.find("rope\\140touch PWNED_label\\140"), std::string::npos) << gp;
+}
+
+// The default title is the config file's stem: a config file named with a backquoted command.
+TEST_F(HardeningFiles, ConfigFileNamedWithABackquoteRunsNoCommand) {
+  if (gnuplot_path().empty()) GTEST_SKIP() << kNoGnuplot;
+  std::string yaml = pelab::testing::tiny_compare_yaml("[2, 6]", 4);
+  yaml.replace(yaml.find("  title: tiny\n"), 14, "");
+  yaml.replace(yaml.find("seeds: [1, 2]"), 13, "seeds: [1]");
+  const std::string name = "q`touch PWNED_stem`.yaml";
+  write_file(dir_ / name, yaml + "    - rope\n");
+  const Result c = pelab("compare " + quote(name) + " --out rep --progress none");
+  EXPECT_EQ(c.rc, 0) << c.err;
+  EXPECT_TRUE(pwned(dir_).empty()) << pwned(dir_).front();
+  const std::string gp = slurp(dir_ / "rep" / "exact_match_vs_length.gp");
+  EXPECT_NE(gp.find("q\\140touch PWNED_stem\\140"), std::string::npos) << gp;
+  EXPECT_TRUE(is_png_file((dir_ / "rep" / "exact_match_vs_length.png").string()));
+}
+
+// plot-pe with a gnuplot that fails every drawing (as a script gnuplot cannot parse did): the
+// command says so in one line and exits non-zero, with no empty PNG left.
+TEST_F(HardeningFiles, PlotPeDoesNotExitZeroWhenGnuplotFails) {
+  const fs::path fake = dir_ / "fake gnuplot's";
+  write_file(fake,
+             "#!/bin/sh\n[ \"$1\" = -e ] && exit 0\n"
+             "echo \"line 3: unexpected token\" >&2\nexit 1\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const Result r = pelab("plot-pe --out pe", "PELAB_GNUPLOT=" + quote(fake.string()));
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_EQ(lines_with(r.err, "error"), 1u) << r.err;
+  EXPECT_NE(r.err.find("plot-pe: gnuplot could not draw"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unexpected token"), std::string::npos) << r.err;
+  EXPECT_TRUE(names_with(dir_ / "pe", ".png").empty());
+  EXPECT_TRUE(names_with(dir_ / "pe", ".tmp").empty());
+}
+
+// PELAB_GNUPLOT with an apostrophe in its path: the terminal probe still runs it (shell quoting),
+// so the scripts get the terminal it names. (A fake gnuplot: pngcairo, a whole PNG per drawing.)
+TEST_F(HardeningFiles, GnuplotPathWithAnApostropheIsProbed) {
+  write_file(dir_ / "tiny.png", tiny_png());
+  const fs::path fake = dir_ / "it's gnuplot";
+  write_file(fake, "#!/bin/sh\n[ \"$1\" = -e ] && { echo 'pngcairo  Cairo PNG'; exit 0; }\n"
+                   "[ \"$1\" = -c ] && cp " + quote((dir_ / "tiny.png").string()) +
+                   " \"$3\"\nexit 0\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const Result r = pelab("plot-pe --out pe", "PELAB_GNUPLOT=" + quote(fake.string()));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  const std::string gp = slurp(dir_ / "pe" / "rope_rotation.gp");
+  EXPECT_NE(gp.find("set terminal pngcairo"), std::string::npos) << gp;
+}
+
+// ---------------- item 8: a PNG cut short never replaces the good one ----------------
+
+TEST_F(HardeningFiles, IsPngFileChecksTheWholeFile) {
+  const std::string png = tiny_png();
+  write_file(dir_ / "a.png", png);
+  std::string why;
+  EXPECT_TRUE(is_png_file((dir_ / "a.png").string(), &why)) << why;
+  for (size_t n = 0; n < png.size(); ++n) {  // every cut, the 8-byte signature alone included
+    write_file(dir_ / "a.png", png.substr(0, n));
+    EXPECT_FALSE(is_png_file((dir_ / "a.png").string(), &why)) << n;
+  }
+  std::string flipped = png;
+  flipped[45] ^= 1;  // a byte of IDAT's data: its CRC no longer matches
+  write_file(dir_ / "a.png", flipped);
+  EXPECT_FALSE(is_png_file((dir_ / "a.png").string(), &why));
+  EXPECT_NE(why.find("IDAT"), std::string::npos) << why;
+  write_file(dir_ / "a.png", png + "x");
+  EXPECT_FALSE(is_png_file((dir_ / "a.png").string(), &why));
+}
+
+TEST_F(HardeningFiles, PngCutShortKeepsTheGoodOneAndNamesIt) {
+  if (gnuplot_path().empty()) GTEST_SKIP() << kNoGnuplot;
+  const std::string png = (dir_ / "p.png").string();
+  const std::string script = "set terminal png size 1200,800 noenhanced\nset title " +
+                             gnuplot_quote("p") + "\nplot sin(x), cos(x), x*x\n";
+  std::string err;
+  ASSERT_TRUE(run_gnuplot(png, script, &err)) << err;
+  ASSERT_TRUE(is_png_file(png));
+  const std::string good = slurp(png);
+  ASSERT_GT(good.size(), 6000u);
+  // Files limited to 4 KiB (the script fits, the picture does not); gnuplot exits 0.
+  const std::string msg = error_with_file_limit(4096, [&] {
+    std::string e;
+    if (!run_gnuplot(png, script + "set title " + gnuplot_quote("again") + "\nreplot\n", &e))
+      throw Error("returned false: " + e);
+  });
+  EXPECT_NE(msg.find("cannot write " + png + ": gnuplot's picture is not a whole PNG"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(slurp(png), good);
+  EXPECT_TRUE(names_with(dir_, ".tmp").empty());
+}
+
 // ---------------- item 2: no write follows a planted link ----------------
 
 TEST_F(HardeningFiles, WholeFileWriteNeverFollowsAPlantedLink) {
