@@ -219,6 +219,27 @@ TEST_F(HardeningFiles, ConfigFileNamedWithABackquoteRunsNoCommand) {
   EXPECT_TRUE(is_png_file((dir_ / "rep" / "exact_match_vs_length.png").string()));
 }
 
+// plot-pe --run on a model whose greedy output is empty (a 4-step run: for most one-symbol inputs
+// it answers <eos> at once): the titles hold "output ''", which the old '' doubling made ''''
+// (a gnuplot parse error: no PNG, or a 0-byte one, and exit 0). Every picture is drawn whole.
+TEST_F(HardeningFiles, PlotPeRunWithAnEmptyGreedyOutputDrawsEveryPicture) {
+  if (gnuplot_path().empty()) GTEST_SKIP() << kNoGnuplot;
+  write_file(dir_ / "tiny.yaml", pelab::testing::tiny_cli_yaml(dir_ / "runs"));
+  ASSERT_EQ(pelab("train tiny.yaml --progress none").rc, 0);
+  int empty_outputs = 0;
+  for (const char* input : {"0", "1", "2", "3"}) {
+    const std::string out = std::string("pe_") + input;
+    const Result r =
+        pelab("plot-pe --run runs/tiny --run-only --out " + out + " --input " + input);
+    EXPECT_EQ(r.rc, 0) << r.out << r.err;
+    const std::string gp = slurp(dir_ / out / "attention_decoder_self_layer0.gp");
+    if (gp.find("output '')\"") != std::string::npos) ++empty_outputs;
+    EXPECT_EQ(names_with(dir_ / out, ".png").size(), 5u) << r.out;
+    for (const auto& p : names_with(dir_ / out, ".png")) EXPECT_TRUE(is_png_file(p)) << p;
+  }
+  EXPECT_GT(empty_outputs, 0) << "no input gave an empty greedy output: the case is not tested";
+}
+
 // plot-pe with a gnuplot that fails every drawing (as a script gnuplot cannot parse did): the
 // command says so in one line and exits non-zero, with no empty PNG left.
 TEST_F(HardeningFiles, PlotPeDoesNotExitZeroWhenGnuplotFails) {
