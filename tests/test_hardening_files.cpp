@@ -394,6 +394,24 @@ TEST_F(HardeningFiles, ResumeRefusesAPlantedLogLink) {
   expect_victim_unchanged(v);
 }
 
+// `pelab compare --jobs 2` with a run's compare.log (its child's output, appended) replaced by a
+// link: refused in one line naming it, the victim untouched.
+TEST_F(HardeningFiles, CompareJobsRefuseAPlantedChildLogLink) {
+  std::string yaml = pelab::testing::tiny_compare_yaml("[2, 6]", 4);
+  yaml.replace(yaml.find("seeds: [1, 2]"), 13, "seeds: [1]");
+  write_file(dir_ / "c.yaml", yaml + "    - rope\n    - t5\n");
+  const fs::path run = dir_ / "rep" / "runs" / "rope_seed1";
+  fs::create_directories(run);
+  const fs::path v = victim("log_victim");
+  fs::create_symlink(v, run / "compare.log");
+  const Result r = pelab("compare c.yaml --out rep --jobs 2 --no-plots --progress none");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(lines_with(r.err, "error"), 1u) << r.err;
+  EXPECT_NE(r.err.find("rep/runs/rope_seed1/compare.log is a symbolic link"), std::string::npos)
+      << r.err;
+  expect_victim_unchanged(v);
+}
+
 // Two processes writing the same file at once (two `--report-only` runs): neither fails, the file
 // is one of the two texts whole, no temporary is left. A shared fixed temporary made one rename
 // fail ("No such file or directory").
