@@ -225,11 +225,11 @@ TEST(ReportStats, UnconvergedRunMarkedInTablesCsvAndPlots) {
     const std::string gp = slurp(dir / "exact_match_vs_length.gp");
     EXPECT_NE(gp.find("with yerrorbars"), std::string::npos);
     EXPECT_EQ(gp.find("yerrorlines"), std::string::npos);  // no lines between sparse lengths
-    EXPECT_NE(gp.find("'alibi (not converged)'"), std::string::npos);
+    EXPECT_NE(gp.find("\"alibi (not converged)\""), std::string::npos);
     EXPECT_NE(gp.find("95 % t-interval, n = 3 seeds, clipped to [0, 100]"), std::string::npos);
     EXPECT_NE(gp.find("keyentry"), std::string::npos);  // training range named in the key
     EXPECT_NE(slurp(dir / "train_loss.gp").find("filledcurves"), std::string::npos);
-    EXPECT_NE(slurp(dir / "train_loss.gp").find("'alibi (1/3 not converged)'"),
+    EXPECT_NE(slurp(dir / "train_loss.gp").find("\"alibi (1/3 not converged)\""),
               std::string::npos);
     for (const auto& p : f.pngs) EXPECT_TRUE(is_png_file(p)) << p;
     EXPECT_EQ(f.pngs.size(), 3u) << f.plot_note;

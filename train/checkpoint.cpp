@@ -212,7 +212,10 @@ std::string base_name(const std::string& p) {
 // error line names the step and the system's reason.
 void write_file_atomic(const std::string& path, const char* data, size_t n) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The name is this process's: whatever is there (a leftover, a planted link) is removed, never
+  // opened, and the file is created afresh.
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   PELAB_CHECK(fd >= 0, "checkpoint ", path, ": cannot create ", tmp, " (", std::strerror(errno), ")");
   auto bail = [&](const char* what, int err) {
     if (fd >= 0) ::close(fd);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "pelab/error.h"
+#include "train/text_file.h"
 
 namespace pelab {
 
@@ -51,8 +52,7 @@ std::string count_text(int64_t n, const std::string& singular, const std::string
 }
 
 void append_to_file(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot open ", path, " for writing: ", std::strerror(errno));
+  const int fd = open_for_writing(path, O_WRONLY | O_APPEND | O_CREAT, 0644);  // never via a link
   struct stat st {};
   const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   size_t done = 0;

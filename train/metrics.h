@@ -65,7 +65,8 @@ std::string count_text(int64_t n, const std::string& singular, const std::string
 
 // Appends `text` to the file at `path` (created if missing) with checked writes. When a write
 // fails (disk full, file size limit, I/O error) the file is cut back to its previous size, so it
-// never ends in half a line, and a pelab::Error names the file and the system's reason.
+// never ends in half a line, and a pelab::Error names the file and the system's reason. A symbolic
+// link or anything but a regular file at `path` is refused, never written through (text_file.h).
 void append_to_file(const std::string& path, const std::string& text);
 
 }  // namespace pelab

@@ -37,6 +37,7 @@
 #include "train/stop_signal.h"
 #include "train/study/config_block.h"
 #include "train/task_data.h"
+#include "train/text_file.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -1376,6 +1377,7 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       try {
         fs::create_directories(dir, ec);
         PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
+        ::close(open_for_writing(lp, O_WRONLY | O_CREAT | O_APPEND, 0644));  // a link: one line
         std::error_code size_ec;
         const std::uintmax_t from = fs::file_size(lp, size_ec);
         running.push_back({i, spawn_child(exe, args, lp), lp, now_s(), size_ec ? 0 : from});

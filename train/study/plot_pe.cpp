@@ -17,6 +17,7 @@
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
 #include "pelab/parallel.h"
+#include "pelab/strings.h"
 #include "train/command_line.h"
 #include "train/config.h"
 #include "train/evaluate.h"
@@ -89,10 +90,10 @@ class Plotter {
   void plot(const std::string& stem, const std::string& script) {
     if (!can_plot_) return;
     std::string err;
-    if (run_gnuplot(path(stem + ".gp"), script, &err))
+    if (run_gnuplot(path(stem + ".png"), script, &err))
       res_.pngs.push_back(path(stem + ".png"));
     else
-      res_.note += (res_.note.empty() ? "" : "; ") + err;
+      res_.failed.push_back(err);
   }
 
  private:
@@ -165,17 +166,17 @@ void embedding_picture(Plotter& p, const std::string& stem, const std::string& l
   }
   p.data(stem + ".csv", csv);
   p.data(stem + ".dat", "# table\n" + matrix_dat(m) + "\n\n# cosine similarity\n" + matrix_dat(cs));
-  std::string gp = terminal(1200, 560) + "set output '" + stem + ".png'\n";
-  gp += "set multiplot layout 1,2 title '" + label + ": hook 1 (added to the embedding)'\n" +
-        kDiverging;
+  std::string gp = terminal(1200, 560);
+  gp += "set multiplot layout 1,2 title " +
+        gnuplot_quote(label + ": hook 1 (added to the embedding)") + "\n" + kDiverging;
   const double a = max_abs(m);
   gp += "set title 'PE[position, dim]'\nset xlabel 'dim'\nset ylabel 'position'\n";
   gp += "set cbrange [" + num(-a) + ":" + num(a) + "]\nset xrange [-0.5:" + std::to_string(D) +
         "-0.5]\nset yrange [" + std::to_string(P) + "-0.5:-0.5]\n";
-  gp += "plot '" + stem + ".dat' index 0 matrix with image notitle\n";
+  gp += "plot " + gnuplot_quote(stem + ".dat") + " index 0 matrix with image notitle\n";
   gp += "set title 'cosine similarity of positions'\nset xlabel 'position'\nset cbrange [-1:1]\n";
   gp += "set xrange [-0.5:" + std::to_string(P) + "-0.5]\n";
-  gp += "plot '" + stem + ".dat' index 1 matrix with image notitle\n";
+  gp += "plot " + gnuplot_quote(stem + ".dat") + " index 1 matrix with image notitle\n";
   gp += "unset multiplot\n";
   p.plot(stem, gp);
 }
@@ -242,18 +243,21 @@ bool tables_picture(Plotter& p, const std::string& stem, const std::string& labe
   p.data(stem + ".csv", csv);
   p.data(stem + ".dat", dat);
   const size_t rows = (mats.size() + 1) / 2;
-  std::string gp = terminal(1100, static_cast<int>(320 * rows + 60)) + "set output '" + stem +
-                   ".png'\n" + kDiverging;
-  gp += "set multiplot layout " + std::to_string(rows) + ",2 title '" + label +
-        ": hook 3/4 tables (rows: relative index; row r is used for key - query " + rel(0) +
-        " ... " + rel(mats.front().second.rows - 1) + ")'\n";
+  std::string gp = terminal(1100, static_cast<int>(320 * rows + 60)) + kDiverging;
+  gp += "set multiplot layout " + std::to_string(rows) + ",2 title " +
+        gnuplot_quote(label +
+                      ": hook 3/4 tables (rows: relative index; row r is used for key - query " +
+                      rel(0) + " ... " + rel(mats.front().second.rows - 1) + ")") +
+        "\n";
   for (size_t i = 0; i < mats.size(); ++i) {
     const Matrix& m = mats[i].second;
     const double a = max_abs(m);
-    gp += "set title '" + mats[i].first + "'\nset cbrange [" + num(-a) + ":" + num(a) + "]\n";
+    gp += "set title " + gnuplot_quote(mats[i].first) + "\nset cbrange [" + num(-a) + ":" +
+          num(a) + "]\n";
     gp += "set xrange [-0.5:" + std::to_string(m.cols) + "-0.5]\nset yrange [" +
           std::to_string(m.rows) + "-0.5:-0.5]\nset xlabel 'dim'\nset ylabel 'row'\n";
-    gp += "plot '" + stem + ".dat' index " + std::to_string(i) + " matrix with image notitle\n";
+    gp += "plot " + gnuplot_quote(stem + ".dat") + " index " + std::to_string(i) +
+          " matrix with image notitle\n";
   }
   gp += "unset multiplot\n";
   p.plot(stem, gp);
@@ -312,18 +316,21 @@ void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
       cols[static_cast<size_t>(h)].assign(from, from + n);
     }
     series_files(p, st, "relative_position", heads, iota(n, -qi), cols);
-    std::string gp = terminal(1000, 600) + "set output '" + st + ".png'\n";
-    gp += "set title '" + label + ": hook 3, the term added to the attention score (" +
-          (same ? (si.layers > 1 ? std::string("every layer") : std::string("layer 0"))
-                : "layer " + std::to_string(l)) +
-          (causal ? ", causal, last query" : ", bidirectional, middle query") +
-          (key_dependent ? ", q = k = (1,...,1)" : query_dependent ? ", q = (1,...,1)" : "") +
-          ")'\n";
+    std::string gp = terminal(1000, 600);
+    gp += "set title " +
+          gnuplot_quote(label + ": hook 3, the term added to the attention score (" +
+                        (same ? (si.layers > 1 ? std::string("every layer") : std::string("layer 0"))
+                              : "layer " + std::to_string(l)) +
+                        (causal ? ", causal, last query" : ", bidirectional, middle query") +
+                        (key_dependent ? ", q = k = (1,...,1)"
+                                       : query_dependent ? ", q = (1,...,1)" : "") +
+                        ")") +
+          "\n";
     gp += "set xlabel 'relative position (key - query)'\nset ylabel 'score term'\nset grid\n";
     gp += "set key outside right\nplot ";
     for (int64_t h = 0; h < H; ++h)
-      gp += std::string(h ? ", " : "") + "'" + st + ".dat' using 1:" + std::to_string(h + 2) +
-            " with lines lw 2 title 'head " + std::to_string(h + 1) + "'";
+      gp += std::string(h ? ", " : "") + gnuplot_quote(st + ".dat") + " using 1:" +
+            std::to_string(h + 2) + " with lines lw 2 title 'head " + std::to_string(h + 1) + "'";
     gp += "\n";
     p.plot(st, gp);
   }
@@ -391,16 +398,18 @@ void rotation_picture(Plotter& p, const std::string& stem, const std::string& la
   std::vector<std::string> score_names;
   for (const auto& n : names) score_names.push_back("score_" + n);
   series_files(p, stem, "distance", score_names, iota(N + 1), curves);
-  std::string gp = terminal(1000, 600) + "set output '" + stem + ".png'\n";
-  gp += "set title \"" + label + ": hook 2, score q'.k'/d_head of constant q = k against the distance" +
-        (names.size() > 1 ? "\\n(variants: factor " + format_double(factor, 3) + ", training length " +
-                                std::to_string(train_len) + ", evaluation mode)"
-                          : std::string()) +
-        "\"\n";
+  std::string gp = terminal(1000, 600);
+  gp += "set title " +
+        gnuplot_quote(label + ": hook 2, score q'.k'/d_head of constant q = k against the distance" +
+                      (names.size() > 1 ? "\n(variants: factor " + format_double(factor, 3) +
+                                              ", training length " + std::to_string(train_len) +
+                                              ", evaluation mode)"
+                                        : std::string())) +
+        "\n";
   gp += "set xlabel 'relative distance'\nset ylabel 'score / d_head'\nset grid\nset key top right\nplot ";
   for (size_t i = 0; i < names.size(); ++i)
-    gp += std::string(i ? ", " : "") + "'" + stem + ".dat' using 1:" + std::to_string(i + 2) +
-          " with lines lw 1.5 title '" + names[i] + "'";
+    gp += std::string(i ? ", " : "") + gnuplot_quote(stem + ".dat") + " using 1:" +
+          std::to_string(i + 2) + " with lines lw 1.5 title " + gnuplot_quote(names[i]);
   gp += "\n";
   p.plot(stem, gp);
 }
@@ -462,7 +471,7 @@ void attention_picture(Plotter& p, const std::string& stem, const std::string& t
   const int64_t cols = std::min<int64_t>(H, 4), rows = (H + cols - 1) / cols;
   const int cell = static_cast<int>(std::clamp<int64_t>(std::max(Lq, Lk) * 14, 260, 520));
   std::string gp = terminal(static_cast<int>(cols * cell + 80), static_cast<int>(rows * cell + 80));
-  gp += "set output '" + stem + ".png'\n" + kSequential + "set cbrange [0:1]\n";
+  gp += kSequential + std::string("set cbrange [0:1]\n");
   auto tics = [](const std::vector<std::string>& t) {
     std::string s = "(";
     const size_t step = t.size() > 40 ? (t.size() + 39) / 40 : 1;
@@ -481,7 +490,8 @@ void attention_picture(Plotter& p, const std::string& stem, const std::string& t
         gnuplot_quote(title) + "\n";
   for (int64_t h = 0; h < H; ++h) {
     gp += "set title 'head " + std::to_string(h + 1) + "'\n";
-    gp += "plot '" + stem + ".dat' index " + std::to_string(h) + " matrix with image notitle\n";
+    gp += "plot " + gnuplot_quote(stem + ".dat") + " index " + std::to_string(h) +
+          " matrix with image notitle\n";
   }
   gp += "unset multiplot\n";
   p.plot(stem, gp);
@@ -722,6 +732,8 @@ int plot_pe_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
   out << "plot-pe: " << r.pngs.size() << " PNG plots and " << r.csvs.size() << " data files in "
       << opt.out << "\n";
   if (!r.note.empty()) out << "plot-pe: " << r.note << "\n";
+  PELAB_CHECK(r.failed.empty(), "plot-pe: gnuplot could not draw ", r.failed.size(), " of ",
+              r.failed.size() + r.pngs.size(), " plots: ", join(r.failed, "; "));
   return 0;
 }
 

@@ -35,12 +35,14 @@ struct PlotPeOptions {
 struct PlotPeResult {
   std::vector<std::string> pngs, csvs;
   std::string note;  // plots skipped and why
+  std::vector<std::string> failed;  // plots gnuplot could not draw, each with its reason
 };
 
 PlotPeResult plot_pe(const PlotPeOptions& opt);
 
 // `pelab plot-pe` (args[0] == "plot-pe"; parsed by train/command_line.h). Returns the exit status;
-// usage errors print "pelab: error: ..." and return 2, other errors are thrown.
+// usage errors print "pelab: error: ..." and return 2, other errors are thrown (a plot that gnuplot
+// could not draw among them, after the files that were written are listed).
 int plot_pe_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace pelab

@@ -4,11 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -200,20 +204,6 @@ std::string point_style(size_t i, bool open) {
          " ps " + format_double(ps, 3);
 }
 
-// A gnuplot double-quoted string ("\n" becomes a line break).
-std::string gnuplot_dquote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += std::string("\\") + c;
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out + "\"";
-}
-
 struct PlotResult {
   std::vector<std::string> pngs, data;
   std::string error;
@@ -336,10 +326,9 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
              absent;
   if (!third.empty()) sub += "\n" + third;
   std::string gp = gnuplot_terminal_line(1200, 700);
-  gp += "set output '" + stem + ".png'\n";
   gp += "set title " +
-        gnuplot_dquote(in.title + ": " + metric_title(metric) + " vs " + in.length_name + "\n" +
-                       sub) +
+        gnuplot_quote(in.title + ": " + metric_title(metric) + " vs " + in.length_name + "\n" +
+                      sub) +
         "\n";
   gp += "set xlabel " + gnuplot_quote(in.length_name + " (points at the measured lengths)") +
         "\nset ylabel " + gnuplot_quote(metric_title(metric)) + "\n";
@@ -380,7 +369,7 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
     parts.push_back("  keyentry with boxes fc rgb '#e6e6e6' fs solid 1.0 title " +
                     gnuplot_quote("training range (" + in.train_range_text + ")"));
   for (const auto& b : blocks)
-    parts.push_back("  '" + stem + ".dat' index " + std::to_string(b.index) +
+    parts.push_back("  " + gnuplot_quote(stem + ".dat") + " index " + std::to_string(b.index) +
                     " using 1:2:3:4 with yerrorbars " + point_style(b.series, b.open) +
                     " title " +
                     gnuplot_quote(series[b.series] +
@@ -391,7 +380,7 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
   for (size_t i = 0; i < parts.size(); ++i)
     gp += parts[i] + (i + 1 < parts.size() ? ", \\\n" : "\n");
   std::string err;
-  if (run_gnuplot(dir + "/" + stem + ".gp", gp, &err))
+  if (run_gnuplot(dir + "/" + stem + ".png", gp, &err))
     pr.pngs.push_back(dir + "/" + stem + ".png");
   else
     pr.error += stem + ": " + err + "; ";
@@ -449,23 +438,22 @@ void plot_loss(const std::string& dir, const ReportInput& in, PlotResult& pr, bo
   pr.data.push_back(dir + "/train_loss.csv");
   if (!make_png || series.empty()) return;
   std::string gp = gnuplot_terminal_line(1100, 620);
-  gp += "set output 'train_loss.png'\n";
   std::string sub = "line: mean over " + n_text(nmin, nmax) + "; band: min–max over seeds";
   if (nmin != nmax) sub += "; runs stopped by their criterion end early";
-  gp += "set title " + gnuplot_dquote(in.title + ": training loss\n" + sub) + "\n";
+  gp += "set title " + gnuplot_quote(in.title + ": training loss\n" + sub) + "\n";
   gp += "set xlabel 'step'\nset ylabel 'training loss (nats/token)'\nset logscale y\n";
   gp += "set key outside right top\nset grid\n";
   gp += "plot \\\n";
   for (size_t i = 0; i < series.size(); ++i) {
     const std::string col = kColors[i % kNumColors];
-    const std::string src = "  'train_loss.dat' index " + std::to_string(i);
+    const std::string src = "  " + gnuplot_quote("train_loss.dat") + " index " + std::to_string(i);
     gp += src + " using 1:3:4 with filledcurves fc rgb '" + col +
           "' fs transparent solid 0.2 noborder notitle, \\\n";
     gp += src + " using 1:2 with lines lc rgb '" + col + "' lw 2 title " +
           gnuplot_quote(titles[i]) + (i + 1 < series.size() ? ", \\\n" : "\n");
   }
   std::string err;
-  if (run_gnuplot(dir + "/train_loss.gp", gp, &err))
+  if (run_gnuplot(dir + "/train_loss.png", gp, &err))
     pr.pngs.push_back(dir + "/train_loss.png");
   else
     pr.error += "train_loss: " + err + "; ";
@@ -1172,7 +1160,7 @@ std::string gnuplot_png_terminal() {
   done = true;
   const std::string gp = gnuplot_path();
   if (gp.empty()) return cached = "";
-  const std::string cmd = "'" + gp + "' -e 'set terminal' 2>&1";
+  const std::string cmd = shell_word(gp) + " -e 'set terminal' 2>&1";
   FILE* f = popen(cmd.c_str(), "r");
   std::string text;
   if (f) {
@@ -1184,49 +1172,139 @@ std::string gnuplot_png_terminal() {
 }
 
 std::string gnuplot_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f || c == '`' || c == '@' || c == '$') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\%03o", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += ch;  // printable ASCII and the bytes of UTF-8 text: printed as they are
+    }
+  }
+  return out + "\"";
 }
 
-bool run_gnuplot(const std::string& script_path, const std::string& script, std::string* error) {
+bool run_gnuplot(const std::string& png_path, const std::string& script, std::string* error) {
   const std::string gp = gnuplot_path();
   if (gp.empty()) {
     if (error) *error = "gnuplot not found";
     return false;
   }
-  write_text_file(script_path, script);
-  const fs::path p = fs::absolute(script_path);
-  const std::string err_path = p.string() + ".err";
-  const std::string cmd = "cd " + shell_word(p.parent_path().string()) + " && " + shell_word(gp) +
-                          " " + shell_word(p.filename().string()) + " > /dev/null 2> " +
-                          shell_word(err_path);
+  const fs::path png = fs::absolute(png_path);
+  const fs::path dir = png.parent_path();
+  const std::string script_name = png.stem().string() + ".gp";
+  write_text_file((dir / script_name).string(),
+                  "set output (ARGC > 0 ? ARG1 : " + gnuplot_quote(png.filename().string()) +
+                      ")\n" + script);
+  // gnuplot draws into a new temporary of ours (so never through a link planted at the PNG's name)
+  // and its messages go to another; both are removed whatever happens.
+  std::string tmp_png, tmp_err;
+  ::close(create_temporary_for(png.string(), &tmp_png));
+  try {
+    ::close(create_temporary_for((dir / script_name).string() + ".err", &tmp_err));
+  } catch (...) {
+    ::unlink(tmp_png.c_str());
+    throw;
+  }
+  const std::string cmd = "cd " + shell_word(dir.string()) + " && " + shell_word(gp) + " -c " +
+                          shell_word(script_name) + " " +
+                          shell_word(fs::path(tmp_png).filename().string()) + " > /dev/null 2> " +
+                          shell_word(tmp_err);
   const int rc = std::system(cmd.c_str());
   std::string msg;
-  std::error_code ec;
-  if (fs::exists(err_path, ec)) {
-    msg = read_text_file(err_path);
-    fs::remove(err_path, ec);
+  try {
+    msg = read_text_file(tmp_err);
+  } catch (const Error&) {
   }
+  ::unlink(tmp_err.c_str());
   if (rc != 0) {
+    ::unlink(tmp_png.c_str());
     if (error) {
       while (!msg.empty() && (msg.back() == '\n' || msg.back() == '\r')) msg.pop_back();
-      *error = "gnuplot " + p.filename().string() + " failed (status " + std::to_string(rc) + ")" +
+      *error = "gnuplot " + script_name + " failed (status " + std::to_string(rc) + ")" +
                (msg.empty() ? "" : ": " + msg);
     }
     return false;
   }
+  // gnuplot exits 0 even when it could not write the whole picture (a full disk).
+  std::string why;
+  if (!is_png_file(tmp_png, &why)) {
+    ::unlink(tmp_png.c_str());
+    fail("cannot write ", png.string(), ": gnuplot's picture is not a whole PNG (", why,
+         "); is the disk full? The previous ", png.filename().string(), ", if any, is kept");
+  }
+  if (std::rename(tmp_png.c_str(), png.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_png.c_str());
+    fail("cannot write ", png.string(), ": ", std::strerror(err));
+  }
   return true;
 }
 
-bool is_png_file(const std::string& path) {
+namespace {
+
+// CRC-32 of PNG chunks (ISO 3309, polynomial 0xEDB88320).
+uint32_t png_crc(const unsigned char* p, size_t n) {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(256);
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+uint32_t big_endian_u32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+}  // namespace
+
+bool is_png_file(const std::string& path, std::string* why) {
+  auto bad = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
   static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
   std::ifstream in(path, std::ios::binary);
-  if (!in.good()) return false;
-  unsigned char buf[8] = {};
-  in.read(reinterpret_cast<char*>(buf), 8);
-  if (in.gcount() != 8) return false;
-  return std::equal(buf, buf + 8, sig);
+  if (!in.good()) return bad("cannot read it");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t size = text.size();
+  const std::string size_text = std::to_string(size) + " bytes";
+  if (size < 8 || !std::equal(b, b + 8, sig)) return bad(size_text + ", no PNG signature");
+  size_t at = 8;
+  bool first = true;
+  while (true) {
+    if (size - at < 12)
+      return bad(size_text + ", cut short after byte " + std::to_string(at) + " (no IEND chunk)");
+    const uint32_t len = big_endian_u32(b + at);
+    const std::string type(text, at + 4, 4);
+    if (len > 0x7FFFFFFFu || size - at - 12 < len)
+      return bad(size_text + ", chunk " + type + " at byte " + std::to_string(at) +
+                 " runs past the end (no IEND chunk)");
+    if (png_crc(b + at + 4, 4 + size_t{len}) != big_endian_u32(b + at + 8 + len))
+      return bad(size_text + ", chunk " + type + " at byte " + std::to_string(at) +
+                 " has a bad CRC");
+    if (first && type != "IHDR")
+      return bad(size_text + ", the first chunk is " + type + ", not IHDR");
+    first = false;
+    at += 12 + size_t{len};
+    if (type == "IEND")
+      return at == size ? true : bad(size_text + ", data after the IEND chunk");
+  }
 }
 
 }  // namespace pelab

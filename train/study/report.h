@@ -175,12 +175,21 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
 std::string gnuplot_path();
 // "pngcairo" when the installed gnuplot has it, else "png"; "" without gnuplot.
 std::string gnuplot_png_terminal();
-// Writes `script` to script_path and runs gnuplot on it; false (with the reason in *error) on
-// failure. The script runs with the script's directory as the working directory.
-bool run_gnuplot(const std::string& script_path, const std::string& script, std::string* error);
-// True when `path` starts with the 8-byte PNG signature.
-bool is_png_file(const std::string& path);
-// Quotes a string for a gnuplot script ('...' with '' for ').
+// Draws `png_path` (<dir>/<stem>.png) with gnuplot: writes <dir>/<stem>.gp (a first line that
+// sends the picture to <stem>.png, or to the file named by its argument: `gnuplot -c <stem>.gp
+// FILE`, then `script`, which sets no output of its own) and runs it in <dir> into a new temporary,
+// which is checked whole (is_png_file) and only then renamed over png_path, so a failed or cut-short
+// drawing never replaces a good picture. False (the reason in *error) when gnuplot is missing or
+// fails; a picture that gnuplot reports as drawn but is not whole (a full disk) throws
+// "cannot write <png_path>: ...".
+bool run_gnuplot(const std::string& png_path, const std::string& script, std::string* error);
+// True when `path` is a whole PNG file: the signature, IHDR first, every chunk inside the file
+// with its CRC matching, IEND at the very end; else false, with what is wrong in *why.
+bool is_png_file(const std::string& path, std::string* why = nullptr);
+// `s` as a gnuplot string constant that can only print: double-quoted, with " and \ escaped, a
+// line break as \n and every character gnuplot could act on (` runs a shell command inside double
+// quotes, @ macros, $) or that is not printable written as an octal escape. The one way any text
+// (titles, names, labels, file names) is put into a gnuplot script.
 std::string gnuplot_quote(const std::string& s);
 
 // Small formatting helpers shared by compare / plot-pe (the file helpers are in text_file.h).

@@ -370,8 +370,7 @@ std::vector<std::string> emit_slurm(const SlurmJob& job, const SlurmEmitOptions&
                                fs::perms::others_read | fs::perms::others_exec);
     }
   } catch (const std::exception& e) {
-    unstage();
-    for (const auto& p : staged) fs::remove(p.first.string() + ".tmp", ec);
+    unstage();  // (a failed write_text_file leaves no temporary of its own)
     throw Error(std::string("compare --emit-slurm: ") + e.what());
   }
   std::vector<std::string> written;

@@ -403,7 +403,7 @@ std::string write_summary_plot(const std::string& dir, const SuiteSpec& spec,
   }
   std::string gp = "set terminal " + term + " size " +
                    std::to_string(std::max<size_t>(900, 120 * s.tasks.size() + 300)) +
-                   ",650 noenhanced\nset output 'summary.png'\n";
+                   ",650 noenhanced\n";
   gp += "set title " + gnuplot_quote(spec.title + ": " + metric_words(spec.metric) +
                                      " over the extrapolation lengths, mean and 95 % t-interval") +
         "\n";
@@ -415,12 +415,12 @@ std::string write_summary_plot(const std::string& dir, const SuiteSpec& spec,
   gp += "plot ";
   for (size_t l = 0; l < s.labels.size(); ++l) {
     const size_t c = 2 + 3 * l;
-    gp += (l ? ", '' using " : "'summary.dat' using ") + std::to_string(c) + ":" +
+    gp += (l ? ", '' using " : gnuplot_quote("summary.dat") + " using ") + std::to_string(c) + ":" +
           std::to_string(c + 1) + ":" + std::to_string(c + 2) + (l ? "" : ":xtic(1)") +
           " title " + gnuplot_quote(s.labels[l]);
   }
   gp += "\n";
-  if (!run_gnuplot(dir + "/summary.gp", gp, why)) return "";
+  if (!run_gnuplot(dir + "/summary.png", gp, why)) return "";
   return dir + "/summary.png";
 }
 
