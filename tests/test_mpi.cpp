@@ -344,7 +344,8 @@ TEST_P(MpiSignalTest, SigtermStopsEveryRankWithOneCheckpoint) {
   PELAB_REQUIRE_MPIRUN();
   const SignalWindow& w = GetParam();
   const std::string cfg = config();
-  std::string env = std::string("env PELAB_TEST_SIGNAL_AT=") + w.signal_at;
+  // timeout: a run the signal does not stop would otherwise train its 10^6 steps.
+  std::string env = std::string("timeout 120 env PELAB_TEST_SIGNAL_AT=") + w.signal_at;
   if (*w.pause_at) env += std::string(" PELAB_TEST_PAUSE_AT=") + w.pause_at;
   const std::string cmd =
       env + " " +
