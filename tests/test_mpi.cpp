@@ -311,8 +311,8 @@ const SignalWindow kSignalWindows[] = {
     // Rank 1 signalled mid-step (after its backward pass, before the reduction): the step's
     // reduction tells rank 0.
     {"mid_step", "step@1", "", 0, 1000000, 1, "interrupted at step 1;"},
-    // Rank 1 signalled while it waits inside step 1's reduction (rank 0 held back 1 s): too late for
-    // that reduction's flag, so both stop after step 2.
+    // Rank 1 signalled while it waits inside step 1's reduction (rank 0 held back 1 s): too late
+    // for that reduction's flag, so both stop after step 2.
     {"in_reduction", "reduction@1+200", "reduction@0+1000", 0, 1000000, 2,
      "interrupted at step 2;"},
     // Rank 0 signalled inside the validation of step 2: it stops validating; every rank stops at
@@ -362,10 +362,11 @@ TEST_P(MpiSignalTest, SigtermStopsEveryRankWithOneCheckpoint) {
             std::vector<std::string>{"step_" + std::to_string(w.stop_step) + ".h5"})
       << "one checkpoint, by rank 0\n"
       << log << r.err;
-  const CheckpointData d =
-      load_checkpoint((run("sig") / "checkpoints" / ("step_" + std::to_string(w.stop_step) + ".h5")).string());
+  const std::string ck = "step_" + std::to_string(w.stop_step) + ".h5";
+  const CheckpointData d = load_checkpoint((run("sig") / "checkpoints" / ck).string());
   EXPECT_EQ(d.step, w.stop_step);
-  EXPECT_EQ(d.counters.count("validation_pending"), std::string(w.name) == "in_validation" ? 1u : 0u);
+  const bool pending = std::string(w.name) == "in_validation";
+  EXPECT_EQ(d.counters.count("validation_pending"), pending ? 1u : 0u);
   EXPECT_EQ(fs::exists(run("sig") / "eval.json"), false);
 }
 

@@ -127,8 +127,8 @@ class TrainStopTest : public pelab::testing::TempDirTest {
  protected:
   TrainStopTest() : TempDirTest("pelab_trainstop") {}
 
-  // A run whose validation (train_max_len) or final evaluation (test_lengths) takes tens of seconds:
-  // 2000 examples, greedy decoding of a 2+2-layer model.
+  // A run whose validation (train_max_len) or final evaluation (test_lengths) takes tens of
+  // seconds: 2000 examples, greedy decoding of a 2+2-layer model.
   std::string config(int train_max_len, int test_length, int steps, int eval_every) {
     return write("big.yaml",
                  "task: {name: reverse, num_symbols: 4, train_min_len: 1, train_max_len: " +
@@ -156,8 +156,8 @@ class TrainStopTest : public pelab::testing::TempDirTest {
   }
 };
 
-// SIGTERM while the run validates (found by waiting for the train row of the validated step, which is
-// logged before the validation starts): the run ends within seconds with exit status 130 and a
+// SIGTERM while the run validates (found by waiting for the train row of the validated step, which
+// is logged before the validation starts): the run ends within seconds with exit status 130 and a
 // checkpoint of that step that says its validation is pending. Before the fix it validated on
 // (tens of seconds) and then ran the final evaluation.
 TEST_F(TrainStopTest, SigtermDuringValidationStopsWithinSeconds) {
@@ -195,7 +195,8 @@ TEST_F(TrainStopTest, SigtermDuringFinalEvaluationStopsWithinSeconds) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 130);
   const std::string err = slurp(dir_ / "err.txt");
-  EXPECT_NE(err.find("interrupted at step 2 during the final evaluation"), std::string::npos) << err;
+  EXPECT_NE(err.find("interrupted at step 2 during the final evaluation"), std::string::npos)
+      << err;
   EXPECT_FALSE(fs::exists(run() / "eval.json"));
   ASSERT_EQ(step_checkpoints(), std::vector<std::string>{"step_2.h5"});
   EXPECT_EQ(load_checkpoint((run() / "checkpoints" / "step_2.h5").string()).step, 2);
@@ -231,7 +232,8 @@ TEST_F(TrainStopTest, ResumeRunsTheInterruptedValidationAndEqualsTheUninterrupte
             "model: {d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1, decoder_layers: 1,\n"
             "        dropout: 0.1}\n"
             "train: {steps: 6, batch_size: 8, warmup: 1, log_every: 1, eval_every: 2,\n"
-            "        checkpoint_every: 2, threads: 1, run_dir: " + (dir_ / "runs").string() + "}\n");
+            "        checkpoint_every: 2, threads: 1, run_dir: " +
+                (dir_ / "runs").string() + "}\n");
   TrainOptions o;
   o.progress = 2;
   const TrainResult whole = train(load_config(cfg, {"train.run_name=whole"}), o);
