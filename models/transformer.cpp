@@ -514,13 +514,18 @@ bool take_step(const std::vector<int64_t>& next, const std::vector<size_t>& grou
 void greedy_loop(Transformer& model, std::vector<std::vector<int64_t>> seq,
                  const std::vector<size_t>& group, const Tensor* memory, const Tensor& src_mask,
                  const Positions* src_pos, const Positions* tgt_pos,
-                 int64_t max_len, bool use_cache, int64_t eos, GreedyResult& r) {
+                 int64_t max_len, bool use_cache, int64_t eos, GreedyResult& r,
+                 const std::function<bool()>& stop) {
   const int64_t B = static_cast<int64_t>(group.size());
   const Device dev = model_device(model);
   DecoderCache cache;
   if (use_cache)
     cache = memory ? model.start_cache(*memory, src_mask, src_pos) : model.start_cache(B);
   for (int64_t t = 0; t < max_len; ++t) {
+    if (stop && stop()) {
+      r.stopped = true;
+      return;
+    }
     const int64_t L = static_cast<int64_t>(seq[0].size());
     const int64_t from = use_cache ? cache.offset() : 0;  // first token this step feeds
     Positions p;
@@ -558,7 +563,7 @@ void check_tgt_positions(const GreedyPositions* pos, int64_t fed, int64_t rows) 
 
 GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& src_mask,
                            int64_t max_len, bool use_cache, SpecialIds ids,
-                           const GreedyPositions* pos) {
+                           const GreedyPositions* pos, const std::function<bool()>& stop) {
   PELAB_CHECK(model.is_seq2seq(), "greedy_decode: this overload is for seq2seq models; arch is '",
               model.config().arch, "' (pass prompts instead)");
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
@@ -577,13 +582,13 @@ GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& 
   Tensor memory = model.encode(src, src_mask, src_pos);
   greedy_loop(model, std::vector<std::vector<int64_t>>(B, std::vector<int64_t>{ids.bos}), rows,
               &memory, src_mask, src_pos, pos ? &pos->tgt : nullptr, max_len, use_cache, ids.eos,
-              r);
+              r, stop);
   return r;
 }
 
 GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
                            int64_t max_len, bool use_cache, SpecialIds ids,
-                           const GreedyPositions* pos) {
+                           const GreedyPositions* pos, const std::function<bool()>& stop) {
   PELAB_CHECK(!model.is_seq2seq(), "greedy_decode: this overload is for decoder-only models; arch "
               "is '", model.config().arch, "' (pass a source batch instead)");
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
@@ -608,7 +613,8 @@ GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int
     for (size_t row : g.second) seq.push_back(prompts[row]);
     const Positions tgt = pos ? pos->tgt.select_rows(g.second) : Positions();
     greedy_loop(model, std::move(seq), g.second, nullptr, Tensor(), nullptr,
-                pos ? &tgt : nullptr, max_len, use_cache, ids.eos, r);
+                pos ? &tgt : nullptr, max_len, use_cache, ids.eos, r, stop);
+    if (r.stopped) break;
   }
   return r;
 }

@@ -7,6 +7,7 @@
 // 0..L-1, shared). docs/model.md, "Position IDs", says what each scheme does with them. Masks are [B, L] with 1 = real token, 0 = padding (any dtype);
 // an undefined mask means "all real".
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -179,6 +180,7 @@ struct SpecialIds {
 struct GreedyResult {
   std::vector<std::vector<int64_t>> tokens;  // per row, generated tokens without the eos
   std::vector<bool> finished;                // per row: an eos was produced within max_len
+  bool stopped = false;  // the `stop` of greedy_decode ended it early (the rows are incomplete)
 };
 
 // Explicit positions for greedy decoding (randomized-position evaluation, task-supplied IDs;
@@ -197,14 +199,18 @@ struct GreedyPositions {
 // (stopping a row at its eos). Runs without grad and in eval mode (the mode is restored).
 // With use_cache every step feeds only the new token through the KV cache; without, every step
 // recomputes the full forward (same tokens). pos: explicit positions (nullptr = 0..L-1).
+// stop (when set) is asked before every decoding step; true ends the decoding with
+// GreedyResult::stopped (an interrupted evaluation, train/stop_signal.h).
 GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& src_mask,
                            int64_t max_len, bool use_cache = true, SpecialIds ids = {},
-                           const GreedyPositions* pos = nullptr);
+                           const GreedyPositions* pos = nullptr,
+                           const std::function<bool()>& stop = nullptr);
 // Decoder-only: continues each prompt (at least one token; rows may differ in length: rows with
 // equal prompt lengths are decoded together) with up to max_len tokens. pos: as above (pos->src
-// must be empty).
+// must be empty); stop: as above.
 GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
                            int64_t max_len, bool use_cache = true, SpecialIds ids = {},
-                           const GreedyPositions* pos = nullptr);
+                           const GreedyPositions* pos = nullptr,
+                           const std::function<bool()>& stop = nullptr);
 
 }  // namespace pelab::models

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -285,43 +286,151 @@ TEST_F(MpiTest, BatchNotDivisibleByRanksFailsOnEveryRankWritingNothing) {
   EXPECT_NE(bad.err.find("train.lr"), std::string::npos) << bad.err;
 }
 
-TEST_F(MpiTest, SigtermStopsEveryRankWithOneCheckpoint) {
+namespace {
+
+// A signal stops every rank at the same step, rank 0 writes the one checkpoint (and the
+// "interrupted" line) before any rank ends, and mpirun exits 130, wherever the signal lands: each
+// window is hit every time through the test hook of train/stop_signal.h (PELAB_TEST_SIGNAL_AT /
+// PELAB_TEST_PAUSE_AT), not by luck. Issue 34: before, a SIGTERM to mpirun reached the ranks 1 s
+// later and mpirun SIGKILLed them 1 s after that (Open MPI's odls_base_sigkill_timeout); on a busy
+// machine rank 0 was still writing the checkpoint then, and lost it.
+struct SignalWindow {
+  const char* name;
+  const char* signal_at;  // PELAB_TEST_SIGNAL_AT
+  const char* pause_at;   // PELAB_TEST_PAUSE_AT ("" = none)
+  int eval_every;
+  int steps;
+  int64_t stop_step;      // where every rank stops
+  const char* line;       // what rank 0 logs
+};
+
+const SignalWindow kSignalWindows[] = {
+    // Rank 1 signalled before MPI starts, its handler just installed: every rank stops before the
+    // first step.
+    {"startup", "startup@1", "", 0, 1000000, 0, "interrupted at step 0;"},
+    // Rank 1 signalled mid-step (after its backward pass, before the reduction): the step's
+    // reduction tells rank 0.
+    {"mid_step", "step@1", "", 0, 1000000, 1, "interrupted at step 1;"},
+    // Rank 1 signalled while it waits inside step 1's reduction (rank 0 held back 1 s): too late
+    // for that reduction's flag, so both stop after step 2.
+    {"in_reduction", "reduction@1+200", "reduction@0+1000", 0, 1000000, 2,
+     "interrupted at step 2;"},
+    // Rank 0 signalled inside the validation of step 2: it stops validating; every rank stops at
+    // step 2, whose checkpoint says the validation is pending.
+    {"in_validation", "validation@0", "", 2, 1000000, 2,
+     "interrupted at step 2 during its validation;"},
+    // Rank 1 signalled while it waits inside the reduction after rank 0's validation of step 2
+    // (rank 0 held back 1 s): too late for that reduction's flag; the validation completes and
+    // every rank stops after step 3.
+    {"waiting_for_validation", "validation@1+200", "validation@0+1000", 2, 1000000, 3,
+     "interrupted at step 3;"},
+    // Rank 0 signalled in the final evaluation (rank 1 has finished): no eval.json, the final
+    // checkpoint stays.
+    {"in_final_evaluation", "final_eval@0", "", 0, 2, 2,
+     "interrupted at step 2 during the final evaluation"},
+};
+
+class MpiSignalTest : public MpiTest, public ::testing::WithParamInterface<SignalWindow> {};
+
+// The step checkpoints of a run.
+std::vector<std::string> step_checkpoint_names(const fs::path& run) {
+  std::vector<std::string> ck;
+  for (const auto& e : fs::directory_iterator(run / "checkpoints"))
+    if (e.path().filename().string().rfind("step_", 0) == 0) ck.push_back(e.path().filename());
+  return ck;
+}
+
+TEST_P(MpiSignalTest, SigtermStopsEveryRankWithOneCheckpoint) {
+  PELAB_REQUIRE_MPIRUN();
+  const SignalWindow& w = GetParam();
+  const std::string cfg = config();
+  // timeout: a run the signal does not stop would otherwise train its 10^6 steps.
+  std::string env = std::string("timeout 120 env PELAB_TEST_SIGNAL_AT=") + w.signal_at;
+  if (*w.pause_at) env += std::string(" PELAB_TEST_PAUSE_AT=") + w.pause_at;
+  const std::string cmd =
+      env + " " +
+      mpirun_command(2, "train " + quote(cfg) + " --progress lines --set train.steps=" +
+                            std::to_string(w.steps) +
+                            " --set train.eval_every=" + std::to_string(w.eval_every) +
+                            " --set train.log_every=1 --set train.checkpoint_every=0 "
+                            "--set train.run_name=sig");
+  const auto r = pelab::testing::run_captured(cmd, dir_ / "out.txt", dir_ / "err.txt");
+  EXPECT_EQ(r.rc, 130) << r.err;
+  const std::string log = slurp(run("sig") / "train.log");
+  EXPECT_NE(log.find(w.line), std::string::npos) << log << r.err;
+  ASSERT_EQ(step_checkpoint_names(run("sig")),
+            std::vector<std::string>{"step_" + std::to_string(w.stop_step) + ".h5"})
+      << "one checkpoint, by rank 0\n"
+      << log << r.err;
+  const std::string ck = "step_" + std::to_string(w.stop_step) + ".h5";
+  const CheckpointData d = load_checkpoint((run("sig") / "checkpoints" / ck).string());
+  EXPECT_EQ(d.step, w.stop_step);
+  const bool pending = std::string(w.name) == "in_validation";
+  EXPECT_EQ(d.counters.count("validation_pending"), pending ? 1u : 0u);
+  EXPECT_EQ(fs::exists(run("sig") / "eval.json"), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, MpiSignalTest, ::testing::ValuesIn(kSignalWindows),
+                         [](const ::testing::TestParamInfo<SignalWindow>& i) {
+                           return std::string(i.param.name);
+                         });
+
+// The pids whose parent is `parent` (from /proc).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(e.path() / "stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state = 0;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// From outside, as Slurm (srun, scancel) delivers it: SIGTERM to every rank during training. All
+// ranks stop at the same step; rank 0 writes its checkpoint, which resumes under MPI.
+TEST_F(MpiTest, SigtermToEveryRankStopsThemAtOneStepWithOneCheckpoint) {
   PELAB_REQUIRE_MPIRUN();
   const std::string cfg = config();
-  const std::string cmd = mpirun_command(2, "train " + quote(cfg) +
-                                                " --progress lines --set train.steps=1000000 "
-                                                "--set train.eval_every=0 --set train.log_every=1 "
-                                                "--set train.checkpoint_every=0 "
-                                                "--set train.run_name=sig");
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    const std::string redirected = "exec " + cmd + " >" + quote((dir_ / "out.txt").string()) +
-                                   " 2>" + quote((dir_ / "err.txt").string());
-    ::execl("/bin/sh", "sh", "-c", redirected.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  // `exec` (and env's exec) makes the child mpirun itself: SIGTERM goes to mpirun, which forwards
-  // it to the ranks.
-  ASSERT_TRUE(pelab::testing::wait_for(run("sig") / "train.log", "step 3/")) << slurp(dir_ / "err.txt");
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const pid_t pid = pelab::testing::start_background(
+      mpirun_command(2, "train " + quote(cfg) +
+                            " --progress lines --set train.steps=1000000 "
+                            "--set train.eval_every=0 --set train.log_every=1 "
+                            "--set train.checkpoint_every=0 --set train.run_name=sig"),
+      dir_ / "out.txt", dir_ / "err.txt");
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(pelab::testing::wait_for(run("sig") / "train.log", "step 3/"))
+      << slurp(dir_ / "err.txt");
+  const std::vector<pid_t> ranks = children_of(pid);
+  EXPECT_EQ(ranks.size(), 2u);
+  for (pid_t rank : ranks) ::kill(rank, SIGTERM);
+  double waited = 0;
+  const int status = pelab::testing::wait_at_most(pid, 60, waited);
+  ASSERT_GE(waited, 0) << "mpirun still running 60 s after SIGTERM to the ranks";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(dir_ / "err.txt");
   const std::string log = slurp(run("sig") / "train.log");
-  EXPECT_NE(log.find("interrupted at step"), std::string::npos) << log;
-  std::vector<std::string> ck;
-  for (const auto& e : fs::directory_iterator(run("sig") / "checkpoints"))
-    if (e.path().filename().string().rfind("step_", 0) == 0) ck.push_back(e.path().filename());
+  const size_t at = log.find("interrupted at step ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::vector<std::string> ck = step_checkpoint_names(run("sig"));
   ASSERT_EQ(ck.size(), 1u) << "one checkpoint, by rank 0";
   const CheckpointData d = load_checkpoint((run("sig") / "checkpoints" / ck[0]).string());
   EXPECT_EQ(ck[0], "step_" + std::to_string(d.step) + ".h5");
+  EXPECT_EQ(std::stoll(log.substr(at + 20)), d.step);
   EXPECT_GE(d.step, 3);
   // It resumes (one more step, under MPI).
   auto r = mpirun(2, "train --progress none --resume " + quote(run("sig").string()) +
                          " --set train.steps=" + std::to_string(d.step + 1));
   EXPECT_EQ(r.rc, 0) << r.err;
 }
+
+}  // namespace
 
 // The refusal of a launch this process cannot take part in, decided from the launcher's
 // environment (no mpirun needed).

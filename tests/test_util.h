@@ -5,9 +5,11 @@
 // tests/test_paths.h.
 #pragma once
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -225,6 +227,44 @@ inline ResultRow result_row(const std::string& scheme, int64_t seed, int64_t len
   r.converged = converged;
   r.criterion_step = step;
   return r;
+}
+
+// `command` (run by /bin/sh, which execs it: the child is the command itself) started in the
+// background in its own process group, stdout and stderr into files; returns its pid.
+inline pid_t start_background(const std::string& command, const fs::path& out_file,
+                              const fs::path& err_file) {
+  const std::string cmd = "exec " + command + " </dev/null >" + quote(out_file.string()) + " 2>" +
+                          quote(err_file.string());
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `seconds` for `pid` to end: its wait status, and in `waited` how long it took. Past
+// the limit the process group is killed (SIGKILL) and reaped, and `waited` is -1.
+inline int wait_at_most(pid_t pid, double seconds, double& waited) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  while (true) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r == pid) return status;
+    if (r < 0) {
+      waited = -1;
+      return 0;
+    }
+    if (waited > seconds) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      waited = -1;
+      return status;
+    }
+    ::usleep(5000);
+  }
 }
 
 }  // namespace pelab::testing

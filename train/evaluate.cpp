@@ -165,8 +165,13 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
   const bool by_length = set.example_lengths.size() == set.examples.size();
   std::map<int64_t, std::pair<int64_t, int64_t>> per_length;  // length -> (right, examples)
 
+  auto stopped = [&] {
+    if (opt.stop && opt.stop()) r.interrupted = true;
+    return r.interrupted;
+  };
   if (data.is_lm()) {
     for (size_t i = 0; i < set.windows.size(); i += static_cast<size_t>(EB)) {
+      if (stopped()) return r;
       const size_t end = std::min(set.windows.size(), i + static_cast<size_t>(EB));
       std::vector<data::LmWindow> w(set.windows.begin() + i, set.windows.begin() + end);
       data::LmBatch b = data::make_lm_batch(w);
@@ -178,6 +183,7 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
     // With random positions a batch's rows share one source length: decoder-only prompts are
     // not padded and the drawn positions are shared by the batch.
     for (const auto& rows : example_batches(set, EB, rgen != nullptr)) {
+      if (stopped()) return r;
       std::vector<data::Example> batch;
       for (size_t i : rows) batch.push_back(set.examples[i]);
       int64_t longest_src = 0;
@@ -199,7 +205,7 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
           if (max_pos > 0) budget = std::min(budget, max_pos);
           if (rgen) budget = b.T;  // one decoded token per drawn target position
           g = models::greedy_decode(model, src, src_mask, budget, opt.use_cache, {},
-                                    rgen ? &gp : nullptr);
+                                    rgen ? &gp : nullptr, opt.stop);
         }
       } else {
         data::DecoderBatch b = data::make_decoder_batch(batch);
@@ -219,10 +225,14 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
           // The drawn positions cover prompt + target: the prompt's, then one per decoded token.
           if (rgen) budget = b.L - longest_prompt + 1;
           g = models::greedy_decode(model, prompts, budget, opt.use_cache, {},
-                                    rgen ? &gp : nullptr);
+                                    rgen ? &gp : nullptr, opt.stop);
         }
       }
       if (!opt.decode) continue;
+      if (g.stopped) {
+        r.interrupted = true;
+        return r;
+      }
       for (size_t i = 0; i < batch.size(); ++i) {
         const bool ok = g.finished[i] && g.tokens[i] == batch[i].tgt;
         exact += ok;

@@ -10,6 +10,7 @@
 // and no numbers; a split whose loss is not finite gets status "n/a (non-finite loss)".
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ struct EvalResult {
   // The lowest of exact_by_length (NaN when empty).
   double worst_length_exact_match() const;
   std::vector<Prediction> predictions;  // with EvalOptions::keep_predictions
+  // EvalOptions::stop ended the evaluation early: the numbers cover part of the split (not to be
+  // reported).
+  bool interrupted = false;
   bool available() const { return status == "ok"; }
   // split, length, examples, tokens, status, loss, perplexity, token_accuracy, exact_match,
   // unknown_symbols
@@ -63,6 +67,9 @@ struct EvalOptions {
   // gets status kNaRandomMaxPosition.
   Generator* random_positions = nullptr;
   int64_t random_max_position = 0;
+  // Asked before every batch and every greedy decoding step (when set); true ends the evaluation
+  // at once with EvalResult::interrupted (the trainer's stop on a signal, train/stop_signal.h).
+  std::function<bool()> stop;
 };
 
 constexpr const char* kNaMaxPositions = "n/a (> max_positions)";

@@ -194,7 +194,8 @@ class Trainer {
   std::string resume_request() const;
   void check_ranks() const;
   void join_run();
-  void share_criterion();
+  bool validate_everywhere();
+  std::function<bool()> stop_check(const char* point);
   void open_run();
   void setup_model(const std::vector<std::string>& vocab, int64_t train_positions = 0);
   void keep_best_of_this_timeline();
@@ -219,6 +220,9 @@ class Trainer {
   Communicator& comm_;
   std::string resumed_from_;   // the checkpoint a resume loaded (rank 0; broadcast to the others)
   bool peer_signal_ = false;   // a rank was signalled during the last step (MPI)
+  // The validation of step_ was interrupted by a signal and is still to be done (a checkpoint
+  // written then says so: counters/validation_pending, and a resume runs it first).
+  bool pending_validation_ = false;
   double comm_s_ = 0;          // seconds in the gradient and loss reductions (this process)
   std::string dir_;
   std::unique_ptr<TaskData> data_;
@@ -286,10 +290,34 @@ void Trainer::join_run() {
   restore(ck, resumed_from_);
 }
 
-// Rank 0 validates; whether train.stop_when was met is its decision, for every rank.
-void Trainer::share_criterion() {
-  if (comm_.size() > 1 && cfg_.train.stop_when.enabled())
-    comm_.broadcast(&crit_met_step_, sizeof crit_met_step_, 0);
+// The check an evaluation makes before each batch and decoding step: a stop signal (and the test
+// hook of `point`, stop_signal.h).
+std::function<bool()> Trainer::stop_check(const char* point) {
+  return [this, point] {
+    stop_test_point(point, comm_.rank());
+    return stop_signal() != 0;
+  };
+}
+
+// The validation of step_: rank 0 validates; whether a signal interrupted it and whether
+// train.stop_when was met are its decisions, for every rank (one reduction, which also tells every
+// rank whether any rank has a signal by now: they then stop after this step together). Returns
+// false when the validation was interrupted (pending_validation_ is then set on every rank).
+bool Trainer::validate_everywhere() {
+  pending_validation_ = false;  // best.h5, written inside, is of a validated step
+  bool interrupted = false;
+  if (root()) interrupted = validate().interrupted;
+  else stop_test_point("validation", comm_.rank());  // the others wait for rank 0 here
+  if (comm_.size() > 1) {
+    std::vector<double> v = {root() ? static_cast<double>(crit_met_step_) : 0.0,
+                             interrupted ? 1.0 : 0.0, stop_signal() ? 1.0 : 0.0};
+    comm_.allreduce_sum(v.data(), v.size());
+    crit_met_step_ = static_cast<int64_t>(v[0]);
+    interrupted = v[1] > 0;
+    peer_signal_ = v[2] > 0;
+  }
+  pending_validation_ = interrupted;
+  return !interrupted;
 }
 
 void Trainer::open_run() {
@@ -454,6 +482,7 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   };
   crit_hits_ = counter_or("criterion_hits", 0);
   crit_met_step_ = counter_or("criterion_met_step", -1);
+  pending_validation_ = counter_or("validation_pending", 0) != 0;
   auto value_or_nan = [&](const char* name) {
     auto it = ck.values.find(name);
     return it == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
@@ -585,6 +614,7 @@ double Trainer::train_step(int64_t& tokens) {
                 "a micro-batch drew 2^40 random numbers or more; reduce train.batch_size");
   }
   data_position_ += accum;
+  stop_test_point("step", r);
   if (opt_.position_hook && cfg_.model.pe.randomized_positions) opt_.position_hook(step_, step_positions_);
   if (opt_.grad_hook) opt_.grad_hook(step_, optim_->params());
   // The generators continue from the step's last micro-batch (on the last rank); one that drew
@@ -601,6 +631,7 @@ double Trainer::train_step(int64_t& tokens) {
     auto half = [&](uint64_t v, int hi) {
       return last_rank ? static_cast<double>(hi ? v >> 32 : v & 0xffffffffu) : 0.0;
     };
+    stop_test_point("reduction", r);
     std::vector<double> sums = {loss, static_cast<double>(tok), stop_signal() ? 1.0 : 0.0,
                                 half(ends[0], 1), half(ends[0], 0), half(ends[1], 1),
                                 half(ends[1], 0)};
@@ -695,7 +726,9 @@ EvalResult Trainer::validate() {
   Generator positions;
   EvalOptions vo;
   set_validation_positions(cfg_, positions, vo);  // train.valid_positions
+  vo.stop = stop_check("validation");
   EvalResult r = evaluate_set(*model_, *data_, data_->valid(), cfg_, vo);
+  if (r.interrupted) return r;  // nothing of it is recorded: a resume validates this step again
   last_valid_ = r;
   last_valid_step_ = step_;
   update_criterion(r);
@@ -806,6 +839,7 @@ void Trainer::save(const std::string& path) {
   d.counters["train_positions"] = train_positions_;
   d.counters["criterion_hits"] = crit_hits_;
   d.counters["criterion_met_step"] = crit_met_step_;
+  if (pending_validation_) d.counters["validation_pending"] = 1;
   d.values["criterion_value"] = crit_value_;
   d.values["criterion_best"] = crit_best_;
   d.values["log_loss_sum"] = log_loss_sum_;
@@ -857,6 +891,8 @@ void Trainer::update_last_link() {
 }
 
 TrainResult Trainer::run() {
+  // From the start: a signal while the run is being set up stops it before its first step.
+  StopSignalScope signals;
   set_num_threads(cfg_.train.threads);
   const bool mpi = comm_.size() > 1;
   // Every rank checks, rank 0 opens the run directory (the others build the same model and write
@@ -873,7 +909,6 @@ TrainResult Trainer::run() {
   }
   progress_ = std::make_unique<Progress>(root() ? opt_.progress : 2,
                                          root() ? dir_ + "/train.log" : "", cfg_.train.steps);
-  StopSignalScope signals;
   TrainResult res;
   res.run_dir = dir_;
   const int64_t total = cfg_.train.steps;
@@ -902,13 +937,53 @@ TrainResult Trainer::run() {
     progress_->line("pelab train: criterion already met at step " +
                     std::to_string(crit_met_step_) + "; not training further");
   t_start_ = now_s();
-  double t_log = t_start_;
+  double t_log = t_start_, now = t_start_, tps = 0, eta = 0;
   int64_t tok_log = 0, steps_here = 0;
   const int64_t stop_at = opt_.stop_after >= 0 ? std::min(opt_.stop_after, total) : total;
   const TrainConfig& t = cfg_.train;
-  while (step_ < stop_at && crit_met_step_ < 0) {
-    // Under MPI the ranks stop together: a signal to any rank is seen by all at the step's end.
-    if (mpi ? peer_signal_ : stop_signal() != 0) {
+  auto train_row = [&] {
+    const double mean = log_loss_sum_ / static_cast<double>(log_loss_count_);
+    MetricRow row;
+    row.set("type", "train").set("step", step_).set("loss", mean).set("lr", last_lr_);
+    row.set("grad_norm", last_grad_norm_).set("tokens_per_s", tps);
+    row.set("elapsed_s", elapsed_before_ + now - t_start_);
+    add_row(row);
+    progress_->train_line("step " + std::to_string(step_) + "/" + std::to_string(total) +
+                          " loss " + format_metric(mean, 4) + " lr " + printf_number("%.3e", last_lr_) +
+                          " grad_norm " + format_metric(last_grad_norm_, 3) + " tok/s " +
+                          printf_number("%.0f", tps) + " elapsed " +
+                          Progress::format_duration(elapsed_before_ + now - t_start_) +
+                          " eta " + Progress::format_duration(eta));
+    log_loss_sum_ = 0;
+    log_loss_count_ = 0;
+    t_log = now;
+    tok_log = 0;
+  };
+  // What follows a step's training: its validation, then its checkpoint. False when a signal
+  // interrupted the validation (pending_validation_: the checkpoint written then says so).
+  auto validate_and_save = [&] {
+    if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total)
+      if (!validate_everywhere()) return false;
+    // A run stopped by its criterion logs the steps since the last training row, as the last
+    // step of train.steps does (after the validation that decided it).
+    if (crit_met_step_ == step_ && log_loss_count_ > 0) train_row();
+    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
+        crit_met_step_ == step_)
+      save_step_checkpoint();
+    return true;
+  };
+  // Under MPI the ranks agree on a signal received while the run was set up (one reduction); after
+  // that each step's reduction, and each validation's, carries it, so all ranks stop together.
+  if (mpi) {
+    double any = stop_signal() ? 1.0 : 0.0;
+    comm_.allreduce_sum(&any, 1);
+    peer_signal_ = any > 0;
+  }
+  auto signalled = [&] { return mpi ? peer_signal_ : stop_signal() != 0; };
+  // A run interrupted during a validation resumes with it (the uninterrupted run did it here).
+  if (pending_validation_ && !signalled() && !validate_and_save()) res.interrupted = true;
+  while (!res.interrupted && step_ < stop_at && crit_met_step_ < 0) {
+    if (signalled()) {
       res.interrupted = true;
       break;
     }
@@ -917,40 +992,15 @@ TrainResult Trainer::run() {
     ++steps_here;
     log_loss_sum_ += loss;
     ++log_loss_count_;
-    const double now = now_s();
-    const double eta = (now - t_start_) / static_cast<double>(steps_here) *
-                       static_cast<double>(total - step_);
-    const double tps = static_cast<double>(tok_log) / std::max(1e-9, now - t_log);
+    now = now_s();
+    eta = (now - t_start_) / static_cast<double>(steps_here) * static_cast<double>(total - step_);
+    tps = static_cast<double>(tok_log) / std::max(1e-9, now - t_log);
     progress_->update(step_, loss, last_lr_, tps, eta, step_ == total);
-    auto train_row = [&] {
-      const double mean = log_loss_sum_ / static_cast<double>(log_loss_count_);
-      MetricRow row;
-      row.set("type", "train").set("step", step_).set("loss", mean).set("lr", last_lr_);
-      row.set("grad_norm", last_grad_norm_).set("tokens_per_s", tps);
-      row.set("elapsed_s", elapsed_before_ + now - t_start_);
-      add_row(row);
-      progress_->train_line("step " + std::to_string(step_) + "/" + std::to_string(total) +
-                            " loss " + format_metric(mean, 4) + " lr " + printf_number("%.3e", last_lr_) +
-                            " grad_norm " + format_metric(last_grad_norm_, 3) + " tok/s " +
-                            printf_number("%.0f", tps) + " elapsed " +
-                            Progress::format_duration(elapsed_before_ + now - t_start_) +
-                            " eta " + Progress::format_duration(eta));
-      log_loss_sum_ = 0;
-      log_loss_count_ = 0;
-      t_log = now;
-      tok_log = 0;
-    };
     if (step_ % t.log_every == 0 || step_ == total) train_row();
-    if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total) {
-      if (root()) validate();
-      share_criterion();
+    if (!validate_and_save()) {
+      res.interrupted = true;
+      break;
     }
-    // A run stopped by its criterion logs the steps since the last training row, as the last
-    // step of train.steps does (after the validation that decided it).
-    if (crit_met_step_ == step_ && log_loss_count_ > 0) train_row();
-    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
-        crit_met_step_ == step_)
-      save_step_checkpoint();
   }
   progress_->finish();
   if (mpi && steps_here > 0)
@@ -977,21 +1027,30 @@ TrainResult Trainer::run() {
   res.criterion_set = crit.enabled();
   res.criterion_met = crit_met_step_ >= 0;
   res.criterion_step = crit_met_step_;
-  if (step_ < total && crit_met_step_ < 0) {
-    if (saved_step_ != step_) save_step_checkpoint();
+  auto stop_here = [&] {
+    // Rank 0 writes the checkpoint while the others wait for it here: no rank ends (which makes
+    // mpirun end the job) before it is on disk, and a failed write is every rank's error.
+    comm_.agreed([&] {
+      if (saved_step_ != step_) save_step_checkpoint();
+    });
     res.step = step_;
     res.last_checkpoint = latest_checkpoint(dir_);
     // Shown in every progress mode: it says how to continue.
     if (root())
       progress_->notice(std::string("pelab train: ") + (res.interrupted ? "interrupted" : "stopped") +
-                      " at step " + std::to_string(step_) + "; continue with --resume " + dir_);
+                        " at step " + std::to_string(step_) +
+                        (pending_validation_ ? " during its validation" : "") +
+                        "; continue with --resume " + dir_);
     return res;
-  }
+  };
+  if (res.interrupted || (step_ < total && crit_met_step_ < 0)) return stop_here();
   // Finished (possibly already on resume), by reaching train.steps or by meeting train.stop_when:
   // valid + every test split with the final parameters.
   if (total == 0 && saved_step_ != 0) {
-    if (root()) validate();
-    share_criterion();
+    if (!validate_everywhere()) {
+      res.interrupted = true;
+      return stop_here();
+    }
     save_step_checkpoint();
     res.criterion_met = crit_met_step_ >= 0;
     res.criterion_step = crit_met_step_;
@@ -1020,6 +1079,7 @@ TrainResult Trainer::run() {
   const bool keep = cfg_.eval.save_predictions;
   EvalOptions eo;
   eo.keep_predictions = keep;
+  eo.stop = stop_check("final_eval");
   std::vector<EvalResult> results;
   if (last_valid_step_ == step_ && !keep) {
     results.push_back(last_valid_);  // the validation run of the final step
@@ -1029,7 +1089,20 @@ TrainResult Trainer::run() {
     set_validation_positions(cfg_, positions, vo);  // as validate() does
     results.push_back(evaluate_set(*model_, *data_, data_->valid(), cfg_, vo));
   }
-  for (const auto& s : data_->tests()) results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
+  for (const auto& s : data_->tests()) {
+    if (results.back().interrupted) break;
+    results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
+  }
+  if (results.back().interrupted) {
+    // The checkpoint of this step is on disk; a resume of the finished run evaluates it.
+    res.interrupted = true;
+    res.step = step_;
+    res.last_checkpoint = latest_checkpoint(dir_);
+    progress_->notice("pelab train: interrupted at step " + std::to_string(step_) +
+                      " during the final evaluation; continue with --resume " + dir_ +
+                      " (it runs the final evaluation)");
+    return res;
+  }
   write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_),
                    convergence_json(conv));
   if (keep) write_prediction_files(dir_, results);

@@ -23,6 +23,7 @@
 #include "train/study/compare.h"
 #include "train/study/literature.h"
 #include "train/study/plot_pe.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -194,6 +195,10 @@ std::string one_line(std::string s) {
 bool prepare_train(const std::vector<std::string>& a, TrainOptions& opt, Config& cfg);
 
 int cmd_train(const std::vector<std::string>& a, std::ostream& out) {
+  // Signals stop the run from here on (MPI start-up and reading the config included): a signal
+  // before the first step stops it there, with exit status 130 (train/stop_signal.h).
+  StopSignalScope signals;
+  stop_test_point("startup", launcher_info([](const char* n) { return std::getenv(n); }).rank);
   // Under mpirun, every rank runs this verb; rank 0 alone prints (docs/training.md).
   Communicator& comm = world();
   TrainOptions opt;
