@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "data/tasks.h"
 #include "data/vocab.h"
 #include "train/config.h"
+#include "train/task_data.h"
 
 using namespace pelab::data;
 
@@ -287,4 +289,38 @@ TEST(TaskPositions, ConfigRules) {
   e = config_error("task:\n  name: addition_reversed\n  formulation: decoder\n  index_hints: 12\n"
                    "  train_max_len: 5\n  test_lengths: [20]\nmodel:\n  arch: decoder\n");
   EXPECT_TRUE(has(e, "cannot generate length 20: it needs index hints up to h21")) << e;
+}
+
+// Training offsets: per example, a pure function of (seeds, batch index, row), covering [0, M -
+// largest ID]; validation and test examples have none.
+TEST(TaskPositions, TrainingOffsetsAreDeterministicAndBounded) {
+  const pelab::Config cfg = pelab::load_config_string(
+      std::string(kCoupled) + "pe:\n  scheme: learned\n  max_positions: 64\ntrain:\n"
+                              "  batch_size: 16\n");
+  pelab::TaskData data(cfg);
+  std::set<int64_t> tops;
+  for (int64_t j = 0; j < 20; ++j) {
+    const std::vector<Example> b = data.train_batch(j);
+    EXPECT_EQ(b, data.train_batch(j));  // resume sees the same offsets
+    for (const Example& ex : b) {
+      int64_t top = 0, low = 1000;
+      for (int64_t v : ex.tgt_pos) top = std::max(top, v), low = std::min(low, v);
+      EXPECT_LE(ex.src_pos.back(), 40);  // sep carries the largest ID, W + 1 + offset
+      EXPECT_EQ(ex.src_pos.back(), top + 1);
+      EXPECT_EQ(ex.src_pos.front(), 0);  // bos stays 0
+      tops.insert(ex.src_pos.back());
+      // The offset is the answer's lowest ID - 1 (unshifted it is 1).
+      EXPECT_GE(low, 1);
+    }
+  }
+  EXPECT_GT(tops.size(), 20u);  // the offsets spread over the range
+  EXPECT_TRUE(tops.count(40) > 0 || *tops.rbegin() >= 35);
+  for (const Example& ex : data.valid().examples) EXPECT_EQ(ex.tgt_pos.back(), 1);
+  for (const auto& set : data.tests())
+    for (const Example& ex : set.examples) EXPECT_EQ(ex.tgt_pos.back(), 1);
+  // Another training seed draws other offsets.
+  pelab::Config other = cfg;
+  other.train.seed = 2;
+  pelab::TaskData data2(other);
+  EXPECT_NE(data.train_batch(0), data2.train_batch(0));
 }
