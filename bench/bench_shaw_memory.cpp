@@ -108,8 +108,8 @@ int main() {
       for (int64_t i = 0; i < L; ++i) pos[i] = i;
       AttnSite site;
       site.kind = AttnKind::DecoderSelf;
-      site.q_pos = &pos;
-      site.k_pos = &pos;
+      site.q_pos = pos;
+      site.k_pos = pos;
       site.causal = true;
       Tensor q = randn({kB, kH, L, kDh}, 2).set_requires_grad(true);
       Tensor P = randn({kB, kH, L, L}, 3).set_requires_grad(true);

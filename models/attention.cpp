@@ -71,10 +71,12 @@ Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tens
               "] and k = v [B, ", heads, ", Lk, ", head_dim, "], got q ", shape_str(qh.shape()),
               ", k ", shape_str(kh.shape()), ", v ", shape_str(vh.shape()));
   const int64_t B = qh.size(0), Lq = qh.size(2), Lk = kh.size(2);
-  PELAB_CHECK(site.q_pos && site.k_pos && static_cast<int64_t>(site.q_pos->size()) == Lq &&
-                  static_cast<int64_t>(site.k_pos->size()) == Lk,
+  PELAB_CHECK(site.q_pos.len == Lq && site.k_pos.len == Lk &&
+                  (site.q_pos.shared() || site.q_pos.rows == B) &&
+                  (site.k_pos.shared() || site.k_pos.rows == B),
               "MultiHeadAttention::attend: the site's positions must cover Lq = ", Lq, " queries and Lk = ",
-              Lk, " keys");
+              Lk, " keys, shared or one row per batch row (B = ", B, "); got [", site.q_pos.rows, ", ",
+              site.q_pos.len, "] and [", site.k_pos.rows, ", ", site.k_pos.len, "]");
   const double scale = 1.0 / std::sqrt(double(head_dim));
   Tensor out;  // [B, H, Lq, dh]
   const PositionalEncoding::RelativeTables rel = pe.relative_tables(site);

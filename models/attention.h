@@ -41,7 +41,7 @@ class MultiHeadAttention : public Module {
                      DType dtype = DType::Float32);
 
   // Queries from xq [B, Lq, D], keys and values from xkv [B, Lk, D] (xkv = xq for self-attention).
-  // site.q_pos / site.k_pos must have sizes Lq / Lk. Returns [B, Lq, D].
+  // site.q_pos / site.k_pos must have lengths Lq / Lk (and 1 or B rows). Returns [B, Lq, D].
   Tensor forward(const Tensor& xq, const Tensor& xkv, const Tensor& blocked, PositionalEncoding& pe,
                  const AttnSite& site, Generator& gen);
 

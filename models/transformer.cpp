@@ -53,10 +53,12 @@ std::vector<int64_t> iota_positions(int64_t start, int64_t n) {
   return p;
 }
 
-std::vector<int64_t> resolve_positions(const std::vector<int64_t>* pos, int64_t L, const char* what) {
+// Explicit positions for B rows of L tokens (shared, or one row per batch row), or 0..L-1.
+Positions resolve_positions(const Positions* pos, int64_t B, int64_t L, const char* what) {
   if (!pos) return iota_positions(0, L);
-  PELAB_CHECK(static_cast<int64_t>(pos->size()) == L, what, ": ", pos->size(),
-              " explicit positions given for a sequence of length ", L);
+  PELAB_CHECK(pos->len == L, what, ": ", pos->len, " explicit positions given for a sequence of length ", L);
+  PELAB_CHECK(pos->shared() || pos->rows == B, what, ": explicit positions for ", pos->rows,
+              " rows given for a batch of ", B, " rows (give one row shared by the batch, or one per row)");
   return *pos;
 }
 
@@ -123,11 +125,17 @@ Tensor FeedForward::forward(const Tensor& x, Generator& gen) const {
 // = every token real): per row 1 + the largest position of a real token. Empty unless the scheme
 // asks for it (reading the mask on the host costs a device sync).
 static std::vector<int64_t> row_lengths(const PositionalEncoding& pe, const Tensor& mask,
-                                        const std::vector<int64_t>& pos, int64_t B) {
+                                        const Positions& pos, int64_t B) {
   if (!pe.needs_row_lengths()) return {};
-  const int64_t n = static_cast<int64_t>(pos.size());
+  const int64_t n = pos.len;
+  if (!mask.defined() && !pos.shared()) {
+    std::vector<int64_t> out(static_cast<size_t>(B), 0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < n; ++j) out[b] = std::max(out[b], pos.at(b, j) + 1);
+    return out;
+  }
   int64_t all = 0;
-  for (int64_t p : pos) all = std::max(all, p + 1);
+  for (int64_t p : pos.ids) all = std::max(all, p + 1);
   if (!mask.defined()) return std::vector<int64_t>(static_cast<size_t>(B), all);
   PELAB_CHECK(mask.numel() == B * n, "row lengths: mask ", shape_str(mask.shape()), " for ", B,
               " rows of ", n, " positions");
@@ -135,7 +143,7 @@ static std::vector<int64_t> row_lengths(const PositionalEncoding& pe, const Tens
   std::vector<int64_t> out(static_cast<size_t>(B), 0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < n; ++j)
-      if (m[static_cast<size_t>(b * n + j)] != 0) out[b] = std::max(out[b], pos[j] + 1);
+      if (m[static_cast<size_t>(b * n + j)] != 0) out[b] = std::max(out[b], pos.at(b, j) + 1);
   return out;
 }
 
@@ -152,14 +160,14 @@ EncoderLayer::EncoderLayer(const ModelConfig& cfg, Generator& gen)
 }
 
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& blocked, PositionalEncoding& pe,
-                             const std::vector<int64_t>& pos, int64_t layer, Generator& gen,
+                             const Positions& pos, int64_t layer, Generator& gen,
                              const std::vector<int64_t>* row_len) {
   AttnSite site;
   site.row_len = row_len;
   site.kind = AttnKind::EncoderSelf;
   site.layer = layer;
-  site.q_pos = &pos;
-  site.k_pos = &pos;
+  site.q_pos = pos;
+  site.k_pos = pos;
   site.causal = false;
   const bool tr = is_training();
   Tensor h = residual(x, *norm1, pre_norm, dropout_p, tr, gen, [&](const Tensor& in) {
@@ -189,17 +197,17 @@ DecoderLayer::DecoderLayer(const ModelConfig& cfg, bool cross, Generator& gen)
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& self_blocked, const Tensor& memory,
                              const Tensor& memory_blocked, PositionalEncoding& pe,
-                             const std::vector<int64_t>& tgt_pos,
-                             const std::vector<int64_t>& all_pos,
-                             const std::vector<int64_t>& src_pos, int64_t layer, Generator& gen,
+                             const Positions& tgt_pos,
+                             const Positions& all_pos,
+                             const Positions& src_pos, int64_t layer, Generator& gen,
                              LayerKV* kv, const std::vector<int64_t>* row_len) {
   const bool tr = is_training();
   AttnSite site;
   site.row_len = row_len;
   site.kind = AttnKind::DecoderSelf;
   site.layer = layer;
-  site.q_pos = &tgt_pos;
-  site.k_pos = &tgt_pos;
+  site.q_pos = tgt_pos;
+  site.k_pos = tgt_pos;
   site.causal = true;
   Tensor h = residual(x, *norm_self, pre_norm, dropout_p, tr, gen, [&](const Tensor& in) {
     if (!kv) return self_attn->forward(in, in, self_blocked, pe, site, gen);
@@ -211,15 +219,15 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& self_blocked, const 
     kv->self_k = kv->self_k.defined() ? concat({kv->self_k, kh}, 2) : kh;
     kv->self_v = kv->self_v.defined() ? concat({kv->self_v, vh}, 2) : vh;
     AttnSite all = site;
-    all.k_pos = &all_pos;
+    all.k_pos = all_pos;
     return self_attn->attend(qh, kv->self_k, kv->self_v, self_blocked, pe, all, gen);
   });
   if (cross_attn) {
     AttnSite cs;
     cs.kind = AttnKind::Cross;
     cs.layer = layer;
-    cs.q_pos = &tgt_pos;
-    cs.k_pos = &src_pos;
+    cs.q_pos = tgt_pos;
+    cs.k_pos = src_pos;
     cs.causal = false;
     h = residual(h, *norm_cross, pre_norm, dropout_p, tr, gen, [&](const Tensor& in) {
       if (!kv) return cross_attn->forward(in, memory, memory_blocked, pe, cs, gen);
@@ -246,7 +254,7 @@ Encoder::Encoder(const ModelConfig& cfg, Tensor embed_weight, Generator& gen)
   embed_scale = embed_scale_for(cfg, *pe);
 }
 
-Tensor Encoder::forward(const Tensor& src, const Tensor& src_mask, const std::vector<int64_t>& pos,
+Tensor Encoder::forward(const Tensor& src, const Tensor& src_mask, const Positions& pos,
                         Generator& gen) {
   check_ids(src, "Encoder::forward");
   check_mask(src_mask, src, "Encoder::forward");
@@ -274,14 +282,14 @@ Decoder::Decoder(const ModelConfig& cfg, Tensor embed_weight, bool cross_, Gener
   embed_scale = embed_scale_for(cfg, *pe);
 }
 
-Tensor Decoder::embed_tokens(const Tensor& ids, const std::vector<int64_t>& pos, Generator& gen) {
+Tensor Decoder::embed_tokens(const Tensor& ids, const Positions& pos, Generator& gen) {
   Tensor x = pe->embed(tokens_to_hidden(embed->weight, ids, embed_scale), pos);
   return dropout(x, dropout_p, is_training(), gen);
 }
 
-Tensor Decoder::forward(const Tensor& tgt, const Tensor& tgt_mask, const std::vector<int64_t>& pos,
+Tensor Decoder::forward(const Tensor& tgt, const Tensor& tgt_mask, const Positions& pos,
                         const Tensor& memory, const Tensor& memory_mask,
-                        const std::vector<int64_t>& src_pos, Generator& gen) {
+                        const Positions& src_pos, Generator& gen) {
   check_ids(tgt, "Decoder::forward");
   check_mask(tgt_mask, tgt, "Decoder::forward");
   const int64_t T = tgt.size(1);
@@ -293,9 +301,8 @@ Tensor Decoder::forward(const Tensor& tgt, const Tensor& tgt_mask, const std::ve
                     memory.size(2) == x.size(2),
                 "Decoder::forward: encoder output must be [", tgt.size(0), ", S, ", x.size(2),
                 "], got ", memory.defined() ? shape_str(memory.shape()) : "undefined");
-    PELAB_CHECK(static_cast<int64_t>(src_pos.size()) == memory.size(1),
-                "Decoder::forward: ", src_pos.size(), " source positions for ", memory.size(1),
-                " encoder outputs");
+    PELAB_CHECK(src_pos.len == memory.size(1), "Decoder::forward: ", src_pos.len,
+                " source positions for ", memory.size(1), " encoder outputs");
     mem_blocked = attention_mask(memory_mask, T, memory.size(1), false, x.dtype(), x.device());
   }
   const std::vector<int64_t> rows = row_lengths(*pe, tgt_mask, pos, tgt.size(0));
@@ -307,14 +314,14 @@ Tensor Decoder::forward(const Tensor& tgt, const Tensor& tgt_mask, const std::ve
 }
 
 Tensor Decoder::step(DecoderCache& cache, const Tensor& ids, const Tensor& mask,
-                     const std::vector<int64_t>& pos, Generator& gen) {
+                     const Positions& pos, Generator& gen) {
   check_ids(ids, "Decoder::step");
   check_mask(mask, ids, "Decoder::step");
   const int64_t B = ids.size(0), n = ids.size(1);
   PELAB_CHECK(B == cache.batch, "Decoder::step: the cache holds ", cache.batch, " rows, got ids ",
               shape_str(ids.shape()));
-  PELAB_CHECK(static_cast<int64_t>(pos.size()) == n, "Decoder::step: ", pos.size(),
-              " positions for ", n, " tokens");
+  PELAB_CHECK(pos.len == n && (pos.shared() || pos.rows == B), "Decoder::step: positions [",
+              pos.rows, ", ", pos.len, "] for ", B, " rows of ", n, " tokens");
   PELAB_CHECK(cache.layers.size() == layers->size(), "Decoder::step: the cache has ",
               cache.layers.size(), " layers, the decoder ", layers->size());
   PELAB_CHECK(!cross || cache.layers.empty() || cache.layers[0].cross_k.defined(),
@@ -336,7 +343,7 @@ Tensor Decoder::step(DecoderCache& cache, const Tensor& ids, const Tensor& mask,
     }
     cache.self_key_mask = Tensor::from_vector(all, {B, before + n}, x.dtype(), x.device());
   }
-  cache.positions.insert(cache.positions.end(), pos.begin(), pos.end());
+  cache.positions.append(pos);
   Tensor self_blocked =
       attention_mask(cache.self_key_mask, n, before + n, true, x.dtype(), x.device());
   // Row lengths over every token so far (cached + new).
@@ -372,15 +379,16 @@ Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg), rng_(rng_mix(cfg.s
 }
 
 Tensor Transformer::encode(const Tensor& src, const Tensor& src_mask,
-                           const std::vector<int64_t>* src_pos) {
+                           const Positions* src_pos) {
   PELAB_CHECK(encoder, "Transformer::encode: arch '", cfg_.arch, "' has no encoder");
   check_ids(src, "Transformer::encode");
-  return encoder->forward(src, src_mask, resolve_positions(src_pos, src.size(1), "encode"), rng_);
+  return encoder->forward(src, src_mask,
+                          resolve_positions(src_pos, src.size(0), src.size(1), "encode"), rng_);
 }
 
 Tensor Transformer::decode(const Tensor& tgt_in, const Tensor& tgt_mask, const Tensor& memory,
-                           const Tensor& src_mask, const std::vector<int64_t>* tgt_pos,
-                           const std::vector<int64_t>* src_pos) {
+                           const Tensor& src_mask, const Positions* tgt_pos,
+                           const Positions* src_pos) {
   PELAB_CHECK(encoder, "Transformer::decode: arch '", cfg_.arch,
               "' has no encoder (use forward_decoder)");
   check_ids(tgt_in, "Transformer::decode");
@@ -391,24 +399,26 @@ Tensor Transformer::decode(const Tensor& tgt_in, const Tensor& tgt_mask, const T
                     src_mask.size(1) == memory.size(1),
                 "Transformer::decode: source mask ", shape_str(src_mask.shape()),
                 " does not match the encoder output ", shape_str(memory.shape()));
-  const std::vector<int64_t> tp = resolve_positions(tgt_pos, tgt_in.size(1), "decode (target)");
-  const std::vector<int64_t> sp = resolve_positions(src_pos, memory.size(1), "decode (source)");
+  const Positions tp =
+      resolve_positions(tgt_pos, tgt_in.size(0), tgt_in.size(1), "decode (target)");
+  const Positions sp =
+      resolve_positions(src_pos, memory.size(0), memory.size(1), "decode (source)");
   return logits(decoder->forward(tgt_in, tgt_mask, tp, memory, src_mask, sp, rng_));
 }
 
 Tensor Transformer::forward_seq2seq(const Tensor& src, const Tensor& src_mask, const Tensor& tgt_in,
-                                    const Tensor& tgt_mask, const std::vector<int64_t>* src_pos,
-                                    const std::vector<int64_t>* tgt_pos) {
+                                    const Tensor& tgt_mask, const Positions* src_pos,
+                                    const Positions* tgt_pos) {
   Tensor memory = encode(src, src_mask, src_pos);
   return decode(tgt_in, tgt_mask, memory, src_mask, tgt_pos, src_pos);
 }
 
 Tensor Transformer::forward_decoder(const Tensor& ids, const Tensor& mask,
-                                    const std::vector<int64_t>* pos) {
+                                    const Positions* pos) {
   PELAB_CHECK(!encoder, "Transformer::forward_decoder: arch '", cfg_.arch,
               "' is seq2seq (use forward_seq2seq)");
   check_ids(ids, "Transformer::forward_decoder");
-  const std::vector<int64_t> p = resolve_positions(pos, ids.size(1), "forward_decoder");
+  const Positions p = resolve_positions(pos, ids.size(0), ids.size(1), "forward_decoder");
   return logits(decoder->forward(ids, mask, p, Tensor(), Tensor(), {}, rng_));
 }
 
@@ -417,7 +427,7 @@ Tensor Transformer::logits(const Tensor& hidden) const {
 }
 
 DecoderCache Transformer::start_cache(const Tensor& memory, const Tensor& src_mask,
-                                      const std::vector<int64_t>* src_pos) {
+                                      const Positions* src_pos) {
   PELAB_CHECK(encoder, "Transformer::start_cache: arch '", cfg_.arch,
               "' has no encoder (use start_cache(batch))");
   PELAB_CHECK(memory.defined() && memory.dim() == 3 && memory.size(2) == cfg_.d_model,
@@ -430,7 +440,7 @@ DecoderCache Transformer::start_cache(const Tensor& memory, const Tensor& src_ma
                 " does not match the encoder output ", shape_str(memory.shape()));
   DecoderCache c;
   c.batch = B;
-  c.src_positions = resolve_positions(src_pos, S, "start_cache (source)");
+  c.src_positions = resolve_positions(src_pos, B, S, "start_cache (source)");
   c.memory_blocked = attention_mask(src_mask, 1, S, false, memory.dtype(), memory.device());
   c.layers.resize(decoder->layers->size());
   for (size_t i = 0; i < c.layers.size(); ++i) {
@@ -452,9 +462,9 @@ DecoderCache Transformer::start_cache(int64_t batch) {
 }
 
 Tensor Transformer::decode_step(DecoderCache& cache, const Tensor& ids, const Tensor& mask,
-                                const std::vector<int64_t>* pos) {
+                                const Positions* pos) {
   check_ids(ids, "Transformer::decode_step");
-  std::vector<int64_t> p = pos ? *pos : iota_positions(cache.offset(), ids.size(1));
+  const Positions p = pos ? *pos : Positions(iota_positions(cache.offset(), ids.size(1)));
   return logits(decoder->step(cache, ids, mask, p, rng_));
 }
 
@@ -494,20 +504,16 @@ bool take_step(const std::vector<int64_t>& next, const std::vector<size_t>& grou
   return all;
 }
 
-// Positions [from, to) of an explicit position list.
-std::vector<int64_t> span(const std::vector<int64_t>& pos, int64_t from, int64_t to) {
-  return std::vector<int64_t>(pos.begin() + from, pos.begin() + to);
-}
-
 // The one greedy loop, for both architectures: continues `seq` (rows of equal length, the
 // decoder's tokens so far: seq2seq [bos], decoder-only the prompts) by up to max_len argmax
 // tokens, recording them in r for the rows `group` of the result. memory: the encoder output
-// (seq2seq; null for decoder-only). tgt_pos / src_pos: explicit positions or null (0..L-1).
+// (seq2seq; null for decoder-only). tgt_pos / src_pos: explicit positions or null (0..L-1),
+// shared or one row per row of `group`.
 // With the cache a step feeds the tokens not yet cached (the whole prefix first, then the newest
 // token); without, it reruns the full forward over seq.
 void greedy_loop(Transformer& model, std::vector<std::vector<int64_t>> seq,
                  const std::vector<size_t>& group, const Tensor* memory, const Tensor& src_mask,
-                 const std::vector<int64_t>* src_pos, const std::vector<int64_t>* tgt_pos,
+                 const Positions* src_pos, const Positions* tgt_pos,
                  int64_t max_len, bool use_cache, int64_t eos, GreedyResult& r) {
   const int64_t B = static_cast<int64_t>(group.size());
   const Device dev = model_device(model);
@@ -517,9 +523,9 @@ void greedy_loop(Transformer& model, std::vector<std::vector<int64_t>> seq,
   for (int64_t t = 0; t < max_len; ++t) {
     const int64_t L = static_cast<int64_t>(seq[0].size());
     const int64_t from = use_cache ? cache.offset() : 0;  // first token this step feeds
-    std::vector<int64_t> p;
-    if (tgt_pos) p = span(*tgt_pos, from, L);
-    const std::vector<int64_t>* pp = tgt_pos ? &p : nullptr;
+    Positions p;
+    if (tgt_pos) p = tgt_pos->columns(from, L);
+    const Positions* pp = tgt_pos ? &p : nullptr;
     Tensor logits;
     if (use_cache) {
       std::vector<std::vector<int64_t>> cur(static_cast<size_t>(B));
@@ -536,12 +542,17 @@ void greedy_loop(Transformer& model, std::vector<std::vector<int64_t>> seq,
   }
 }
 
-// Checks that explicit target positions cover the `fed` tokens a decode feeds.
-void check_tgt_positions(const GreedyPositions* pos, int64_t fed) {
+// Checks that explicit target positions cover the `fed` tokens a decode feeds, and that explicit
+// positions are shared or have one row per decoded row (`rows`).
+void check_tgt_positions(const GreedyPositions* pos, int64_t fed, int64_t rows) {
   if (!pos) return;
-  PELAB_CHECK(static_cast<int64_t>(pos->tgt.size()) >= fed, "greedy_decode: ", pos->tgt.size(),
+  PELAB_CHECK(pos->tgt.len >= fed, "greedy_decode: ", pos->tgt.len,
               " explicit target positions for a decode that feeds ", fed,
               " tokens (give at least that many, or a smaller max_len)");
+  for (const Positions* p : {&pos->src, &pos->tgt})
+    PELAB_CHECK(p->shared() || p->rows == rows, "greedy_decode: explicit ",
+                p == &pos->src ? "source" : "target", " positions for ", p->rows,
+                " rows given for ", rows, " decoded rows (give one row shared by all, or one per row)");
 }
 }  // namespace
 
@@ -552,7 +563,7 @@ GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& 
               model.config().arch, "' (pass prompts instead)");
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
   check_ids(src, "greedy_decode");
-  check_tgt_positions(pos, max_len);
+  check_tgt_positions(pos, max_len, src.size(0));
   NoGradGuard ng;
   EvalModeGuard eg(model);
   const int64_t B = src.size(0);
@@ -562,7 +573,7 @@ GreedyResult greedy_decode(Transformer& model, const Tensor& src, const Tensor& 
   if (max_len == 0 || B == 0) return r;
   std::vector<size_t> rows(B);
   for (int64_t b = 0; b < B; ++b) rows[b] = static_cast<size_t>(b);
-  const std::vector<int64_t>* src_pos = pos ? &pos->src : nullptr;
+  const Positions* src_pos = pos ? &pos->src : nullptr;
   Tensor memory = model.encode(src, src_mask, src_pos);
   greedy_loop(model, std::vector<std::vector<int64_t>>(B, std::vector<int64_t>{ids.bos}), rows,
               &memory, src_mask, src_pos, pos ? &pos->tgt : nullptr, max_len, use_cache, ids.eos,
@@ -576,8 +587,8 @@ GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int
   PELAB_CHECK(!model.is_seq2seq(), "greedy_decode: this overload is for decoder-only models; arch "
               "is '", model.config().arch, "' (pass a source batch instead)");
   PELAB_CHECK(max_len >= 0, "greedy_decode: max_len must be >= 0, got ", max_len);
-  PELAB_CHECK(!pos || pos->src.empty(), "greedy_decode: a decoder-only model has no source; got ",
-              pos ? pos->src.size() : 0, " explicit source positions");
+  PELAB_CHECK(!pos || pos->src.len == 0, "greedy_decode: a decoder-only model has no source; got ",
+              pos ? pos->src.len : 0, " explicit source positions");
   NoGradGuard ng;
   EvalModeGuard eg(model);
   GreedyResult r;
@@ -590,12 +601,14 @@ GreedyResult greedy_decode(Transformer& model, const std::vector<std::vector<int
     groups[prompts[i].size()].push_back(i);
   }
   if (max_len == 0 || groups.empty()) return r;
-  check_tgt_positions(pos, static_cast<int64_t>(groups.rbegin()->first) + max_len - 1);
+  check_tgt_positions(pos, static_cast<int64_t>(groups.rbegin()->first) + max_len - 1,
+                      static_cast<int64_t>(prompts.size()));
   for (const auto& g : groups) {
     std::vector<std::vector<int64_t>> seq;
     for (size_t row : g.second) seq.push_back(prompts[row]);
+    const Positions tgt = pos ? pos->tgt.select_rows(g.second) : Positions();
     greedy_loop(model, std::move(seq), g.second, nullptr, Tensor(), nullptr,
-                pos ? &pos->tgt : nullptr, max_len, use_cache, ids.eos, r);
+                pos ? &tgt : nullptr, max_len, use_cache, ids.eos, r);
   }
   return r;
 }

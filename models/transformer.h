@@ -2,8 +2,9 @@
 // encoding chosen by config (one PE object per stack, models/pe/pe.h), a KV cache for incremental
 // decoding and greedy decoding. Parameter names and the exact math: docs/model.md.
 //
-// Positions are host vectors shared by the batch; every forward accepts optional explicit position
-// vectors per stack (default 0..L-1). Masks are [B, L] with 1 = real token, 0 = padding (any dtype);
+// Positions (models/positions.h) are host IDs, shared by the batch (rows 1) or one row per batch row
+// (IDs supplied by the task); every forward accepts optional explicit positions per stack (default
+// 0..L-1, shared). docs/model.md, "Position IDs", says what each scheme does with them. Masks are [B, L] with 1 = real token, 0 = padding (any dtype);
 // an undefined mask means "all real".
 #pragma once
 #include <memory>
@@ -46,12 +47,12 @@ struct LayerKV {
 struct DecoderCache {
   int64_t batch = 0;
   std::vector<LayerKV> layers;
-  std::vector<int64_t> positions;  // positions of every cached target token (the self-attn keys)
+  Positions positions;  // positions of every cached target token (the self-attn keys)
   Tensor self_key_mask;            // [B, offset] (1 = real) or undefined when all are real
   // seq2seq only:
   Tensor memory_blocked;           // cross-attention mask from the source mask (or undefined)
-  std::vector<int64_t> src_positions;
-  int64_t offset() const { return static_cast<int64_t>(positions.size()); }
+  Positions src_positions;
+  int64_t offset() const { return positions.len; }
 };
 
 class EncoderLayer : public Module {
@@ -59,7 +60,7 @@ class EncoderLayer : public Module {
   EncoderLayer(const ModelConfig& cfg, Generator& gen);
   // row_len: AttnSite::row_len (null unless pe.needs_row_lengths()).
   Tensor forward(const Tensor& x, const Tensor& blocked, PositionalEncoding& pe,
-                 const std::vector<int64_t>& pos, int64_t layer, Generator& gen,
+                 const Positions& pos, int64_t layer, Generator& gen,
                  const std::vector<int64_t>* row_len = nullptr);
   std::shared_ptr<MultiHeadAttention> self_attn;
   std::shared_ptr<LayerNorm> norm1, norm2;
@@ -79,8 +80,8 @@ class DecoderLayer : public Module {
   // without a cache.
   Tensor forward(const Tensor& x, const Tensor& self_blocked, const Tensor& memory,
                  const Tensor& memory_blocked, PositionalEncoding& pe,
-                 const std::vector<int64_t>& tgt_pos, const std::vector<int64_t>& all_pos,
-                 const std::vector<int64_t>& src_pos, int64_t layer, Generator& gen, LayerKV* kv,
+                 const Positions& tgt_pos, const Positions& all_pos,
+                 const Positions& src_pos, int64_t layer, Generator& gen, LayerKV* kv,
                  const std::vector<int64_t>* row_len = nullptr);
   std::shared_ptr<MultiHeadAttention> self_attn, cross_attn;  // cross_attn null for decoder-only
   std::shared_ptr<LayerNorm> norm_self, norm_cross, norm_ff;
@@ -93,7 +94,7 @@ class DecoderLayer : public Module {
 class Encoder : public Module {
  public:
   Encoder(const ModelConfig& cfg, Tensor embed_weight, Generator& gen);
-  Tensor forward(const Tensor& src, const Tensor& src_mask, const std::vector<int64_t>& pos,
+  Tensor forward(const Tensor& src, const Tensor& src_mask, const Positions& pos,
                  Generator& gen);
   std::shared_ptr<TokenTable> embed;
   std::shared_ptr<PositionalEncoding> pe;
@@ -106,12 +107,12 @@ class Decoder : public Module {
  public:
   Decoder(const ModelConfig& cfg, Tensor embed_weight, bool cross, Generator& gen);
   // Full (training / uncached) pass: hidden states [B, T, D].
-  Tensor forward(const Tensor& tgt, const Tensor& tgt_mask, const std::vector<int64_t>& pos,
+  Tensor forward(const Tensor& tgt, const Tensor& tgt_mask, const Positions& pos,
                  const Tensor& memory, const Tensor& memory_mask,
-                 const std::vector<int64_t>& src_pos, Generator& gen);
+                 const Positions& src_pos, Generator& gen);
   // Incremental pass over new tokens ids [B, n] at positions pos (size n): hidden [B, n, D].
   Tensor step(DecoderCache& cache, const Tensor& ids, const Tensor& mask,
-              const std::vector<int64_t>& pos, Generator& gen);
+              const Positions& pos, Generator& gen);
   std::shared_ptr<TokenTable> embed;
   std::shared_ptr<PositionalEncoding> pe;
   std::shared_ptr<ModuleList> layers;
@@ -120,7 +121,7 @@ class Decoder : public Module {
   bool cross;
 
  private:
-  Tensor embed_tokens(const Tensor& ids, const std::vector<int64_t>& pos, Generator& gen);
+  Tensor embed_tokens(const Tensor& ids, const Positions& pos, Generator& gen);
 };
 
 class Transformer : public Module {
@@ -134,17 +135,17 @@ class Transformer : public Module {
   // ---- seq2seq ----
   // src [B, S] Int64 -> encoder output [B, S, D].
   Tensor encode(const Tensor& src, const Tensor& src_mask,
-                const std::vector<int64_t>* src_pos = nullptr);
+                const Positions* src_pos = nullptr);
   // tgt_in [B, T] with the encoder output -> logits [B, T, V].
   Tensor decode(const Tensor& tgt_in, const Tensor& tgt_mask, const Tensor& memory,
-                const Tensor& src_mask, const std::vector<int64_t>* tgt_pos = nullptr,
-                const std::vector<int64_t>* src_pos = nullptr);
+                const Tensor& src_mask, const Positions* tgt_pos = nullptr,
+                const Positions* src_pos = nullptr);
   Tensor forward_seq2seq(const Tensor& src, const Tensor& src_mask, const Tensor& tgt_in,
-                         const Tensor& tgt_mask, const std::vector<int64_t>* src_pos = nullptr,
-                         const std::vector<int64_t>* tgt_pos = nullptr);
+                         const Tensor& tgt_mask, const Positions* src_pos = nullptr,
+                         const Positions* tgt_pos = nullptr);
   // ---- decoder-only ----
   Tensor forward_decoder(const Tensor& ids, const Tensor& mask,
-                         const std::vector<int64_t>* pos = nullptr);
+                         const Positions* pos = nullptr);
 
   // hidden [.., D] -> logits [.., V] (final LN already applied by the stack).
   Tensor logits(const Tensor& hidden) const;
@@ -152,13 +153,14 @@ class Transformer : public Module {
   // ---- incremental decoding ----
   // Seq2seq: computes every layer's cross-attention K/V from the encoder output once.
   DecoderCache start_cache(const Tensor& memory, const Tensor& src_mask,
-                           const std::vector<int64_t>* src_pos = nullptr);
+                           const Positions* src_pos = nullptr);
   // Decoder-only: an empty cache for a batch of `batch` rows.
   DecoderCache start_cache(int64_t batch);
-  // Appends ids [B, n] at positions pos (default offset..offset+n-1); mask [B, n] or undefined.
+  // Appends ids [B, n] at positions pos ([1 or B, n]; default offset..offset+n-1, shared); mask
+  // [B, n] or undefined.
   // Returns logits [B, n, V] equal to those of the full forward at these positions.
   Tensor decode_step(DecoderCache& cache, const Tensor& ids, const Tensor& mask = Tensor(),
-                     const std::vector<int64_t>* pos = nullptr);
+                     const Positions* pos = nullptr);
 
   std::shared_ptr<Encoder> encoder;  // null for arch=decoder
   std::shared_ptr<Decoder> decoder;
@@ -179,14 +181,16 @@ struct GreedyResult {
   std::vector<bool> finished;                // per row: an eos was produced within max_len
 };
 
-// Explicit positions for greedy decoding (randomized-position evaluation; default 0..L-1),
-// shared by every row. src: one per source column (seq2seq only). tgt: the position of each
+// Explicit positions for greedy decoding (randomized-position evaluation, task-supplied IDs;
+// default 0..L-1), shared by every row (rows 1) or one row per row of the decoded batch (the
+// source batch, or the prompts in their order). src: one per source column (seq2seq only). tgt:
+// the position of each
 // decoder token by its index in the decoded sequence: seq2seq bos, then each emitted token;
 // decoder-only the prompt's tokens, then each emitted token. Greedy decoding of max_len tokens
 // feeds max_len tokens (seq2seq) or |prompt| + max_len - 1 (decoder-only), so tgt must hold at
-// least that many positions.
+// least that many positions (columns).
 struct GreedyPositions {
-  std::vector<int64_t> src, tgt;
+  Positions src, tgt;
 };
 
 // Seq2seq greedy decoding: the decoder starts from bos and emits up to max_len tokens per row

@@ -44,14 +44,14 @@ inline models::ModelConfig tiny_model(const std::string& arch, const std::string
   return c;
 }
 
-// An attention call of `kind` with queries at qp and keys at kp (the vectors must outlive it).
+// An attention call of `kind` with queries at qp and keys at kp (shared positions).
 inline models::AttnSite site_of(models::AttnKind kind, const std::vector<int64_t>& qp,
                                 const std::vector<int64_t>& kp, bool causal, int64_t layer = 0) {
   models::AttnSite s;
   s.kind = kind;
   s.layer = layer;
-  s.q_pos = &qp;
-  s.k_pos = &kp;
+  s.q_pos = qp;
+  s.k_pos = kp;
   s.causal = causal;
   return s;
 }

@@ -459,9 +459,9 @@ CaseResult compare_case(const GoldenCase& gc) {
   const Tensor tgt_t = ids_tensor(ints("tgt"), B, T);
   const Tensor tgt_mask = ids_tensor(ints("tgt_mask"), B, T);
   const Tensor targets = ids_tensor(ints("targets"), B, T);
-  const std::vector<int64_t> tgt_pos = ints("tgt_pos");
+  const models::Positions tgt_pos = ints("tgt_pos");
   Tensor src_t, src_mask;
-  std::vector<int64_t> src_pos;
+  models::Positions src_pos;
   if (gc.cfg.is_seq2seq()) {
     const int64_t S = read_attr_array(gin.id, "src", in_path).shape.at(1);
     src_t = ids_tensor(ints("src"), B, S);

@@ -248,8 +248,8 @@ TEST_F(HardeningInput, ShawTablesCostNoMoreThanTheSequenceNeeds) {
     auto pe = models::make_pe(pc, si, gen);
     std::vector<int64_t> pos = {0, 1, 2, 3, 4, 5, 6};
     models::AttnSite site;
-    site.q_pos = &pos;
-    site.k_pos = &pos;
+    site.q_pos = pos;
+    site.k_pos = pos;
     const auto t = pe->relative_tables(site);
     const int64_t R = per_head ? t.keys.size(1) : t.keys.size(0);
     EXPECT_EQ(R, 13) << "rows of the keys table handed to attention (2 * 7 - 1)";
@@ -280,8 +280,8 @@ TEST_F(HardeningInput, ShawWithKBeyondTheLengthEqualsTheFullTableMath) {
                                        : std::vector<int64_t>{0, 1, 2, 3, 4, 5};
       std::vector<int64_t> kp = {0, 1, 2, 3, 4, 5};
       models::AttnSite site;
-      site.q_pos = &qp;
-      site.k_pos = &kp;
+      site.q_pos = qp;
+      site.k_pos = kp;
       const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = 6, B = 2, H = 2, dh = 4;
       Generator g2(3);
       auto rnd = [&](const Shape& s) {

@@ -250,8 +250,8 @@ TEST(ModelAttention, GradCheckEverySchemeAndSite) {
       AttnSite site;
       site.kind = kind;
       site.layer = 1;
-      site.q_pos = &qpos;
-      site.k_pos = &kpos;
+      site.q_pos = qpos;
+      site.k_pos = kpos;
       site.causal = causal;
       auto loss = [&] {
         Tensor q_in = pe->embed(xq, qpos);
@@ -631,7 +631,7 @@ TEST(ModelConfigTest, ValidateNamesTheKey) {
   Tensor ids = Tensor::from_ints({1, 2, 3}, {1, 3});
   EXPECT_THROW(dec.forward_seq2seq(ids, Tensor(), ids, Tensor()), Error);
   EXPECT_THROW(dec.forward_decoder(ids, Tensor::ones({1, 4})), Error);
-  std::vector<int64_t> bad_pos = {0, 1};
+  Positions bad_pos = {0, 1};
   EXPECT_THROW(dec.forward_decoder(ids, Tensor(), &bad_pos), Error);
 }
 
@@ -641,7 +641,7 @@ TEST(ModelTransformer, ExplicitPositionsReachThePE) {
   Transformer m(tiny_model("decoder", "sinusoidal"));
   Generator gen(81);
   Tensor ids = random_ids(2, 5, 11, gen);
-  std::vector<int64_t> p0 = {0, 1, 2, 3, 4}, p7 = {7, 8, 9, 10, 11};
+  Positions p0 = {0, 1, 2, 3, 4}, p7 = {7, 8, 9, 10, 11};
   Tensor a = m.forward_decoder(ids, Tensor()), b = m.forward_decoder(ids, Tensor(), &p0);
   Tensor c = m.forward_decoder(ids, Tensor(), &p7);
   EXPECT_LE(max_abs_diff(a, b), 0.0);
@@ -649,7 +649,7 @@ TEST(ModelTransformer, ExplicitPositionsReachThePE) {
   // Cached decoding with explicit positions equals the full forward at those positions.
   NoGradGuard ng;
   DecoderCache cache = m.start_cache(2);
-  std::vector<int64_t> first = {7, 8}, rest = {9, 10, 11};
+  Positions first = {7, 8}, rest = {9, 10, 11};
   Tensor s1 = m.decode_step(cache, slice(ids, 1, 0, 2).contiguous(), Tensor(), &first);
   Tensor s2 = m.decode_step(cache, slice(ids, 1, 2, 5).contiguous(), Tensor(), &rest);
   EXPECT_LE(max_abs_diff(concat({s1, s2}, 1), c), 1e-10);
@@ -717,4 +717,263 @@ TEST(ModelInfo, ParameterTableSumsToTheTotal) {
   const std::string info = model_info(m);
   EXPECT_NE(info.find("pe learned"), std::string::npos) << info;
   EXPECT_NE(info.find(table), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Position IDs per batch row (models/positions.h; docs/model.md, "Position IDs"). Every test loops
+// over the registry: a scheme that refuses task positions (PEScheme::refuses_task_positions) must
+// throw its one error line instead.
+
+namespace {
+
+// Three rows: the default, an offset with gaps, and coupled (repeating, non-monotone) IDs.
+const Positions kSrcRows(3, 6, {0, 1, 2, 3, 4, 5, /**/ 4, 5, 7, 8, 10, 11, /**/ 1, 2, 3, 1, 2, 3});
+const Positions kTgtRows(3, 7, {0, 1, 2, 3, 4, 5, 6, /**/ 7, 9, 10, 12, 13, 14, 15, /**/ 3, 2, 1, 4, 0, 5, 3});
+
+// Rows 1 (two padded source tokens, one padded target token) and 2 (one padded source token).
+struct RowBatch {
+  Tensor src, src_mask, tgt, tgt_mask, tgt_out;
+};
+RowBatch row_batch(uint64_t seed) {
+  Generator gen(seed);
+  RowBatch b;
+  b.src = random_ids(3, 6, 11, gen);
+  b.src_mask = mask_from({1, 1, 1, 1, 1, 1, /**/ 1, 1, 1, 1, 0, 0, /**/ 1, 1, 1, 1, 1, 0}, 3, 6);
+  b.tgt = random_ids(3, 7, 11, gen);
+  b.tgt_mask = mask_from({1, 1, 1, 1, 1, 1, 1, /**/ 1, 1, 1, 1, 1, 1, 0, /**/ 1, 1, 1, 1, 1, 1, 1}, 3, 7);
+  std::vector<int64_t> out = random_ids(3, 7, 11, gen).to_int_vector();
+  out[13] = -100;  // the padded target
+  b.tgt_out = Tensor::from_ints(out, {3, 7});
+  return b;
+}
+
+// Rows [r, r + 1) of a [B, ...] tensor (undefined stays undefined).
+Tensor row_of(const Tensor& t, int64_t r) {
+  return t.defined() ? slice(t, 0, r, r + 1).contiguous() : Tensor();
+}
+
+// Logits of `b` (or its row r alone) at explicit positions.
+Tensor run_at(Transformer& m, const RowBatch& b, const Positions& sp, const Positions& tp,
+              int64_t r = -1) {
+  auto sel = [&](const Tensor& t) { return r < 0 ? t : row_of(t, r); };
+  if (m.is_seq2seq())
+    return m.forward_seq2seq(sel(b.src), sel(b.src_mask), sel(b.tgt), sel(b.tgt_mask), &sp, &tp);
+  return m.forward_decoder(sel(b.tgt), sel(b.tgt_mask), &tp);
+}
+
+// Every ID of every row plus that row's offset.
+Positions shifted(const Positions& p, const std::vector<int64_t>& offset) {
+  std::vector<int64_t> ids = p.ids;
+  for (int64_t r = 0; r < p.rows; ++r)
+    for (int64_t j = 0; j < p.len; ++j) ids[r * p.len + j] += offset[r % offset.size()];
+  return Positions(p.rows, p.len, ids);
+}
+
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(ModelPositionIds, PositionsBlockOperations) {
+  Positions a = {3, 4};
+  EXPECT_TRUE(a.shared());
+  EXPECT_EQ(a.at(5, 1), 4);  // row ignored when shared
+  a.append(Positions(2, 1, {7, 9}));  // shared + per-row: broadcast
+  EXPECT_EQ(a, Positions(2, 3, {3, 4, 7, 3, 4, 9}));
+  a.append({10});
+  EXPECT_EQ(a, Positions(2, 4, {3, 4, 7, 10, 3, 4, 9, 10}));
+  EXPECT_EQ(a.columns(1, 3), Positions(2, 2, {4, 7, 4, 9}));
+  EXPECT_EQ(a.select_rows({1}), Positions(1, 4, {3, 4, 9, 10}));
+  EXPECT_EQ(a.row(1), (std::vector<int64_t>{3, 4, 9, 10}));
+  EXPECT_THROW(Positions(2, 3, {1, 2, 3}), Error);
+  EXPECT_THROW(a.columns(2, 5), Error);
+}
+
+TEST(ModelPositionIds, RowsEqualToASharedVectorGiveTheSharedResult) {
+  const RowBatch b = row_batch(71);
+  const Positions sp = {2, 3, 5, 6, 9, 11}, tp = {1, 2, 4, 5, 8, 9, 12};
+  int refused = 0;
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny_model(arch, scheme));
+      NoGradGuard ng;
+      const std::string what = scheme + " " + arch;
+      if (!pe_accepts_task_positions(m.config().pe)) {
+        const std::string e = error_text([&] { run_at(m, b, sp.expanded(3), tp.expanded(3)); });
+        EXPECT_NE(e.find("position IDs per batch row"), std::string::npos) << what << ": " << e;
+        ++refused;
+        continue;
+      }
+      EXPECT_LE(max_abs_diff(run_at(m, b, sp.expanded(3), tp.expanded(3)), run_at(m, b, sp, tp)),
+                1e-12)
+          << what;
+      // The default positions as rows equal the implicit call.
+      const Tensor implicit = m.is_seq2seq()
+                                  ? m.forward_seq2seq(b.src, b.src_mask, b.tgt, b.tgt_mask)
+                                  : m.forward_decoder(b.tgt, b.tgt_mask);
+      EXPECT_LE(max_abs_diff(run_at(m, b, Positions(pelab::testing::iota(6)).expanded(3),
+                                    Positions(pelab::testing::iota(7)).expanded(3)),
+                             implicit),
+                1e-12)
+          << what;
+    }
+  }
+  // The refusal is declared, not assumed: it is checked only where a scheme declares it.
+  int declared = 0;
+  for (const auto& scheme : pe_names()) declared += pe_scheme(scheme).accepts_task_positions ? 0 : 2;
+  EXPECT_EQ(refused, declared);
+}
+
+TEST(ModelPositionIds, EachRowEqualsThatRowAloneWithItsIds) {
+  const RowBatch b = row_batch(72);
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny_model(arch, scheme));
+      if (!pe_accepts_task_positions(m.config().pe)) continue;  // checked above
+      NoGradGuard ng;
+      const Tensor all = run_at(m, b, kSrcRows, kTgtRows);
+      for (int64_t r = 0; r < 3; ++r)
+        EXPECT_LE(max_abs_diff(row_of(all, r),
+                               run_at(m, b, kSrcRows.row(r), kTgtRows.row(r), r)),
+                  1e-10)
+            << scheme << " " << arch << " row " << r;
+      // The IDs reach the scheme: rows 1 and 2 differ from the default positions.
+      if (pe_scheme(scheme).encodes_positions) {
+        EXPECT_GT(max_abs_diff(all, run_at(m, b, Positions(pelab::testing::iota(6)),
+                                           Positions(pelab::testing::iota(7)))),
+                  1e-6)
+            << scheme << " " << arch;
+      }
+    }
+  }
+}
+
+TEST(ModelPositionIds, TranslationInvariantSchemesStayInvariantPerRow) {
+  // A scheme whose shared result does not change when every ID moves by a constant must not change
+  // when each row's IDs move by their own constant; one that does change must see the moves.
+  const RowBatch b = row_batch(73);
+  std::set<bool> seen;
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny_model(arch, scheme));
+      if (!pe_accepts_task_positions(m.config().pe)) continue;
+      NoGradGuard ng;
+      const Positions sp = kSrcRows.row(0), tp = kTgtRows.row(0);
+      const bool invariant =
+          max_abs_diff(run_at(m, b, sp, tp), run_at(m, b, shifted(sp, {5}), shifted(tp, {5}))) <= 1e-9;
+      seen.insert(invariant);
+      const std::vector<int64_t> offsets = {0, 3, 11};
+      const double moved = max_abs_diff(run_at(m, b, kSrcRows, kTgtRows),
+                                        run_at(m, b, shifted(kSrcRows, offsets), shifted(kTgtRows, offsets)));
+      if (invariant)
+        EXPECT_LE(moved, 1e-9) << scheme << " " << arch;
+      else
+        EXPECT_GT(moved, 1e-6) << scheme << " " << arch;
+    }
+  }
+  EXPECT_EQ(seen.size(), 2u) << "the registry should hold both invariant and absolute schemes";
+}
+
+TEST(ModelPositionIds, CachedDecodingWithRowIdsEqualsTheFullForward) {
+  const RowBatch b = row_batch(74);
+  // The first two IDs of every row are 0, 1: the first step may give them shared.
+  Positions tgt = kTgtRows;
+  for (int64_t r = 0; r < 3; ++r) tgt.ids[r * 7] = 0, tgt.ids[r * 7 + 1] = 1;
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny_model(arch, scheme));
+      if (!pe_accepts_task_positions(m.config().pe)) continue;
+      m.eval();
+      NoGradGuard ng;
+      for (const bool shared_first : {false, true}) {
+        Tensor full;
+        DecoderCache cache;
+        if (arch == "seq2seq") {
+          Tensor mem = m.encode(b.src, b.src_mask, &kSrcRows);
+          full = m.decode(b.tgt, Tensor(), mem, b.src_mask, &tgt, &kSrcRows);
+          cache = m.start_cache(mem, b.src_mask, &kSrcRows);
+        } else {
+          full = m.forward_decoder(b.tgt, Tensor(), &tgt);
+          cache = m.start_cache(3);
+        }
+        std::vector<Tensor> parts;
+        for (auto [a, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 3}, {3, 7}}) {
+          const Positions p = a == 0 && shared_first ? Positions({0, 1}) : tgt.columns(a, e);
+          parts.push_back(m.decode_step(cache, slice(b.tgt, 1, a, e).contiguous(), Tensor(), &p));
+        }
+        EXPECT_EQ(cache.positions, tgt) << scheme << " " << arch;
+        EXPECT_LE(max_abs_diff(concat(parts, 1), full), 1e-10)
+            << scheme << " " << arch << (shared_first ? " (first step shared)" : "");
+      }
+    }
+  }
+}
+
+TEST(ModelPositionIds, GreedyDecodingWithRowIdsDecodesEachRowAsAlone) {
+  // Row IDs reach greedy decoding: cached equals uncached, and every row equals its decoding alone
+  // with its IDs (decoder-only prompts of different lengths are decoded in groups).
+  Generator gen(75);
+  const Tensor src = random_ids(3, 6, 11, gen);
+  const Tensor src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0}, 3, 6);
+  const std::vector<std::vector<int64_t>> prompts = {{1, 5, 6}, {1, 7, 8, 9}, {1, 3, 3}};
+  std::vector<int64_t> t;
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t j = 0; j < 9; ++j) t.push_back(r == 1 ? 20 - 2 * j : (r + 1) * j % 7);
+  const Positions tgt(3, 9, t);
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny_model(arch, scheme));
+      if (!pe_accepts_task_positions(m.config().pe)) continue;
+      const bool s2s = arch == "seq2seq";
+      GreedyPositions gp{s2s ? kSrcRows : Positions(), tgt};
+      const int64_t budget = s2s ? 9 : 6;  // decoder-only: 4 + 6 - 1 fed tokens at most
+      auto run = [&](bool cache) {
+        return s2s ? greedy_decode(m, src, src_mask, budget, cache, {0, 1, -1}, &gp)
+                   : greedy_decode(m, prompts, budget, cache, {0, 1, -1}, &gp);
+      };
+      const GreedyResult a = run(true);
+      EXPECT_EQ(a.tokens, run(false).tokens) << scheme << " " << arch;
+      for (size_t r = 0; r < 3; ++r) {
+        GreedyPositions alone{s2s ? Positions(kSrcRows.row(r)) : Positions(), tgt.row(r)};
+        const GreedyResult one =
+            s2s ? greedy_decode(m, row_of(src, r), row_of(src_mask, r), budget, true, {0, 1, -1}, &alone)
+                : greedy_decode(m, {prompts[r]}, budget, true, {0, 1, -1}, &alone);
+        EXPECT_EQ(one.tokens[0], a.tokens[r]) << scheme << " " << arch << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(ModelPositionIds, GradCheckThroughRowIdsEveryScheme) {
+  const RowBatch b = row_batch(76);
+  for (const auto& scheme : pe_names()) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      Transformer m(tiny_model(arch, scheme));
+      if (!pe_accepts_task_positions(m.config().pe)) continue;
+      auto loss = [&] { return cross_entropy(run_at(m, b, kSrcRows, kTgtRows), b.tgt_out); };
+      grad_check(loss, model_targets(m), scheme + " " + arch + " row IDs", 3, 1);
+    }
+  }
+}
+
+TEST(ModelPositionIds, LearnedTableRefusesAnIdPastItsRows) {
+  for (const std::string arch : {"seq2seq", "decoder"}) {
+    ModelConfig c = tiny_model(arch, "learned");
+    c.pe.set("max_positions", 16);
+    EXPECT_EQ(pe_max_positions(c.pe), 16);
+    Transformer m(c);
+    const RowBatch b = row_batch(77);
+    NoGradGuard ng;
+    const std::string e =
+        error_text([&] { run_at(m, b, kSrcRows, shifted(kTgtRows, {0, 1, 0})); });  // row 1: 16
+    EXPECT_NE(e.find("learned positional encoding: position 16 >= max_positions 16"), std::string::npos)
+        << arch << ": " << e;
+    EXPECT_NO_THROW(run_at(m, b, kSrcRows, kTgtRows));  // 15 is the last row
+  }
 }

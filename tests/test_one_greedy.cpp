@@ -34,8 +34,8 @@ using pelab::testing::tiny_model;
 // logit row. Rows stop at eos; every row of `seq` has the same length.
 models::GreedyResult reference_greedy(models::Transformer& m, std::vector<std::vector<int64_t>> seq,
                                       const Tensor* memory, const Tensor& src_mask,
-                                      const std::vector<int64_t>* src_pos,
-                                      const std::vector<int64_t>* pos, int64_t max_len,
+                                      const models::Positions* src_pos,
+                                      const models::Positions* pos, int64_t max_len,
                                       int64_t eos) {
   NoGradGuard ng;
   const size_t B = seq.size();
@@ -44,9 +44,10 @@ models::GreedyResult reference_greedy(models::Transformer& m, std::vector<std::v
   r.finished.assign(B, false);
   for (int64_t t = 0; t < max_len; ++t) {
     const int64_t L = static_cast<int64_t>(seq[0].size());
-    std::vector<int64_t> flat, p;
+    std::vector<int64_t> flat;
+    models::Positions p;
     for (const auto& row : seq) flat.insert(flat.end(), row.begin(), row.end());
-    if (pos) p.assign(pos->begin(), pos->begin() + L);
+    if (pos) p = pos->columns(0, L);
     Tensor ids = Tensor::from_ints(flat, {static_cast<int64_t>(B), L});
     Tensor logits = memory ? m.decode(ids, Tensor(), *memory, src_mask, pos ? &p : nullptr, src_pos)
                            : m.forward_decoder(ids, Tensor(), pos ? &p : nullptr);
@@ -329,8 +330,8 @@ TEST_F(OneGreedyRandpos, EvaluateRandomPositionsEqualsAWrittenOutReference) {
             models::GreedyResult g;
             if (arch == "seq2seq") {
               data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
-              const std::vector<int64_t> sp = random_positions(rg, b.S, maxp);
-              const std::vector<int64_t> tp = random_positions(rg, b.T, maxp);
+              const models::Positions sp = random_positions(rg, b.S, maxp);
+              const models::Positions tp = random_positions(rg, b.T, maxp);
               Tensor src = ids_tensor(b.src, b.B, b.S, Device::cpu()),
                      sm = mask_tensor(b.src_mask, b.B, b.S, Device::cpu());
               logits =
@@ -342,7 +343,7 @@ TEST_F(OneGreedyRandpos, EvaluateRandomPositionsEqualsAWrittenOutReference) {
                                    sm, &sp, &tp, b.T, data::Vocab::kEos);
             } else {
               data::DecoderBatch b = data::make_decoder_batch(batch);
-              const std::vector<int64_t> pos = random_positions(rg, b.L, maxp);
+              const models::Positions pos = random_positions(rg, b.L, maxp);
               logits = m.forward_decoder(ids_tensor(b.input, b.B, b.L, Device::cpu()),
                                          mask_tensor(b.mask, b.B, b.L, Device::cpu()), &pos);
               targets = targets_tensor(b.target, b.loss_mask, b.B, b.L, Device::cpu());

@@ -139,8 +139,8 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
   PELAB_CHECK(!rgen || maxp >= 1,
               "evaluate_set: random positions need random_max_position >= 1, got ", maxp);
   // Draws one stack's positions: a random subset with random positions, else null (0..L-1).
-  std::vector<int64_t> drawn;
-  auto positions = [&](std::vector<int64_t>& into, int64_t L) -> const std::vector<int64_t>* {
+  models::Positions drawn;
+  auto positions = [&](models::Positions& into, int64_t L) -> const models::Positions* {
     if (!rgen) return nullptr;
     into = random_positions(*rgen, L, maxp);
     return &into;
@@ -188,8 +188,8 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
       models::GreedyPositions gp;  // used with random positions only
       if (!data.is_decoder()) {
         data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
-        const std::vector<int64_t>* sp = positions(gp.src, b.S);
-        const std::vector<int64_t>* tp = positions(gp.tgt, b.T);
+        const models::Positions* sp = positions(gp.src, b.S);
+        const models::Positions* tp = positions(gp.tgt, b.T);
         Tensor src = ids_tensor(b.src, b.B, b.S, dev), src_mask = mask_tensor(b.src_mask, b.B, b.S, dev);
         Tensor logits = model.forward_seq2seq(src, src_mask, ids_tensor(b.tgt_in, b.B, b.T, dev),
                                               mask_tensor(b.tgt_mask, b.B, b.T, dev), sp, tp);
@@ -203,7 +203,7 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
         }
       } else {
         data::DecoderBatch b = data::make_decoder_batch(batch);
-        const std::vector<int64_t>* pos = positions(gp.tgt, b.L);
+        const models::Positions* pos = positions(gp.tgt, b.L);
         Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
                                               mask_tensor(b.mask, b.B, b.L, dev), pos);
         score(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), loss_sum, tokens,

@@ -496,7 +496,7 @@ Tensor Trainer::micro_loss(int64_t j, int64_t& tokens) {
   const double ls = cfg_.train.label_smoothing;
   if (data_->is_lm()) {
     data::LmBatch b = data::make_lm_batch(data_->lm_train_batch(j));
-    std::vector<int64_t> pos;
+    models::Positions pos;
     if (rp) pos = positions_for(b.L);
     Tensor logits = model_->forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor(),
                                             rp ? &pos : nullptr);
@@ -506,7 +506,7 @@ Tensor Trainer::micro_loss(int64_t j, int64_t& tokens) {
   const std::vector<data::Example> batch = data_->train_batch(j);
   if (data_->is_decoder()) {
     data::DecoderBatch b = data::make_decoder_batch(batch);
-    std::vector<int64_t> pos;
+    models::Positions pos;
     if (rp) pos = positions_for(b.L);
     Tensor logits = model_->forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
                                             mask_tensor(b.mask, b.B, b.L, dev), rp ? &pos : nullptr);
@@ -515,7 +515,7 @@ Tensor Trainer::micro_loss(int64_t j, int64_t& tokens) {
                          ls);
   }
   data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
-  std::vector<int64_t> src_pos, tgt_pos;
+  models::Positions src_pos, tgt_pos;
   if (rp) {
     src_pos = positions_for(b.S);
     tgt_pos = positions_for(b.T);

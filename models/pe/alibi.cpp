@@ -47,13 +47,14 @@ class AlibiPE : public PositionalEncoding {
   Tensor score_term(const Tensor& q, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return Tensor();
     if (!site.causal && !symmetric_) return Tensor();
-    PELAB_CHECK(site.q_pos && site.k_pos, "alibi: attention site without positions");
+    if (per_row(site))  // each row with its own IDs (docs/model.md, "Position IDs")
+      return by_row(q, site, [this](const Tensor& qb, const AttnSite& sb) { return score_term(qb, sb); });
     PELAB_CHECK(q.defined() && q.dim() == 4 && q.size(1) == static_cast<int64_t>(slopes_.size()) &&
-                    q.size(2) == static_cast<int64_t>(site.q_pos->size()),
-                "alibi: expected q [B, ", slopes_.size(), ", ", site.q_pos->size(), ", dh], got ",
+                    q.size(2) == site.q_pos.len,
+                "alibi: expected q [B, ", slopes_.size(), ", ", site.q_pos.len, ", dh], got ",
                 q.defined() ? shape_str(q.shape()) : std::string("undefined"));
-    const std::vector<int64_t>& qp = *site.q_pos;
-    const std::vector<int64_t>& kp = *site.k_pos;
+    const std::vector<int64_t>& qp = site.q_pos.ids;
+    const std::vector<int64_t>& kp = site.k_pos.ids;
     if (const Tensor* bias = cache_.find(qp, kp, site.causal, q.dtype(), q.device())) return *bias;
     const int64_t H = static_cast<int64_t>(slopes_.size());
     const int64_t Lq = static_cast<int64_t>(qp.size()), Lk = static_cast<int64_t>(kp.size());

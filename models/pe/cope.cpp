@@ -56,9 +56,10 @@ class CoPE : public PositionalEncoding {
   Tensor keyed_score_term(const Tensor& q, const Tensor& k, const Tensor& blocked,
                           const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return Tensor();
-    PELAB_CHECK(site.q_pos && site.k_pos, "cope: attention site without positions");
-    const int64_t Lq = static_cast<int64_t>(site.q_pos->size());
-    const int64_t Lk = static_cast<int64_t>(site.k_pos->size());
+    PELAB_CHECK(!per_row(site), "cope: position IDs per batch row (supplied by the task) have no "
+                "meaning for contextual positions; pe.scheme cope takes only the default positions");
+    const int64_t Lq = site.q_pos.len;
+    const int64_t Lk = site.k_pos.len;
     PELAB_CHECK(q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4 && q.size(1) == heads_ &&
                     k.size(1) == heads_ && q.size(0) == k.size(0) && q.size(2) == Lq &&
                     k.size(2) == Lk && q.size(3) == dh_ && k.size(3) == dh_,
@@ -68,7 +69,7 @@ class CoPE : public PositionalEncoding {
     PELAB_CHECK(site.causal || bidirectional_,
                 "cope: a non-causal site in a decoder stack (its table holds counts 0..p_max only)");
     const double scale = 1.0 / std::sqrt(static_cast<double>(dh_));
-    const Consts& c = consts(*site.q_pos, *site.k_pos, !site.causal, q.dtype(), q.device());
+    const Consts& c = consts(site.q_pos.ids, site.k_pos.ids, !site.causal, q.dtype(), q.device());
 
     Tensor g = sigmoid(matmul(q, transpose(k, 2, 3), scale));  // [B, H, Lq, Lk]
     if (blocked.defined()) g = masked_fill(g, blocked, 0.0);
@@ -167,6 +168,7 @@ PELAB_REGISTER_PE(
                         "only the order of the positions): set it to false",
                         {"pe.randomized_positions", "pe.scheme"}};
               })
+        .refuses_task_positions()
         .parameters([](const PEConfig& c, const StackInfo& s) {
           const int64_t p = c.get_int("cope_p_max");
           return (s.kind == StackKind::Encoder ? 2 * p + 1 : p + 1) * s.head_dim() * s.layers;

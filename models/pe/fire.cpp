@@ -60,13 +60,14 @@ class FirePE : public PositionalEncoding {
 
   Tensor score_term(const Tensor& q, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return Tensor();
-    PELAB_CHECK(site.q_pos && site.k_pos, "fire: attention site without positions");
+    if (per_row(site))  // each row with its own IDs (docs/model.md, "Position IDs")
+      return by_row(q, site, [this](const Tensor& qb, const AttnSite& sb) { return score_term(qb, sb); });
     const int64_t l = site.layer;
     PELAB_CHECK(l >= 0 && l < c_.size(0), "fire: layer ", l, " out of range (stack has ",
                 c_.size(0), " layers)");
-    const int64_t Lq = static_cast<int64_t>(site.q_pos->size());
-    const int64_t Lk = static_cast<int64_t>(site.k_pos->size());
-    const Tables& t = tables(*site.q_pos, *site.k_pos, site.causal, q.dtype(), q.device());
+    const int64_t Lq = site.q_pos.len;
+    const int64_t Lk = site.k_pos.len;
+    const Tables& t = tables(site.q_pos.ids, site.k_pos.ids, site.causal, q.dtype(), q.device());
     auto row = [&](const Tensor& p, const Shape& shape) {
       return reshape(slice(p, 0, l, l + 1), shape);
     };

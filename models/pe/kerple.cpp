@@ -54,10 +54,11 @@ class KerplePE : public PositionalEncoding {
 
   Tensor score_term(const Tensor& q, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return Tensor();
-    PELAB_CHECK(site.q_pos && site.k_pos, "kerple: attention site without positions");
+    if (per_row(site))  // each row with its own IDs (docs/model.md, "Position IDs")
+      return by_row(q, site, [this](const Tensor& qb, const AttnSite& sb) { return score_term(qb, sb); });
     PELAB_CHECK(site.layer >= 0 && site.layer < r1_raw_.size(0), "kerple: layer ", site.layer,
                 " out of range (stack has ", r1_raw_.size(0), " layers)");
-    const Tables& t = tables(*site.q_pos, *site.k_pos, site.causal, q.dtype(), q.device());
+    const Tables& t = tables(site.q_pos.ids, site.k_pos.ids, site.causal, q.dtype(), q.device());
     auto per_head = [&](const Tensor& raw) {
       return reshape(slice(raw, 0, site.layer, site.layer + 1), {1, heads_, 1, 1});
     };

@@ -1,6 +1,6 @@
 // pelab — learned absolute positional encoding: a table W [max_positions, d_model] (parameter
 // "weight", init N(0, 0.02)), x + W[pos]. A position >= max_positions is an error, never a read
-// past the table.
+// past the table. Per-row position IDs ([B, L]) index the table token by token.
 #include "models/pe/pe.h"
 
 namespace pelab::models {
@@ -20,19 +20,20 @@ class LearnedPE : public PositionalEncoding {
   std::string name() const override { return "learned"; }
   bool additive() const override { return true; }
 
-  Tensor embed(const Tensor& x, const std::vector<int64_t>& pos) override {
-    const int64_t L = static_cast<int64_t>(pos.size());
-    PELAB_CHECK(x.dim() == 3 && x.size(1) == L && x.size(2) == d_,
-                "learned positional encoding: expected x [B, ", L, ", ", d_, "], got ",
-                shape_str(x.shape()));
-    for (int64_t p : pos) {
+  Tensor embed(const Tensor& x, const Positions& pos) override {
+    const int64_t L = pos.len;
+    PELAB_CHECK(x.dim() == 3 && x.size(1) == L && x.size(2) == d_ &&
+                    (pos.shared() || pos.rows == x.size(0)),
+                "learned positional encoding: expected x [", pos.shared() ? "B" : std::to_string(pos.rows),
+                ", ", L, ", ", d_, "], got ", shape_str(x.shape()));
+    for (int64_t p : pos.ids) {
       PELAB_CHECK(p < max_positions_, "learned positional encoding: position ", p,
                   " >= max_positions ", max_positions_, " (sequence length ", L, ")");
       PELAB_CHECK(p >= 0, "learned positional encoding: negative position ", p,
                   " (sequence length ", L, ")");
     }
-    Tensor ids = Tensor::from_ints(pos, {1, L}, x.device());
-    return add(x, embedding(weight, ids));  // [1, L, d] broadcast over the batch
+    Tensor ids = Tensor::from_ints(pos.ids, {pos.rows, L}, x.device());
+    return add(x, embedding(weight, ids));  // [1 or B, L, d] (shared: broadcast over the batch)
   }
 
   Tensor weight;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "models/pe/pe_config.h"
+#include "models/positions.h"
 #include "pelab/nn.h"
 
 namespace pelab::models {
@@ -38,19 +39,59 @@ struct StackInfo {
   DType dtype = DType::Float32;
 };
 
-// One attention call. Positions are absolute token positions (host vectors, shared by the batch):
-// 0..L-1 normally, offset for cached decoding, a sorted random subset for randomized PE.
+// One attention call. Positions are the tokens' position IDs (models/positions.h): shared by the
+// batch (rows 1: 0..L-1 normally, offset for cached decoding, a sorted random subset for randomized
+// PE) or one row per batch row (IDs supplied by the task; docs/model.md, "Position IDs").
 struct AttnSite {
   AttnKind kind = AttnKind::EncoderSelf;
-  int64_t layer = 0;                          // layer index within the stack
-  const std::vector<int64_t>* q_pos = nullptr;  // positions of the queries (size Lq)
-  const std::vector<int64_t>* k_pos = nullptr;  // positions of the keys (size Lk)
+  int64_t layer = 0;  // layer index within the stack
+  Positions q_pos;    // positions of the queries ([1 or B, Lq])
+  Positions k_pos;    // positions of the keys ([1 or B, Lk])
   bool causal = false;
   // Per batch row: 1 + the largest position of a real (unpadded) token of that row's sequence so
   // far (with a KV cache: the cached tokens included). Given only to a scheme whose
   // needs_row_lengths() is true (its math depends on each sequence's own length); null otherwise.
   const std::vector<int64_t>* row_len = nullptr;
 };
+
+// True when the site's queries or keys carry one ID row per batch row (task-supplied IDs).
+inline bool per_row(const AttnSite& site) { return !site.q_pos.shared() || !site.k_pos.shared(); }
+
+// The site of batch row b alone: that row's query and key IDs as shared vectors (row_len: none).
+inline AttnSite row_site(const AttnSite& site, int64_t b) {
+  AttnSite s = site;
+  s.q_pos = site.q_pos.row(b);
+  s.k_pos = site.k_pos.row(b);
+  s.row_len = nullptr;
+  return s;
+}
+
+// For a hook written for shared positions, at a per-row site: f(x of row b, row_site(site, b)) for
+// every batch row b of x [B, ...], joined along the batch axis, so each row's result is exactly
+// the one of that row alone with its IDs shared. Undefined when f gives no term.
+inline Tensor by_row(const Tensor& x, const AttnSite& site,
+                     const std::function<Tensor(const Tensor&, const AttnSite&)>& f);
+
+// Throws unless the site's IDs are shared or have one row per batch row (B rows).
+inline void check_site_rows(const AttnSite& site, int64_t B) {
+  PELAB_CHECK((site.q_pos.shared() || site.q_pos.rows == B) &&
+                  (site.k_pos.shared() || site.k_pos.rows == B),
+              "positional encoding: position IDs of ", site.q_pos.rows, " (queries) and ",
+              site.k_pos.rows, " (keys) rows for a batch of ", B);
+}
+
+inline Tensor by_row(const Tensor& x, const AttnSite& site,
+                     const std::function<Tensor(const Tensor&, const AttnSite&)>& f) {
+  const int64_t B = x.size(0);
+  check_site_rows(site, B);
+  std::vector<Tensor> parts;
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor t = f(slice(x, 0, b, b + 1), row_site(site, b));
+    if (!t.defined()) return Tensor();
+    parts.push_back(t);
+  }
+  return parts.size() == 1 ? parts[0] : concat(parts, 0);
+}
 
 class PositionalEncoding : public Module {
  public:
@@ -61,8 +102,8 @@ class PositionalEncoding : public Module {
   // True when the scheme wants AttnSite::row_len (dynamic NTK RoPE at evaluation): the stacks then
   // read the padding mask on the host to fill it.
   virtual bool needs_row_lengths() const { return false; }
-  // Hook 1: x [B, L, D] at positions pos (size L) -> x + PE. Default: x.
-  virtual Tensor embed(const Tensor& x, const std::vector<int64_t>& pos) { return x; }
+  // Hook 1: x [B, L, D] at positions pos ([1 or B, L]) -> x + PE. Default: x.
+  virtual Tensor embed(const Tensor& x, const Positions& pos) { return x; }
   // Hook 2: q [B, H, Lq, dh] at site.q_pos and k [B, H, Lk, dh] at site.k_pos (k holds exactly the
   // keys at those positions: with a KV cache only the new keys are passed). Default: unchanged.
   virtual void transform_qk(Tensor& q, Tensor& k, const AttnSite& site) {}
@@ -174,6 +215,12 @@ class PEScheme {
     encodes_positions = false;
     return *this;
   }
+  // The scheme's positions are not token IDs a task could supply (CoPE's contextual counts): its
+  // hooks refuse per-row position IDs, and pe_accepts_task_positions says so at config time.
+  PEScheme& refuses_task_positions() {
+    accepts_task_positions = false;
+    return *this;
+  }
 
   std::string name;
   PEFactory factory;
@@ -183,6 +230,7 @@ class PEScheme {
   std::function<int64_t(const PEConfig&, const StackInfo&)> parameters_fn;
   std::string size_key_name;
   bool encodes_positions = true;
+  bool accepts_task_positions = true;
   std::string variant_key, variant_factor_key;
   std::vector<std::string> problems;  // malformed declarations (bad range, default out of range)
 
@@ -209,6 +257,9 @@ const PEKey* find_pe_key(const std::string& name);  // null when no scheme decla
 std::vector<const PERule*> pe_rules();
 // The positions cfg.scheme can represent; 0 = unlimited.
 int64_t pe_max_positions(const PEConfig& cfg);
+// Whether cfg.scheme honours position IDs supplied per token by the task (Positions with one row
+// per batch row); false for a scheme declared with refuses_task_positions().
+bool pe_accepts_task_positions(const PEConfig& cfg);
 // What sets that limit, for messages: "pe.max_positions" (the scheme's size_key), else
 // "the position limit of pe.scheme X".
 std::string pe_max_positions_name(const PEConfig& cfg);

@@ -284,6 +284,10 @@ int64_t pe_max_positions(const PEConfig& cfg) {
   return s.max_positions_fn ? s.max_positions_fn(cfg) : 0;
 }
 
+bool pe_accepts_task_positions(const PEConfig& cfg) {
+  return pe_scheme(cfg.scheme).accepts_task_positions;
+}
+
 std::vector<std::string> pe_eval_time_keys() {
   std::vector<std::string> out;
   for (const PEKey* k : pe_keys())

@@ -40,14 +40,14 @@ class RopePE : public PositionalEncoding {
 
   void transform_qk(Tensor& q, Tensor& k, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return;
-    PELAB_CHECK(site.q_pos && site.k_pos, "rope: attention site without positions");
+    if (per_row(site)) return transform_rows(q, k, site);
     int64_t max_pos = -1;
-    for (int64_t p : *site.q_pos) max_pos = std::max(max_pos, p);
-    for (int64_t p : *site.k_pos) max_pos = std::max(max_pos, p);
+    for (int64_t p : site.q_pos.ids) max_pos = std::max(max_pos, p);
+    for (int64_t p : site.k_pos.ids) max_pos = std::max(max_pos, p);
     if (!needs_row_lengths() || !site.row_len) {
       const RopeFreqs f = rope_frequencies(cfg_, rot_, max_pos + 1, !is_training());
-      q = apply(q, *site.q_pos, f, "q");
-      k = apply(k, *site.k_pos, f, "k");
+      q = apply(q, site.q_pos.ids, f, "q");
+      k = apply(k, site.k_pos.ids, f, "k");
       return;
     }
     // Dynamic NTK: each row's base comes from its own length (padding and batch mates play no
@@ -64,8 +64,8 @@ class RopePE : public PositionalEncoding {
       while (b1 < B && eff(b1) == eff(b0)) ++b1;
       const RopeFreqs f = rope_frequencies(cfg_, rot_, eff(b0), true);
       const bool whole = b0 == 0 && b1 == B;
-      qs.push_back(apply(whole ? q : slice(q, 0, b0, b1), *site.q_pos, f, "q"));
-      ks.push_back(apply(whole ? k : slice(k, 0, b0, b1), *site.k_pos, f, "k"));
+      qs.push_back(apply(whole ? q : slice(q, 0, b0, b1), site.q_pos.ids, f, "q"));
+      ks.push_back(apply(whole ? k : slice(k, 0, b0, b1), site.k_pos.ids, f, "k"));
       b0 = b1;
     }
     q = qs.size() == 1 ? qs[0] : concat(qs, 0);
@@ -73,6 +73,35 @@ class RopePE : public PositionalEncoding {
   }
 
  private:
+  // Per-row position IDs (docs/model.md, "Position IDs"): each batch row rotated by its own IDs,
+  // with the frequencies its own length gives (dynamic NTK: AttnSite::row_len; else 1 + its
+  // largest ID), exactly as that row alone with its IDs shared.
+  void transform_rows(Tensor& q, Tensor& k, const AttnSite& site) {
+    const int64_t B = q.size(0);
+    check_site_rows(site, B);
+    PELAB_CHECK(k.size(0) == B, "rope: q ", shape_str(q.shape()), " and k ", shape_str(k.shape()));
+    const bool dynamic = needs_row_lengths() && site.row_len;
+    if (dynamic)
+      PELAB_CHECK(static_cast<int64_t>(site.row_len->size()) == B, "rope: ", site.row_len->size(),
+                  " row lengths for q ", shape_str(q.shape()));
+    std::vector<Tensor> qs, ks;
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<int64_t> qp = site.q_pos.row(b), kp = site.k_pos.row(b);
+      int64_t length = 0;
+      if (dynamic) {
+        length = std::max<int64_t>((*site.row_len)[b], cfg_.train_length);
+      } else {
+        for (int64_t p : qp) length = std::max(length, p + 1);
+        for (int64_t p : kp) length = std::max(length, p + 1);
+      }
+      const RopeFreqs f = rope_frequencies(cfg_, rot_, length, !is_training());
+      qs.push_back(apply(slice(q, 0, b, b + 1), qp, f, "q"));
+      ks.push_back(apply(slice(k, 0, b, b + 1), kp, f, "k"));
+    }
+    q = concat(qs, 0);
+    k = concat(ks, 0);
+  }
+
   struct Tables {
     std::vector<int64_t> pos;
     std::vector<double> inv_freq;

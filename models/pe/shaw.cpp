@@ -58,10 +58,12 @@ class ShawPE : public PositionalEncoding {
 
   Tensor score_term(const Tensor& q, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross || !keys_) return Tensor();
+    if (per_row(site))  // each row with its own IDs (docs/model.md, "Position IDs")
+      return by_row(q, site, [this](const Tensor& qb, const AttnSite& sb) { return score_term(qb, sb); });
     check_site(site);
     PELAB_CHECK(q.defined() && q.dim() == 4 && q.size(1) == heads_ &&
-                    q.size(2) == static_cast<int64_t>(site.q_pos->size()) && q.size(3) == dh_,
-                "shaw score_term: expected q [B, ", heads_, ", ", site.q_pos->size(), ", ", dh_,
+                    q.size(2) == site.q_pos.len && q.size(3) == dh_,
+                "shaw score_term: expected q [B, ", heads_, ", ", site.q_pos.len, ", ", dh_,
                 "], got ", q.defined() ? shape_str(q.shape()) : std::string("undefined"));
     // (q/√dh) @ rel_kᵀ -> [B,H,Lq,2k+1], looked up by the index (O(L·(2k+1)), not O(L²·dh))
     const RelativeTables t = relative_tables(site);
@@ -74,24 +76,27 @@ class ShawPE : public PositionalEncoding {
 
   Tensor value_term(const Tensor& probs, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross || !values_) return Tensor();
+    if (per_row(site))  // each row with its own IDs
+      return by_row(probs, site, [this](const Tensor& pb, const AttnSite& sb) { return value_term(pb, sb); });
     check_site(site);
     PELAB_CHECK(probs.defined() && probs.dim() == 4 && probs.size(1) == heads_ &&
-                    probs.size(2) == static_cast<int64_t>(site.q_pos->size()) &&
-                    probs.size(3) == static_cast<int64_t>(site.k_pos->size()),
-                "shaw value_term: expected probs [B, ", heads_, ", ", site.q_pos->size(), ", ",
-                site.k_pos->size(), "], got ",
+                    probs.size(2) == site.q_pos.len &&
+                    probs.size(3) == site.k_pos.len,
+                "shaw value_term: expected probs [B, ", heads_, ", ", site.q_pos.len, ", ",
+                site.k_pos.len, "], got ",
                 probs.defined() ? shape_str(probs.shape()) : std::string("undefined"));
     const RelativeTables t = relative_tables(site);
     return relative_values(probs, t.index, t.values);  // [B,H,Lq,dh]
   }
 
   // Both terms in table form (the tables switched off are undefined), which attention adds inside
-  // its fused op.
+  // its fused op. None at a site with per-row position IDs (one [Lq, Lk] index cannot hold them):
+  // attention then calls the hooks, which work row by row.
   RelativeTables relative_tables(const AttnSite& site) override {
-    if (site.kind == AttnKind::Cross || (!keys_ && !values_)) return {};
+    if (site.kind == AttnKind::Cross || (!keys_ && !values_) || per_row(site)) return {};
     const size_t l = check_site(site);
     const Tensor& any = keys_ ? rel_k_[l] : rel_v_[l];
-    const Entry& e = index(*site.q_pos, *site.k_pos, any.device());
+    const Entry& e = index(site.q_pos.ids, site.k_pos.ids, any.device());
     return {e.idx, rows(rel_k_[l], e), rows(rel_v_[l], e)};
   }
 
@@ -113,7 +118,6 @@ class ShawPE : public PositionalEncoding {
   }
 
   size_t check_site(const AttnSite& site) const {
-    PELAB_CHECK(site.q_pos && site.k_pos, "shaw: attention site without positions");
     return layer_index("shaw", site, rel_k_.size());
   }
 

@@ -1,6 +1,7 @@
 // pelab — sinusoidal absolute positional encoding (Vaswani et al. 2017), added to the embedding:
 //   PE[p, 2i]   = sin(p · ω_i),   PE[p, 2i+1] = cos(p · ω_i),   ω_i = exp(-2i · ln(base) / d).
-// No parameters. The table for positions 0..N-1 is cached (per dtype/device) and sliced.
+// No parameters. The table for positions 0..N-1 is cached (per dtype/device) and sliced. Per-row
+// position IDs ([B, L]) give each token the row of its own ID.
 #include <algorithm>
 #include <cmath>
 
@@ -17,13 +18,14 @@ class SinusoidalPE : public PositionalEncoding {
   std::string name() const override { return "sinusoidal"; }
   bool additive() const override { return true; }
 
-  Tensor embed(const Tensor& x, const std::vector<int64_t>& pos) override {
-    PELAB_CHECK(x.dim() == 3 && x.size(1) == static_cast<int64_t>(pos.size()) && x.size(2) == d_,
-                "sinusoidal positional encoding: expected x [B, ", pos.size(), ", ", d_, "], got ",
-                shape_str(x.shape()));
-    const int64_t L = static_cast<int64_t>(pos.size());
-    bool contiguous_from_zero = true;
-    for (int64_t i = 0; i < L; ++i) contiguous_from_zero &= pos[i] == i;
+  Tensor embed(const Tensor& x, const Positions& pos) override {
+    PELAB_CHECK(x.dim() == 3 && x.size(1) == pos.len && x.size(2) == d_ &&
+                    (pos.shared() || pos.rows == x.size(0)),
+                "sinusoidal positional encoding: expected x [", pos.shared() ? "B" : std::to_string(pos.rows),
+                ", ", pos.len, ", ", d_, "], got ", shape_str(x.shape()));
+    const int64_t L = pos.len;
+    bool contiguous_from_zero = pos.shared();
+    for (int64_t i = 0; contiguous_from_zero && i < L; ++i) contiguous_from_zero &= pos.ids[i] == i;
     Tensor pe;
     if (contiguous_from_zero) {
       if (!table_.defined() || table_.size(1) < L || table_.dtype() != x.dtype() ||
@@ -40,7 +42,9 @@ class SinusoidalPE : public PositionalEncoding {
   }
 
  private:
-  Tensor make_table(const std::vector<int64_t>& pos, DType dtype, Device device) const {
+  // [rows, L, d]: the row of every ID.
+  Tensor make_table(const Positions& positions, DType dtype, Device device) const {
+    const std::vector<int64_t>& pos = positions.ids;
     std::vector<double> v(pos.size() * static_cast<size_t>(d_));
     for (size_t p = 0; p < pos.size(); ++p) {
       PELAB_CHECK(pos[p] >= 0, "sinusoidal positional encoding: negative position ", pos[p]);
@@ -51,7 +55,7 @@ class SinusoidalPE : public PositionalEncoding {
         v[p * d_ + j] = (j % 2 == 0) ? std::sin(angle) : std::cos(angle);
       }
     }
-    return Tensor::from_vector(v, {1, static_cast<int64_t>(pos.size()), d_}, dtype, device);
+    return Tensor::from_vector(v, {positions.rows, positions.len, d_}, dtype, device);
   }
 
   double base_;

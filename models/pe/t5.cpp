@@ -43,14 +43,15 @@ class T5PE : public PositionalEncoding {
 
   Tensor score_term(const Tensor& q, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return Tensor();
-    PELAB_CHECK(site.q_pos && site.k_pos, "t5: attention site without positions");
+    if (per_row(site))  // each row with its own IDs (docs/model.md, "Position IDs")
+      return by_row(q, site, [this](const Tensor& qb, const AttnSite& sb) { return score_term(qb, sb); });
     // One table shared by the stack, or one per layer (pe.t5_per_layer).
     const Tensor& table =
         tables_.size() == 1 && site.layer >= 0 ? tables_[0] : tables_[layer_index("t5", site, tables_.size())];
     const bool bidirectional = site.kind == AttnKind::EncoderSelf && !site.causal;
-    const Tensor ids = bucket_ids(*site.q_pos, *site.k_pos, bidirectional, table.device());
-    const int64_t Lq = static_cast<int64_t>(site.q_pos->size());
-    const int64_t Lk = static_cast<int64_t>(site.k_pos->size());
+    const Tensor ids = bucket_ids(site.q_pos.ids, site.k_pos.ids, bidirectional, table.device());
+    const int64_t Lq = site.q_pos.len;
+    const int64_t Lk = site.k_pos.len;
     // [H, buckets] (a tiny copy) -> select along its last axis -> [H, Lq·Lk]: the bias comes out
     // contiguous in the scores' [1, H, Lq, Lk] layout, so the add runs at unit stride.
     Tensor by_head = transpose(table, 0, 1).contiguous();

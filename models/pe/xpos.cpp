@@ -43,9 +43,19 @@ class XposPE : public PositionalEncoding {
 
   void transform_qk(Tensor& q, Tensor& k, const AttnSite& site) override {
     if (site.kind == AttnKind::Cross) return;
-    PELAB_CHECK(site.q_pos && site.k_pos, "xpos: attention site without positions");
-    q = apply(q, *site.q_pos, +1, "q");
-    k = apply(k, *site.k_pos, -1, "k");
+    if (per_row(site)) {  // each row with its own IDs (docs/model.md, "Position IDs")
+      check_site_rows(site, q.size(0));
+      std::vector<Tensor> qs, ks;
+      for (int64_t b = 0; b < q.size(0); ++b) {
+        qs.push_back(apply(slice(q, 0, b, b + 1), site.q_pos.row(b), +1, "q"));
+        ks.push_back(apply(slice(k, 0, b, b + 1), site.k_pos.row(b), -1, "k"));
+      }
+      q = concat(qs, 0);
+      k = concat(ks, 0);
+      return;
+    }
+    q = apply(q, site.q_pos.ids, +1, "q");
+    k = apply(k, site.k_pos.ids, -1, "k");
   }
 
  private:

@@ -193,8 +193,8 @@ bool tables_picture(Plotter& p, const std::string& stem, const std::string& labe
     site.kind = si.kind == StackKind::Decoder ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
     site.causal = si.kind == StackKind::Decoder;
     site.layer = l;
-    site.q_pos = &pos;
-    site.k_pos = &pos;
+    site.q_pos = pos;
+    site.k_pos = pos;
     const PositionalEncoding::RelativeTables t = pe.relative_tables(site);
     if (!t.index.defined()) continue;
     if (l == 0) {
@@ -278,8 +278,8 @@ void bias_picture(Plotter& p, const std::string& stem, const std::string& label,
     site.kind = causal ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
     site.causal = causal;
     site.layer = l;
-    site.q_pos = &pos;
-    site.k_pos = &pos;
+    site.q_pos = pos;
+    site.k_pos = pos;
     auto term_for = [&](const Tensor& q, const Tensor& k) -> std::vector<double> {
       Tensor t = pe.keyed_score_term(q, k, Tensor(), site);
       if (!t.defined()) return {};
@@ -347,8 +347,8 @@ void rotation_picture(Plotter& p, const std::string& stem, const std::string& la
     Tensor k = Tensor::ones({1, H, N + 1, dh}, si.dtype, dev);
     AttnSite site;
     site.kind = si.kind == StackKind::Decoder ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
-    site.q_pos = &qp;
-    site.k_pos = &kp;
+    site.q_pos = qp;
+    site.k_pos = kp;
     m.transform_qk(q, k, site);
     const std::vector<double> qv = q.to_vector(), kv = k.to_vector();
     std::vector<double> s(static_cast<size_t>(N + 1), 0.0);
