@@ -3,7 +3,10 @@
 // training-time offsets, their batching and config rules (docs/tasks.md).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,7 +16,10 @@
 #include "data/rng.h"
 #include "data/tasks.h"
 #include "data/vocab.h"
+#include "run_test_util.h"
 #include "train/config.h"
+#include "train/evaluate.h"
+#include "train/trainer.h"
 #include "train/task_data.h"
 
 using namespace pelab::data;
@@ -261,6 +267,9 @@ TEST(TaskPositions, ConfigRules) {
   // IDs need the decoder formulation.
   e = config_error("task:\n  name: addition_reversed\n  position_ids: abacus\n");
   EXPECT_TRUE(has(e, "task.position_ids abacus needs task.formulation decoder")) << e;
+  // A scheme that refuses task IDs (CoPE's positions are contextual).
+  e = config_error(ok + "pe:\n  scheme: cope\n");
+  EXPECT_TRUE(has(e, "pe.scheme cope does not take position IDs from the task")) << e;
   // Task IDs and randomized positions exclude each other.
   e = config_error(ok + "pe:\n  scheme: rope\n  randomized_positions: true\n"
                         "  randomized_max_position: 64\n");
@@ -323,4 +332,45 @@ TEST(TaskPositions, TrainingOffsetsAreDeterministicAndBounded) {
   other.train.seed = 2;
   pelab::TaskData data2(other);
   EXPECT_NE(data.train_batch(0), data2.train_batch(0));
+}
+
+// End to end: a short coupled run; its evaluation feeds the task's IDs (stripping them changes the
+// scores), and KV-cache greedy decoding with the task's per-row IDs gives exactly the outputs of
+// the full forward at every step.
+TEST(TaskPositions, TrainedIdsReachTheModelAndCachedDecodingIsExact) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("pelab_task_positions_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const pelab::Config cfg = pelab::testing::tiny_run_config(
+      {"task.name=addition_reversed", "task.formulation=decoder", "task.position_ids=coupled",
+       "task.train_max_len=3", "task.test_lengths=[3, 6]", "task.max_position_id=10",
+       "task.num_eval_examples=24", "model.arch=decoder", "model.decoder_layers=1",
+       "model.d_model=32", "model.d_ff=64", "pe.scheme=learned", "pe.max_positions=16",
+       "train.steps=120", "train.batch_size=16", "train.lr=0.003", "train.warmup=10",
+       "train.threads=1", "train.checkpoint_every=120", "train.eval_every=0"},
+      dir, "coupled", {});
+  const pelab::TrainResult r = pelab::train(cfg, pelab::testing::quiet_train());
+  ASSERT_TRUE(r.finished);
+  pelab::LoadedModel lm = pelab::load_model(cfg, r.last_checkpoint);
+  for (const pelab::EvalSet& set : lm.data->tests()) {
+    pelab::EvalOptions cached;
+    cached.keep_predictions = true;
+    pelab::EvalOptions full = cached;
+    full.use_cache = false;
+    const pelab::EvalResult a = pelab::evaluate_set(*lm.model, *lm.data, set, cfg, cached);
+    const pelab::EvalResult b = pelab::evaluate_set(*lm.model, *lm.data, set, cfg, full);
+    ASSERT_TRUE(a.available()) << a.status;
+    ASSERT_EQ(a.predictions.size(), b.predictions.size());
+    for (size_t i = 0; i < a.predictions.size(); ++i)
+      EXPECT_EQ(a.predictions[i].output, b.predictions[i].output) << set.name << " example " << i;
+    EXPECT_EQ(a.exact_match, b.exact_match);
+    EXPECT_EQ(a.loss, b.loss);
+    // The same examples at positions 0..L-1 (IDs stripped) score differently: the IDs are used.
+    pelab::EvalSet plain = set;
+    for (Example& ex : plain.examples) ex.src_pos.clear(), ex.tgt_pos.clear();
+    const pelab::EvalResult c = pelab::evaluate_set(*lm.model, *lm.data, plain, cfg, cached);
+    EXPECT_NE(a.loss, c.loss) << set.name;
+  }
+  fs::remove_all(dir);
 }

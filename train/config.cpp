@@ -1053,6 +1053,17 @@ std::vector<Rule> build_rules() {
                        " needs task.formulation decoder (the IDs are defined for the decoder-only "
                        "sequence bos, source, sep, answer), got " + c.task.formulation,
                    {"task.position_ids", "task.formulation"}};
+         bool accepts = true;
+         try {
+           accepts = models::pe_accepts_task_positions(c.model.pe);
+         } catch (const Error&) {
+           // unknown scheme: pe.scheme's own check reports it
+         }
+         if (ids && !accepts)
+           return {"pe.scheme " + c.model.pe.scheme + " does not take position IDs from the task "
+                       "(docs/model.md, Position IDs); use task.position_ids sequential or "
+                       "another scheme",
+                   {"task.position_ids", "pe.scheme"}};
          if (ids && c.model.pe.randomized_positions)
            return {"task.position_ids " + c.task.position_ids +
                        " gives every token its position; pe.randomized_positions would replace "
