@@ -64,10 +64,26 @@ std::vector<int64_t> decoder_prompt(const std::vector<int64_t>& src) {
   return p;
 }
 
+std::vector<int64_t> decoder_position_ids(const Example& ex, int64_t n_generated) {
+  PELAB_DATA_CHECK(ex.has_positions() && ex.src_pos.size() == ex.src.size() + 2 &&
+                       ex.tgt_pos.size() == ex.tgt.size() && !ex.tgt_pos.empty(),
+                   "decoder_position_ids: the example has ", ex.src_pos.size(), " prompt and ",
+                   ex.tgt_pos.size(), " target IDs for ", ex.src.size(), " source and ",
+                   ex.tgt.size(), " target tokens (need |src| + 2 and |tgt| >= 1)");
+  std::vector<int64_t> ids = ex.src_pos;
+  for (int64_t k = 0; k < n_generated; ++k)
+    ids.push_back(ex.tgt_pos[sz(std::min<int64_t>(k, static_cast<int64_t>(ex.tgt_pos.size()) - 1))]);
+  return ids;
+}
+
 DecoderBatch make_decoder_batch(const std::vector<Example>& examples) {
   PELAB_DATA_CHECK(!examples.empty(), "make_decoder_batch: empty batch");
   DecoderBatch b;
   b.B = static_cast<int64_t>(examples.size());
+  const bool ids = examples[0].has_positions();
+  for (const auto& ex : examples)
+    PELAB_DATA_CHECK(ex.has_positions() == ids, "make_decoder_batch: some examples have position "
+                     "IDs and some do not (a task gives them to all or none)");
   for (const auto& ex : examples)
     b.L = std::max(b.L, example_positions(static_cast<int64_t>(ex.src.size()),
                                           static_cast<int64_t>(ex.tgt.size()), true));
@@ -75,8 +91,14 @@ DecoderBatch make_decoder_batch(const std::vector<Example>& examples) {
   b.target.assign(sz(b.B * b.L), Vocab::kPad);
   b.mask.assign(sz(b.B * b.L), 0);
   b.loss_mask.assign(sz(b.B * b.L), 0);
+  if (ids) b.pos.assign(sz(b.B * b.L), 0);
   for (int64_t r = 0; r < b.B; ++r) {
     const Example& ex = examples[sz(r)];
+    if (ids) {
+      const std::vector<int64_t> p =
+          decoder_position_ids(ex, static_cast<int64_t>(ex.tgt.size()));  // bos src sep tgt
+      std::copy(p.begin(), p.end(), &b.pos[sz(r * b.L)]);
+    }
     std::vector<int64_t> seq = decoder_prompt(ex.src);  // bos src sep
     const int64_t prompt = static_cast<int64_t>(seq.size());
     seq.insert(seq.end(), ex.tgt.begin(), ex.tgt.end());

@@ -46,6 +46,8 @@ Seq2SeqBatch make_seq2seq_batch(const std::vector<Example>& examples);
 //               p >= prompt_len_b - 1 and p < n_b
 //   prompt_len_b = |src_b| + 2 (bos + src + sep): greedy decoding feeds input[0, prompt_len) and
 //               generates until eos.
+//   pos    = src_pos_b + tgt_pos_b (the task's position IDs of the input tokens), padded with 0;
+//            empty when no example has IDs (every example of a batch has them or none has).
 struct DecoderBatch {
   int64_t B = 0, L = 0;             // L = max n_b
   std::vector<int64_t> input;       // [B, L]
@@ -54,10 +56,16 @@ struct DecoderBatch {
   std::vector<uint8_t> loss_mask;   // [B, L]
   std::vector<int64_t> prompt_len;  // [B]
   std::vector<int64_t> seq_len;     // [B] n_b
+  std::vector<int64_t> pos;         // [B, L] or empty
 };
 DecoderBatch make_decoder_batch(const std::vector<Example>& examples);
 // The decoding prompt of one source: [bos] + src + [sep].
 std::vector<int64_t> decoder_prompt(const std::vector<int64_t>& src);
+// The position IDs greedy decoding feeds for one example with task IDs: the prompt's (src_pos),
+// then one per generated token, n_generated of them: tgt_pos's, and past its end the last ID of
+// tgt_pos repeated (a token past the reference answer makes the answer wrong whatever its ID).
+// |src_pos| + n_generated IDs; DataError when the example has no IDs.
+std::vector<int64_t> decoder_position_ids(const Example& ex, int64_t n_generated);
 
 // Language-model batch: all windows have the same length L; target = next token.
 struct LmBatch {

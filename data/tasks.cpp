@@ -5,6 +5,7 @@
 #include <map>
 
 #include "data/error.h"
+#include "data/arithmetic_tasks.h"
 #include "data/literature_tasks.h"
 
 namespace pelab::data {
@@ -64,6 +65,20 @@ std::string Task::render(const std::vector<int64_t>& ids) const {
   for (int64_t i = Vocab::kNumSpecial; i < vocab_.size(); ++i)
     single = single && vocab_.symbol(i).size() == 1;
   return vocab_.decode(ids, single ? "" : " ");
+}
+
+int64_t Task::top_position(const Example& ex) const {
+  int64_t top = 0;
+  for (int64_t v : ex.src_pos) top = std::max(top, v);
+  for (int64_t v : ex.tgt_pos) top = std::max(top, v);
+  return top;
+}
+
+void Task::shift_positions(Example& ex, int64_t offset) const {
+  PELAB_DATA_CHECK(offset >= 0, "task '", name(), "': position offset ", offset, " must be >= 0");
+  for (auto* ids : {&ex.src_pos, &ex.tgt_pos})
+    for (int64_t& v : *ids)
+      if (v >= 1) v += offset;
 }
 
 void check_length(const Task& t, int64_t length) {
@@ -199,7 +214,7 @@ std::map<std::string, TaskFactory>& registry() {
       {"addition", make_plain<AdditionTask>},
       {"count", make_plain<CountTask>},
   };
-  static const bool literature = (add_literature_tasks(r), true);
+  static const bool literature = (add_literature_tasks(r), add_arithmetic_tasks(r), true);
   (void)literature;
   return r;
 }
@@ -217,6 +232,15 @@ void register_task(const std::string& name, TaskFactory factory) {
   registry()[name] = std::move(factory);
 }
 
+namespace {
+// The tasks that define position IDs and index hints (for the error of a task without them).
+std::string join_tasks_with_positions() {
+  std::string out;
+  for (const auto& n : arithmetic_task_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+}  // namespace
+
 std::unique_ptr<Task> make_task(const TaskSpec& spec) {
   auto it = registry().find(spec.name);
   if (it == registry().end()) {
@@ -229,7 +253,19 @@ std::unique_ptr<Task> make_task(const TaskSpec& spec) {
   PELAB_DATA_CHECK(spec.train_max_len >= spec.train_min_len, "task '", spec.name,
                    "': train_max_len = ", spec.train_max_len,
                    " must be >= train_min_len = ", spec.train_min_len);
+  PELAB_DATA_CHECK(spec.position_ids == "sequential" || spec.position_ids == "coupled" ||
+                       spec.position_ids == "abacus",
+                   "task '", spec.name, "': position_ids '", spec.position_ids,
+                   "' is not one of sequential, coupled, abacus");
+  PELAB_DATA_CHECK(spec.index_hints >= 0, "task '", spec.name, "': index_hints = ",
+                   spec.index_hints, " must be >= 0");
   std::unique_ptr<Task> task = it->second(spec);
+  if (spec.position_ids != "sequential" && !task->provides_position_ids())
+    data_fail("task '", spec.name, "' defines no ", spec.position_ids,
+              " position IDs (tasks with them: ", join_tasks_with_positions(), ")");
+  if (spec.index_hints > 0 && !task->provides_index_hints())
+    data_fail("task '", spec.name, "' has no index hints (tasks with them: ",
+              join_tasks_with_positions(), ")");
   // The first valid length is enough (listing them all would take a pass over a range of 1e8
   // lengths on every config load).
   bool any = false;

@@ -15,9 +15,17 @@
 namespace pelab::data {
 
 // One input/output pair as token ids, without bos/eos/sep (the batchers add them).
+// Task position IDs (task.position_ids coupled|abacus; decoder-only layout, docs/tasks.md): src_pos
+// holds one ID per prompt token [bos, src..., sep] (|src| + 2), tgt_pos one per target token as
+// the decoder is fed it (|tgt|; the final eos is a target only). Both empty = the default
+// positions 0..L-1.
 struct Example {
   std::vector<int64_t> src, tgt;
-  bool operator==(const Example& o) const { return src == o.src && tgt == o.tgt; }
+  std::vector<int64_t> src_pos, tgt_pos;
+  bool has_positions() const { return !src_pos.empty(); }
+  bool operator==(const Example& o) const {
+    return src == o.src && tgt == o.tgt && src_pos == o.src_pos && tgt_pos == o.tgt_pos;
+  }
   bool operator!=(const Example& o) const { return !(*this == o); }
 };
 
@@ -31,6 +39,12 @@ struct TaskSpec {
   uint64_t seed = 0;
   // Training lengths are drawn uniformly from [train_min_len, train_max_len].
   int64_t train_min_len = 1, train_max_len = 16;
+  // Task position IDs: "sequential" (none; the model's 0..L-1), "coupled" (Cho et al. 2024) or
+  // "abacus" (McLeish et al. 2024); only tasks with provides_position_ids() accept the others.
+  std::string position_ids = "sequential";
+  // Index hints (Zhou et al. 2024): 0 = off, else the number of hint tokens h1..hN (tasks with
+  // provides_index_hints() only).
+  int64_t index_hints = 0;
 };
 
 // A synthetic task. "length" is the task's size parameter: number of input symbols (copy, reverse,
@@ -60,14 +74,29 @@ class Task {
   // Example k of the stream `seed` with its length drawn uniformly from valid_lengths(min_len,
   // max_len) (every length of the range for most tasks): a pure function. DataError when the range
   // has no valid length.
-  Example example_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_len) const;
+  // (virtual: a task may draw more than one size from the range, e.g. each operand's digits)
+  virtual Example example_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_len) const;
   // The task length example_at(seed, k, min_len, max_len) is drawn with.
-  int64_t length_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_len) const;
+  virtual int64_t length_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_len) const;
   // Examples 0..count-1 of the stream `seed` (deterministic; use a fixed length with min == max).
   std::vector<Example> make_split(uint64_t seed, int64_t count, int64_t min_len,
                                   int64_t max_len) const;
   // Ids -> readable text (symbols joined with "" when all are single characters, else " ").
   std::string render(const std::vector<int64_t>& ids) const;
+
+  // ---- task position IDs and index hints (docs/tasks.md, "Position IDs from the task")
+  // Whether the task defines coupled / abacus IDs, index hints.
+  virtual bool provides_position_ids() const { return false; }
+  virtual bool provides_index_hints() const { return false; }
+  // The largest position ID or hint index an example of this length has without an offset
+  // (0 when it has neither).
+  virtual int64_t max_position_id(int64_t /*length*/) const { return 0; }
+  // The largest position ID or hint index of ex (0 when it has neither).
+  virtual int64_t top_position(const Example& ex) const;
+  // Training-time offset: adds `offset` to every ID >= 1 of ex (ID 0 marks tokens without a
+  // position: bos, and abacus's non-digits) and to every index hint. DataError when a hint would
+  // leave h1..hN.
+  virtual void shift_positions(Example& ex, int64_t offset) const;
 
  protected:
   // Draws example k's length from rng (example_at and length_at); DataError on a bad k or range.

@@ -152,6 +152,30 @@ TEST_F(TrainerTest, ResumedRunEqualsUninterruptedRunBitForBit) {
             strip(slurp(fs::path(done.run_dir) / "metrics.csv")));
 }
 
+// Task position IDs with training offsets (task.max_position_id): the offsets are a pure function
+// of the seeds, the batch index and the row, so a resumed run equals the uninterrupted one.
+TEST_F(TrainerTest, ResumedRunWithTaskIdOffsetsEqualsUninterruptedRun) {
+  const std::vector<std::string> sets = {
+      "task.name=addition_reversed", "task.formulation=decoder", "task.position_ids=coupled",
+      "task.max_position_id=12", "task.train_max_len=3", "task.test_lengths=[3, 5]",
+      "model.arch=decoder", "pe.scheme=learned", "pe.max_positions=16", "train.steps=6",
+      "train.checkpoint_every=4"};
+  TrainResult full = train(tiny("full", sets), quiet_train());
+  ASSERT_TRUE(full.finished);
+  TrainOptions stop = quiet_train();
+  stop.stop_after = 3;
+  TrainResult part = train(tiny("part", sets), stop);
+  ASSERT_FALSE(part.finished);
+  TrainOptions resume = quiet_train();
+  resume.resume = part.run_dir;
+  TrainResult done = train(tiny("part", sets), resume);
+  ASSERT_TRUE(done.finished);
+  expect_rows_equal(rows_without_timing(full.run_dir), rows_without_timing(done.run_dir));
+  expect_same_state((fs::path(full.run_dir) / "checkpoints" / "step_6.h5").string(),
+                    (fs::path(done.run_dir) / "checkpoints" / "step_6.h5").string());
+  EXPECT_EQ(slurp(fs::path(full.run_dir) / "eval.json"), slurp(fs::path(done.run_dir) / "eval.json"));
+}
+
 // A randomized-positions run checkpointed by a pelab from before train.batch_lengths trained on
 // mixed-length batches; continuing it on one-length batches would give a run trained half one
 // way and half the other, so --resume refuses it (injected: the checkpoint's config without the

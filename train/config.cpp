@@ -598,6 +598,19 @@ std::vector<Entry> build_entries() {
        "square of the length)");
   task("corpus", &TaskConfig::corpus, "",
        "lm: path of the text corpus; \"\" = the Debian fortunes corpus");
+  task("position_ids", &TaskConfig::position_ids, "sequential|coupled|abacus",
+       "position IDs from the task (addition_reversed, multiplication; decoder formulation): "
+       "`sequential` = none (the model's 0..L-1); `coupled` = digits of the same significance "
+       "share one ID (Cho et al. 2024); `abacus` = each digit's significance within its own "
+       "number, other tokens 0 (McLeish et al. 2024). Definitions: docs/tasks.md");
+  task("max_position_id", &TaskConfig::max_position_id, "[0, inf)",
+       "training-time random offset of the task's position IDs and index hints: each training "
+       "example's IDs >= 1 are shifted by an offset drawn uniformly so that its largest stays <= "
+       "this (Cho et al.'s random starting position ID); 0 = no offset. Evaluation uses none");
+  task("index_hints", &TaskConfig::index_hints, "[0, inf)",
+       "index hints (Zhou et al. 2024): every digit is preceded by the hint token of its "
+       "significance, h1..hN; this is N (0 = off). Must cover the longest answer and "
+       "task.max_position_id");
   task("lm_train_len", &TaskConfig::lm_train_len, "[2, inf)",
        "lm: training context length in tokens");
   task("lm_eval_lengths", &TaskConfig::lm_eval_lengths, "[2, inf)",
@@ -829,11 +842,41 @@ int max_of(const std::vector<int>& v, int init) {
   return init;
 }
 
+}  // namespace
+
+data::TaskSpec task_spec(const Config& c) {
+  data::TaskSpec spec;
+  spec.name = c.task.name;
+  spec.num_symbols = c.task.num_symbols;
+  spec.seed = static_cast<uint64_t>(c.task.seed);
+  spec.train_min_len = c.task.train_min_len;
+  spec.train_max_len = c.task.train_max_len;
+  spec.position_ids = c.task.position_ids;
+  spec.index_hints = c.task.index_hints;
+  return spec;
+}
+
+namespace {
+
 // The longest input length the task will see, or 0 when unknown (textfile).
 int longest_length(const Config& c) {
   if (c.task.name == "lm") return max_of(c.task.lm_eval_lengths, c.task.lm_train_len);
   if (c.task.name == "textfile") return 0;
   return max_of(c.task.test_lengths, c.task.train_max_len);
+}
+
+// Whether the task gives position IDs (task.position_ids other than sequential).
+bool uses_task_ids(const Config& c) { return c.task.position_ids != "sequential"; }
+
+// The largest task position ID / hint index of an example of this length without offset, or -1
+// when the task cannot be built (its own rule reports why).
+int64_t task_id_top(const Config& c, int64_t length) {
+  if (c.task.name == "lm" || c.task.name == "textfile") return -1;
+  try {
+    return data::make_task(task_spec(c))->max_position_id(length);
+  } catch (const data::DataError&) {
+    return -1;
+  }
 }
 
 // A scheme's position limit (0 = none) and the key that sets it ("" = none), asked of the scheme.
@@ -876,10 +919,7 @@ std::vector<Rule> build_rules() {
        "missing_duplicate: even; binary_addition: >= 3; docs/tasks.md)",
        [](const Config& c) -> Violation {
          if (c.task.name == "lm" || c.task.name == "textfile") return {};
-         data::TaskSpec spec;
-         spec.name = c.task.name;
-         spec.num_symbols = c.task.num_symbols;
-         spec.train_min_len = c.task.train_min_len;
+         data::TaskSpec spec = task_spec(c);
          spec.train_max_len = std::max(c.task.train_min_len, c.task.train_max_len);
          std::unique_ptr<data::Task> task;
          try {
@@ -960,14 +1000,11 @@ std::vector<Rule> build_rules() {
                        std::to_string(p.randomized_max_position) + ") with pe.scheme " + p.scheme,
                    {lkeys[0], "pe.randomized_max_position"}};
          if (c.task.name == "textfile") return {};
+         if (uses_task_ids(c)) return {};  // the IDs index the table: the task-ID rule below
          int64_t need = c.task.lm_train_len;
          std::string why = "task.lm_train_len";
          if (c.task.name != "lm") {
-           data::TaskSpec spec;
-           spec.name = c.task.name;
-           spec.num_symbols = c.task.num_symbols;
-           spec.train_min_len = c.task.train_min_len;
-           spec.train_max_len = c.task.train_max_len;
+           const data::TaskSpec spec = task_spec(c);
            std::unique_ptr<data::Task> task;
            try {
              task = data::make_task(spec);
@@ -988,6 +1025,104 @@ std::vector<Rule> build_rules() {
                      ", the positions of the longest training sequence (" + why +
                      ") with pe.scheme " + p.scheme,
                  {lkeys[0], k, "pe.scheme", "task.formulation"}};
+       }},
+      {"task.position_ids coupled|abacus and task.index_hints need a task that defines them "
+       "(addition_reversed, multiplication); task.position_ids needs task.formulation decoder and "
+       "no pe.randomized_positions (the task gives the positions)",
+       [](const Config& c) -> Violation {
+         const bool ids = uses_task_ids(c), hints = c.task.index_hints > 0;
+         if (!ids && !hints) return {};
+         const std::vector<std::string> keys = {ids ? "task.position_ids" : "task.index_hints",
+                                                "task.name"};
+         if (c.task.name == "lm" || c.task.name == "textfile")
+           return {(ids ? "task.position_ids " + c.task.position_ids
+                        : std::string("task.index_hints")) +
+                       " needs a synthetic task that defines them (addition_reversed, "
+                       "multiplication); task " + c.task.name + " has none",
+                   keys};
+         try {
+           data::make_task(task_spec(c));
+         } catch (const data::DataError& e) {
+           const std::string what = e.what();
+           if (what.find("defines no") != std::string::npos ||
+               what.find("has no index hints") != std::string::npos)
+             return {what + "; use task.position_ids sequential / task.index_hints 0 or one of "
+                            "those tasks",
+                     keys};
+         }
+         if (ids && c.task.formulation != "decoder")
+           return {"task.position_ids " + c.task.position_ids +
+                       " needs task.formulation decoder (the IDs are defined for the decoder-only "
+                       "sequence bos, source, sep, answer), got " + c.task.formulation,
+                   {"task.position_ids", "task.formulation"}};
+         bool accepts = true;
+         try {
+           accepts = models::pe_accepts_task_positions(c.model.pe);
+         } catch (const Error&) {
+           // unknown scheme: pe.scheme's own check reports it
+         }
+         if (ids && !accepts)
+           return {"pe.scheme " + c.model.pe.scheme + " does not take position IDs from the task "
+                       "(docs/model.md, Position IDs); use task.position_ids sequential or "
+                       "another scheme",
+                   {"task.position_ids", "pe.scheme"}};
+         if (ids && c.model.pe.randomized_positions)
+           return {"task.position_ids " + c.task.position_ids +
+                       " gives every token its position; pe.randomized_positions would replace "
+                       "them: turn one off (random offsets of the task IDs: task.max_position_id)",
+                   {"task.position_ids", "pe.randomized_positions"}};
+         return {};
+       }},
+      {"task.max_position_id > 0 needs task position IDs or index hints and must be >= the largest "
+       "ID (or hint index) of a training example at task.train_max_len; task.index_hints must be "
+       ">= task.max_position_id",
+       [](const Config& c) -> Violation {
+         const int64_t M = c.task.max_position_id;
+         if (M <= 0) return {};
+         if (!uses_task_ids(c) && c.task.index_hints <= 0)
+           return {"task.max_position_id (" + std::to_string(M) +
+                       ") offsets the task's position IDs and index hints, but the task has "
+                       "neither (task.position_ids sequential, task.index_hints 0); set it to 0",
+                   {"task.max_position_id", "task.position_ids"}};
+         const int64_t top = task_id_top(c, c.task.train_max_len);
+         if (top < 0) return {};  // the task's own error is reported by the rules above
+         if (M < top)
+           return {"task.max_position_id (" + std::to_string(M) + ") must be >= " +
+                       std::to_string(top) + ", the largest position ID of a training example "
+                       "at task.train_max_len " + std::to_string(c.task.train_max_len) +
+                       " (task " + c.task.name + ", position_ids " + c.task.position_ids + ")",
+                   {"task.max_position_id", "task.train_max_len"}};
+         if (c.task.index_hints > 0 && c.task.index_hints < M)
+           return {"task.index_hints (" + std::to_string(c.task.index_hints) +
+                       ") must be >= task.max_position_id (" + std::to_string(M) +
+                       "): training offsets move the hints up to h" + std::to_string(M),
+                   {"task.index_hints", "task.max_position_id"}};
+         return {};
+       }},
+      {"with task position IDs, a scheme with a position limit (a learned table's "
+       "pe.max_positions) needs a limit > every ID: task.max_position_id and the largest ID at "
+       "task.train_max_len and at every task.test_lengths entry",
+       [](const Config& c) -> Violation {
+         if (!uses_task_ids(c)) return {};
+         const models::PEConfig& p = c.model.pe;
+         const int64_t limit = scheme_limit(p);
+         if (limit <= 0) return {};
+         int64_t top = std::max<int64_t>(c.task.max_position_id,
+                                         task_id_top(c, c.task.train_max_len));
+         std::string why = "task.max_position_id / task.train_max_len";
+         for (int L : c.task.test_lengths)
+           if (task_id_top(c, L) > top) {
+             top = task_id_top(c, L);
+             why = "task.test_lengths " + std::to_string(L);
+           }
+         if (top < limit) return {};
+         const std::string lname = models::pe_max_positions_name(p);
+         return {lname + " (" + std::to_string(limit) + ") must be > " + std::to_string(top) +
+                     ", the largest task position ID (" + why + ", task.position_ids " +
+                     c.task.position_ids + ") with pe.scheme " + p.scheme +
+                     ": raise it, or lower task.max_position_id / task.test_lengths",
+                 {lname.rfind("pe.", 0) == 0 ? lname : "pe.scheme", "task.max_position_id",
+                  "task.test_lengths"}};
        }},
       {"pe.randomized_positions needs a pe.scheme that encodes positions and "
        "pe.randomized_max_position >= every train and test length",

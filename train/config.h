@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "data/tasks.h"
 #include "models/model_config.h"
 
 namespace YAML {
@@ -52,6 +53,12 @@ struct TaskConfig {
   int lm_train_len = 64;
   std::vector<int> lm_eval_lengths = {64, 128};
   int64_t seed = 1234;
+  // Position IDs from the task (docs/tasks.md): sequential (none) | coupled | abacus; training-time
+  // random offsets keep every ID <= max_position_id (0 = no offsets); index_hints = number of hint
+  // tokens (0 = off).
+  std::string position_ids = "sequential";
+  int max_position_id = 0;
+  int index_hints = 0;
 };
 
 // train.stop_when: train until a validation metric meets a criterion for `patience` consecutive
@@ -233,6 +240,10 @@ int head_dim(const Config& cfg);           // model.d_model / model.heads
 // train.batch_lengths resolved for the training batches of a synthetic task: `one`, or `auto` with
 // pe.randomized_positions (false for the lm task, whose windows all have one length anyway).
 bool one_length_batches(const Config& cfg);
+
+// The data layer's description of the synthetic task of cfg.task (name, alphabet, seed, training
+// lengths, position IDs, index hints): the one mapping from config to data::TaskSpec.
+data::TaskSpec task_spec(const Config& cfg);
 // A run's stored resolved config (its config.yaml, or a checkpoint's config) written by a pelab
 // from before train.batch_lengths, of a run with pe.randomized_positions on a synthetic task: it
 // trained on mixed-length batches, which randomized positions no longer do (docs/training.md).

@@ -60,6 +60,11 @@ std::vector<std::vector<size_t>> example_batches(const EvalSet& set, int64_t EB,
 int64_t positions_needed(const EvalSet& set, bool decoder) {
   int64_t need = 0;
   for (const auto& ex : set.examples) {
+    if (ex.has_positions()) {  // the task's IDs index the positions: the largest + 1
+      for (int64_t v : ex.src_pos) need = std::max(need, v + 1);
+      for (int64_t v : ex.tgt_pos) need = std::max(need, v + 1);
+      continue;
+    }
     const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
     need = std::max(need, decoder ? s + t + 2 : std::max(s, t) + 1);
   }
@@ -210,6 +215,12 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
       } else {
         data::DecoderBatch b = data::make_decoder_batch(batch);
         const models::Positions* pos = positions(gp.tgt, b.L);
+        models::Positions task_pos;  // the task's IDs (one row per example), if it gives them
+        const bool task_ids = !b.pos.empty();
+        if (task_ids) {
+          task_pos = models::Positions(b.B, b.L, b.pos);
+          pos = &task_pos;
+        }
         Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
                                               mask_tensor(b.mask, b.B, b.L, dev), pos);
         score(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), loss_sum, tokens,
@@ -221,11 +232,24 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
             prompts.push_back(data::decoder_prompt(ex.src));
             longest_prompt = std::max<int64_t>(longest_prompt, prompts.back().size());
           }
-          if (max_pos > 0) budget = std::min(budget, max_pos - longest_prompt + 1);
+          // Task IDs bound the IDs, not the sequence (every decoded token's ID is the task's).
+          if (max_pos > 0 && !task_ids) budget = std::min(budget, max_pos - longest_prompt + 1);
           // The drawn positions cover prompt + target: the prompt's, then one per decoded token.
           if (rgen) budget = b.L - longest_prompt + 1;
+          if (task_ids) {
+            // Row i: its prompt's IDs, then the task's ID of every token it may generate.
+            const int64_t cols = longest_prompt + budget;
+            std::vector<int64_t> ids;
+            ids.reserve(static_cast<size_t>(b.B * cols));
+            for (size_t i = 0; i < batch.size(); ++i) {
+              const std::vector<int64_t> row = data::decoder_position_ids(
+                  batch[i], cols - static_cast<int64_t>(prompts[i].size()));
+              ids.insert(ids.end(), row.begin(), row.end());
+            }
+            gp.tgt = models::Positions(b.B, cols, std::move(ids));
+          }
           g = models::greedy_decode(model, prompts, budget, opt.use_cache, {},
-                                    rgen ? &gp : nullptr, opt.stop);
+                                    rgen || task_ids ? &gp : nullptr, opt.stop);
         }
       }
       if (!opt.decode) continue;

@@ -103,7 +103,8 @@ Tensor targets_tensor(const std::vector<int64_t>& target, const std::vector<uint
 constexpr int64_t kIgnoreIndex = -100;
 
 // Positions the longest sequence of a split needs (decoder-only: prompt + target; seq2seq: the
-// longer of source and target, eos included; lm: the window).
+// longer of source and target, eos included; lm: the window); with task position IDs the largest
+// ID + 1 (the IDs, not the token indices, are the positions).
 int64_t positions_needed(const EvalSet& set, bool decoder);
 
 // A sorted set of L distinct positions drawn uniformly from [0, max_position) (Floyd's algorithm)

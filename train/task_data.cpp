@@ -161,13 +161,7 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
       tests_.push_back(std::move(s));
     }
   } else {
-    data::TaskSpec spec;
-    spec.name = t.name;
-    spec.num_symbols = t.num_symbols;
-    spec.seed = seed;
-    spec.train_min_len = t.train_min_len;
-    spec.train_max_len = t.train_max_len;
-    task_ = data::make_task(spec);
+    task_ = data::make_task(task_spec(cfg));
     if (!vocab_tokens.empty()) {
       PELAB_CHECK(data::Vocab(vocab_tokens) == task_->vocab(),
                   "vocabulary mismatch: the checkpoint's vocabulary (", vocab_tokens.size(),
@@ -219,7 +213,22 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
 
 std::vector<data::Example> TaskData::train_batch(int64_t j) const {
   PELAB_CHECK(!lm_, "TaskData::train_batch: the lm task has windows, not examples");
-  return sampler_->batch_at(j);
+  std::vector<data::Example> batch = sampler_->batch_at(j);
+  const int64_t M = cfg_.task.max_position_id;
+  if (M > 0 && task_) {
+    // Training-time random offsets of the task's IDs and hints: example i of batch j gets one
+    // drawn uniformly from [0, M - its largest ID], a pure function of (seeds, j, i).
+    const uint64_t seed = data::derive_seed(train_stream_seed(cfg_), "position_offset");
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t top = task_->top_position(batch[i]);
+      PELAB_CHECK(top <= M, "task.max_position_id (", M, ") is below the largest position ID ",
+                  top, " of a training example");
+      data::Rng rng = data::Rng::for_index(
+          seed, static_cast<uint64_t>(j) * static_cast<uint64_t>(batch.size()) + i);
+      task_->shift_positions(batch[i], rng.uniform_int(0, M - top));
+    }
+  }
+  return batch;
 }
 
 std::vector<data::LmWindow> TaskData::lm_train_batch(int64_t j) const {

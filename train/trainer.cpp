@@ -546,8 +546,11 @@ Tensor Trainer::micro_loss(int64_t j, int64_t& tokens) {
     data::DecoderBatch b = data::make_decoder_batch(batch);
     models::Positions pos;
     if (rp) pos = positions_for(b.L);
+    if (!b.pos.empty()) pos = models::Positions(b.B, b.L, b.pos);  // the task's IDs, offset
+    const bool explicit_pos = rp || !b.pos.empty();
     Tensor logits = model_->forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
-                                            mask_tensor(b.mask, b.B, b.L, dev), rp ? &pos : nullptr);
+                                            mask_tensor(b.mask, b.B, b.L, dev),
+                                            explicit_pos ? &pos : nullptr);
     for (int64_t n : b.seq_len) tokens += n;
     return cross_entropy(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), kIgnoreIndex,
                          ls);

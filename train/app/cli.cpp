@@ -321,6 +321,11 @@ int cmd_generate(const std::vector<std::string>& a, std::istream& in, std::ostre
   const int64_t max_len = args.integer("--max-len", 0, -1);
   std::string run_dir;
   const Config cfg = load_target("generate", args.positional[0], args.sets, &run_dir);
+  if (cfg.task.position_ids != "sequential")
+    throw Error("generate: task.position_ids " + cfg.task.position_ids +
+                ": the task gives the positions of the examples it generates, not of typed "
+                "lines; evaluate the run with `pelab eval` (predictions_*.tsv with "
+                "eval.save_predictions)");
   set_num_threads(cfg.train.threads);
   const std::string ckpt = choose_checkpoint("generate", run_dir, args.value("--checkpoint"));
   LoadedModel lm = load_model(cfg, ckpt);
