@@ -311,6 +311,59 @@ TEST_F(StopWhenTest, ResumedMidwayStopsAtTheSameStepBitForBit) {
   EXPECT_EQ(rows_without_timing(full.run_dir), rows_without_timing(resumed.run_dir));
 }
 
+TEST_F(StopWhenTest, RecordOnlyCriterionTrainsToTheCapAndRecordsTheStep) {
+  // stop: false: the criterion is met at `want`, recorded, and training goes on to train.steps
+  // with the trajectory of the run without a criterion; an interrupted run resumes past `want`.
+  const TrainResult base = train(tiny("base"), quiet_train());
+  const std::vector<EvalPoint> v = validations(base.run_dir, "token_accuracy");
+  const int patience = 2;
+  const double thr = reachable_threshold(v, true, patience);
+  const int64_t want = expected_stop(v, true, thr, patience);
+  ASSERT_GT(want, 10);
+  ASSERT_LT(want, 55);
+  std::string crit = criterion("token_accuracy", "at_least", thr, patience);
+  crit.insert(crit.size() - 1, ", stop: false");
+
+  const Config cfg = tiny("rec", {crit});
+  EXPECT_FALSE(cfg.train.stop_when.stop);
+  EXPECT_NE(cfg.train.stop_when.describe().find("(then training continues to train.steps)"),
+            std::string::npos);
+  const TrainResult r = train(cfg, quiet_train());
+  EXPECT_TRUE(r.finished);
+  EXPECT_TRUE(r.criterion_met);
+  EXPECT_EQ(r.criterion_step, want);
+  EXPECT_EQ(r.step, 60);
+  expect_same_parameters(ck("rec", 60).string(), ck("base", 60).string(), false);
+  const Convergence c = read_convergence(r.run_dir);
+  EXPECT_TRUE(c.met);
+  EXPECT_EQ(c.step, want);
+  EXPECT_EQ(c.steps_run, 60);
+  // The config round-trips with the sub-key (written only when false).
+  const Config back = load_config(r.run_dir + "/config.yaml");
+  EXPECT_FALSE(back.train.stop_when.stop);
+  EXPECT_NE(config_to_yaml(back).find("stop: false"), std::string::npos);
+  // Off by default and then not written, so configs without the sub-key keep their text.
+  EXPECT_TRUE(tiny("other", {criterion("token_accuracy", "at_least", thr, patience)})
+                  .train.stop_when.stop);
+  EXPECT_EQ(config_to_yaml(tiny("other", {criterion("token_accuracy", "at_least", thr, patience)}))
+                .find("stop: "),
+            std::string::npos);
+
+  // Interrupted after the criterion was met, then resumed: it trains on to the cap, bit for bit.
+  TrainOptions cut = quiet_train();
+  cut.stop_after = want + 5;
+  const TrainResult part = train(tiny("split", {crit}), cut);
+  EXPECT_FALSE(part.finished);
+  EXPECT_TRUE(part.criterion_met);
+  TrainOptions again = quiet_train();
+  again.resume = part.run_dir;
+  const TrainResult resumed = train(tiny("split", {crit}), again);
+  EXPECT_TRUE(resumed.finished);
+  EXPECT_EQ(resumed.step, 60);
+  EXPECT_EQ(resumed.criterion_step, want);
+  expect_same_parameters(ck("rec", 60).string(), ck("split", 60).string());
+}
+
 TEST_F(StopWhenTest, CriterionNotMetByTheCapIsRecorded) {
   // exact_match 1.0 on valid for 3 validations: not within 20 steps of this tiny model.
   const TrainResult r = train(

@@ -183,7 +183,8 @@ int64_t get_int(const YAML::Node& n, const std::string& what, const ConfigRange&
 // The sub-keys of train.stop_when, in the order they are written and documented.
 const std::vector<std::string>& stop_when_fields() {
   static const std::vector<std::string> f = {"metric",    "split",    "at_least",  "at_most",
-                                                "min_delta", "patience", "per_length"};
+                                                "min_delta", "patience", "per_length",
+                                                "stop"};
   return f;
 }
 
@@ -298,6 +299,9 @@ StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx
                                     "length (got " + sw.metric + (delta ? " with min_delta" : "") +
                                     "); use {metric: exact_match, at_least: X, per_length: true}");
   }
+  // stop: whether meeting the criterion ends training (false: record the step, train on).
+  if (sub.count("stop") && !parse_bool(sub.at("stop").Scalar(), sw.stop))
+    fail(at("stop"), what + ".stop: expected true or false, got " + describe(sub.at("stop")));
   return sw;
 }
 
@@ -407,6 +411,7 @@ void emit_value(YAML::Emitter& e, const T& v) {
           << fmt_float_yaml(v.threshold());
       e << YAML::Key << "patience" << YAML::Value << v.patience;
       if (v.per_length) e << YAML::Key << "per_length" << YAML::Value << true;
+      if (!v.stop) e << YAML::Key << "stop" << YAML::Value << false;  // written only when off
     }
     e << YAML::EndMap;
   } else {
@@ -752,6 +757,10 @@ std::vector<Entry> build_entries() {
             "exact_match threshold only: met when every task length of the validation split "
             "(drawn from the training lengths) reaches at_least, its worst length deciding; "
             "synthetic tasks only"),
+        sub("stop", ConfigType::Bool, {}, "", "true",
+            "true: training stops at the validation that meets the criterion; false: the step it "
+            "was first met at is recorded (eval.json, reports) and training continues to "
+            "train.steps, a fixed budget the criterion certifies"),
     };
   }
 
@@ -1453,10 +1462,12 @@ std::string StopWhen::describe() const {
   {
     char pct[32];  // the percentage to 10 digits: 0.07 gives "7 %", not 7.000000000000001
     std::snprintf(pct, sizeof pct, "%.10g", min_delta * 100);
-    return metric + " on " + split + " improved by <= " + pct + " % for " + n;
+    return metric + " on " + split + " improved by <= " + pct + " % for " + n +
+           (stop ? "" : " (then training continues to train.steps)");
   }
   return metric + " on " + split + (higher() ? " >= " : " <= ") + fmt_num(threshold()) +
-         (per_length ? " at every length" : "") + " for " + n;
+         (per_length ? " at every length" : "") + " for " + n +
+         (stop ? "" : " (then training continues to train.steps)");
 }
 
 std::string ConfigRange::str() const {

@@ -76,6 +76,10 @@ struct StopWhen {
   // Threshold on exact_match met at every task length of the validation split (its worst length
   // decides) instead of over the split as a whole.
   bool per_length = false;
+  // What meeting the criterion does: true = training stops there (train.steps is the cap);
+  // false = the step it was first met at is recorded and training goes on to train.steps (a
+  // fixed budget for every run, the criterion certifying that each learned its training lengths).
+  bool stop = true;
   bool enabled() const { return !metric.empty(); }
   bool plateau() const { return !std::isnan(min_delta); }
   // Larger is better: the accuracies (the parser keeps at_least / at_most in this direction).
@@ -89,7 +93,8 @@ struct StopWhen {
   bool improves(double v, double best) const;
   // "exact_match on valid >= 0.99 for 2 consecutive validations", "exact_match on valid >= 0.99
   // at every length for 2 consecutive validations",
-  // "loss on valid improved by <= 1 % for 3 consecutive validations"
+  // "loss on valid improved by <= 1 % for 3 consecutive validations"; with stop false the text
+  // ends "(then training continues to train.steps)".
   std::string describe() const;
 };
 

@@ -936,7 +936,9 @@ TrainResult Trainer::run() {
   if (crit.enabled() && step_ == 0 && rows_.empty())
     progress_->line("pelab train: stop when " + crit.describe() + " (at most " +
                     std::to_string(total) + " steps)");
-  if (crit_met_step_ >= 0)
+  // Training ends at the criterion only when train.stop_when.stop (else it is a record).
+  auto criterion_ends = [&] { return crit.stop && crit_met_step_ >= 0; };
+  if (criterion_ends())
     progress_->line("pelab train: criterion already met at step " +
                     std::to_string(crit_met_step_) + "; not training further");
   t_start_ = now_s();
@@ -969,9 +971,9 @@ TrainResult Trainer::run() {
       if (!validate_everywhere()) return false;
     // A run stopped by its criterion logs the steps since the last training row, as the last
     // step of train.steps does (after the validation that decided it).
-    if (crit_met_step_ == step_ && log_loss_count_ > 0) train_row();
-    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
-        crit_met_step_ == step_)
+    const bool ends_here = crit.stop && crit_met_step_ == step_;
+    if (ends_here && log_loss_count_ > 0) train_row();
+    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total || ends_here)
       save_step_checkpoint();
     return true;
   };
@@ -985,7 +987,7 @@ TrainResult Trainer::run() {
   auto signalled = [&] { return mpi ? peer_signal_ : stop_signal() != 0; };
   // A run interrupted during a validation resumes with it (the uninterrupted run did it here).
   if (pending_validation_ && !signalled() && !validate_and_save()) res.interrupted = true;
-  while (!res.interrupted && step_ < stop_at && crit_met_step_ < 0) {
+  while (!res.interrupted && step_ < stop_at && !criterion_ends()) {
     if (signalled()) {
       res.interrupted = true;
       break;
@@ -1046,7 +1048,7 @@ TrainResult Trainer::run() {
                         "; continue with --resume " + dir_);
     return res;
   };
-  if (res.interrupted || (step_ < total && crit_met_step_ < 0)) return stop_here();
+  if (res.interrupted || (step_ < total && !criterion_ends())) return stop_here();
   // Finished (possibly already on resume), by reaching train.steps or by meeting train.stop_when:
   // valid + every test split with the final parameters.
   if (total == 0 && saved_step_ != 0) {
