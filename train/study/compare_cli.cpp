@@ -23,6 +23,8 @@ const char* kCompareHelp =
     "       pelab compare CONFIG (--plan | --only I[,J...] | --report-only |\n"
     "                     --emit-slurm DIR) [--set ...]\n"
     "                     [--out DIR]\n"
+    "       pelab compare CONFIG --merge DIR... --out OUT [--task NAME[,NAME...]]\n"
+    "                     [--set ...] [--no-plots]\n"
     "\n"
     "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
     "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
@@ -51,6 +53,13 @@ const char* kCompareHelp =
     "                           them) into the same run directories; no report\n"
     "  --report-only            write the report from the finished runs; list the missing ones\n"
     "                           and exit 1 if any are missing\n"
+    "  --merge DIR...           gather the finished runs of slices of this comparison (or\n"
+    "                           suite) run elsewhere, each DIR a slice's --out, into one\n"
+    "                           report in --out: each run's record (config, metrics, eval.json,\n"
+    "                           evaluations; no weights) is checked and copied, never written\n"
+    "                           back. A record of another config or pelab version, or a\n"
+    "                           symbolic link in DIR, is refused (one line each, exit 1);\n"
+    "                           missing runs are named (exit 1, as --report-only)\n"
     "  --emit-slurm DIR         write DIR/array.sbatch (a Slurm job array, task I = --only I),\n"
     "                           DIR/report.sbatch (--report-only after the array) and\n"
     "                           DIR/submit.sh; resources from compare.slurm (--set\n"
@@ -65,7 +74,7 @@ const char* kCompareHelp =
 
 const CommandSpec kCompareSpec{"compare",
                                {"--out", "--task", "--emit-slurm", "--jobs", "--only", "--progress"},
-                               {"--retrain", "--no-plots", "--plan", "--report-only"},
+                               {"--retrain", "--no-plots", "--plan", "--report-only", "--merge"},
                                true};
 
 // --only I[,J...]: 0-based indexes, each once, in the order given.
@@ -123,7 +132,21 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   if (args.has("--only")) opt.only = only_option(args);
   opt.progress = args.progress();
   const std::string progress = args.value("--progress");
-  args.expect_positional(1, "CONFIG");
+  // --merge DIR...: the folders follow CONFIG.
+  if (args.has("--merge")) {
+    if (args.positional.size() < 2) throw args.error("--merge needs at least one folder: --merge DIR...");
+    if (plan_only || opt.report_only || !opt.only.empty() || !emit_dir.empty() || opt.retrain)
+      throw args.error("--merge excludes --plan, --only, --report-only, --emit-slurm and --retrain");
+    for (size_t i = 1; i < args.positional.size(); ++i) {
+      const std::string& d = args.positional[i];
+      std::error_code ec;
+      if (!fs::is_directory(d, ec))
+        throw args.error("--merge " + d + ": no such folder (give the --out folder of each slice)");
+      opt.merge.push_back(d);
+    }
+  } else {
+    args.expect_positional(1, "CONFIG");
+  }
   const std::vector<std::string>& positional = args.positional;
   const std::vector<std::string>& sets = args.sets;
   if (plan_only + opt.report_only + !opt.only.empty() + !emit_dir.empty() > 1)
@@ -178,16 +201,25 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   opt.log = &err;
   const CompareResult r = run_compare(spec, opt);
   if (r.interrupted) return 130;
+  if (!r.refused.empty()) {
+    for (const auto& line : r.refused) err << "pelab: error: compare --merge: " << line << "\n";
+    err << "pelab: error: compare --merge: " << r.refused.size()
+        << (r.refused.size() == 1 ? " record" : " records") << " refused; no report written\n";
+    return 1;
+  }
   if (!opt.only.empty()) return 0;
   out << "report: " << r.report.report_md << "\n";
   if (!r.missing.empty()) {
     std::string names;
     for (const auto& m : r.missing) names += (names.empty() ? "" : ", ") + m;
-    err << "pelab: error: compare --report-only: " << r.missing.size() << " of "
+    err << "pelab: error: compare " << (opt.merge.empty() ? "--report-only" : "--merge") << ": "
+        << r.missing.size() << " of "
         << r.missing.size() + static_cast<size_t>(r.trained + r.resumed + r.reused)
-        << " runs are not finished (" << names
-        << "); the report covers the others; train them with pelab compare CONFIG "
-           "(or --only)\n";
+        << " runs are not finished (" << names << "); the report covers the others; train them "
+        << (opt.merge.empty() ? "with pelab compare CONFIG (or --only)"
+                              : "in a slice (pelab compare CONFIG --only I --out DIR) and merge "
+                                "again")
+        << "\n";
     return 1;
   }
   if (spec.unconverged == "fail" && !r.unconverged.empty()) {
