@@ -53,7 +53,7 @@ class CompareMergeTest : public pelab::testing::TinyCompareTest {
   // Trains the whole comparison into "whole" and its two halves (--only 1,2 / 3,4) into "a" and "b".
   void train_whole_and_slices(const std::string& cfg) {
     ASSERT_EQ(compare(cfg, {"--out", at("whole")}), 0) << err_;
-    ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1,2"}), 0) << err_;
+    ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1-2"}), 0) << err_;  // a range
     ASSERT_EQ(compare(cfg, {"--out", at("b"), "--only", "3,4"}), 0) << err_;
   }
 };
@@ -246,6 +246,19 @@ TEST_F(CompareMergeTest, RecordValuesAreRangeChecked) {
   pelab::testing::write_file(cache, text);
   EXPECT_NE(compare(cfg, {"--merge", at("a"), "--out", at("merged")}), 0);
   EXPECT_NE(err_.find("exact_match 7 of len_2 lies outside [0, 1]"), std::string::npos) << err_;
+}
+
+// --only takes ranges A-B (slices of a long plan); a reversed or malformed range is a usage error.
+TEST_F(CompareMergeTest, OnlyTakesRanges) {
+  const std::string cfg = config();
+  for (const char* bad : {"3-2", "1-x", "-2", "1-", "0-2"}) {
+    EXPECT_EQ(compare(cfg, {"--out", at("a"), "--only", bad}), 2) << bad;
+    EXPECT_NE(err_.find("--only expects run indexes I[,J...] or ranges A-B"), std::string::npos)
+        << bad << ": " << err_;
+  }
+  EXPECT_EQ(compare(cfg, {"--out", at("a"), "--only", "2-5"}), 1);
+  EXPECT_NE(err_.find("--only 5: the plan has 4 runs"), std::string::npos) << err_;
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "runs" / "rope_seed2" / "checkpoints"));  // nothing trained
 }
 
 // A suite sliced by --task (and one task by --only) merges into the summary of the whole suite.

@@ -50,7 +50,8 @@ const char* kCompareHelp =
     "  --plan                   list the runs (index, name, seed, config digest, state); train\n"
     "                           nothing\n"
     "  --only I[,J...]          train and evaluate only these runs (indexes as --plan prints\n"
-    "                           them) into the same run directories; no report\n"
+    "                           them, or ranges A-B: --only 1-40,45) into the same run\n"
+    "                           directories; no report\n"
     "  --report-only            write the report from the finished runs; list the missing ones\n"
     "                           and exit 1 if any are missing\n"
     "  --merge DIR...           gather the finished runs of slices of this comparison (or\n"
@@ -77,19 +78,31 @@ const CommandSpec kCompareSpec{"compare",
                                {"--retrain", "--no-plots", "--plan", "--report-only", "--merge"},
                                true};
 
-// --only I[,J...]: 0-based indexes, each once, in the order given.
+// --only I[,J...] (each item an index or a range A-B, A <= B): 0-based indexes, each once, in the
+// order given.
 std::vector<size_t> only_option(const CommandLine& c) {
   const std::string v = c.value("--only");
-  const UsageError bad =
-      c.error("--only expects run indexes I[,J...] (1-based, as --plan prints them), got '" + v + "'");
+  const UsageError bad = c.error(
+      "--only expects run indexes I[,J...] or ranges A-B (1-based, as --plan prints them), got '" +
+      v + "'");
   std::vector<size_t> only;
   std::set<size_t> seen;
   std::string item;
   std::istringstream parts(v);
   while (std::getline(parts, item, ',')) {
-    int64_t k = 0;
-    if (!parse_whole_number(trim(item), k) || k < 1) throw bad;
-    if (seen.insert(static_cast<size_t>(k - 1)).second) only.push_back(static_cast<size_t>(k - 1));
+    const size_t dash = item.find('-');
+    int64_t a = 0, b = 0;
+    if (dash == std::string::npos) {
+      if (!parse_whole_number(trim(item), a)) throw bad;
+      b = a;
+    } else if (!parse_whole_number(trim(item.substr(0, dash)), a) ||
+               !parse_whole_number(trim(item.substr(dash + 1)), b) || b < a ||
+               b - a > 1000000) {
+      throw bad;
+    }
+    if (a < 1) throw bad;
+    for (int64_t k = a; k <= b; ++k)
+      if (seen.insert(static_cast<size_t>(k - 1)).second) only.push_back(static_cast<size_t>(k - 1));
   }
   if (only.empty() || v.back() == ',') throw bad;
   return only;
