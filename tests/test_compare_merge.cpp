@@ -244,8 +244,18 @@ TEST_F(CompareMergeTest, RecordValuesAreRangeChecked) {
   for (int c = 0; c < 10; ++c) pos = text.find(',', pos) + 1;
   text.replace(pos, text.find(',', pos) - pos, "7");
   pelab::testing::write_file(cache, text);
-  EXPECT_NE(compare(cfg, {"--merge", at("a"), "--out", at("merged")}), 0);
-  EXPECT_NE(err_.find("exact_match 7 of len_2 lies outside [0, 1]"), std::string::npos) << err_;
+  EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("merged")}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: " + cache.string() +
+                      ": exact_match 7 of len_2 lies outside [0, 1]"),
+            std::string::npos)
+      << err_;
+  EXPECT_FALSE(fs::exists(dir_ / "merged" / "runs" / "rope_seed1"));
+  // The same file in a run's own folder (its weights gone) is refused when the report reads it.
+  fs::remove_all(dir_ / "a" / "runs" / "rope_seed1" / "checkpoints");
+  EXPECT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 1);
+  EXPECT_NE(err_.find(cache.string() + ": exact_match 7 of len_2 lies outside [0, 1]"),
+            std::string::npos)
+      << err_;
 }
 
 // --only takes ranges A-B (slices of a long plan); a reversed or malformed range is a usage error.

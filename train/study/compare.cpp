@@ -1584,6 +1584,26 @@ std::string md_cell(const std::string& s) {
   return o;
 }
 
+// "" when every cached evaluation of the imported record `stage` reads back with its values in
+// range (check_cached_row); else the first problem, naming the file in `src`, its origin.
+std::string cached_evaluations_problem(const fs::path& stage, const std::string& src) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(stage / "compare_eval", ec)) {
+    const std::string where =
+        (fs::path(src) / "compare_eval" / e.path().filename()).string();
+    try {
+      const std::string text = read_text_file(e.path().string());
+      const size_t nl = text.find('\n');
+      PELAB_CHECK(text.rfind("# pelab compare evaluation cache ", 0) == 0 && nl != std::string::npos,
+                  where, ": not an evaluation cache");
+      for (const auto& r : parse_results_csv(text.substr(nl + 1), where)) check_cached_row(r, where);
+    } catch (const std::exception& x) {
+      return x.what();
+    }
+  }
+  return "";
+}
+
 // --merge: copies the records of the plan's runs found in each folder's runs/ into
 // <out_dir>/runs/ (run_record.h), each checked first: made by this pelab version, of the plan's
 // config (digest), finished. Every record refused is one line in res.refused; `from` gets the
@@ -1660,6 +1680,8 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
           if (rec.step > run.cfg.train.steps || !finished)
             why = src + ": step " + std::to_string(rec.step) + " is not the end of a run of " +
                   std::to_string(run.cfg.train.steps) + " steps or of its stop criterion";
+          else if (const std::string bad = cached_evaluations_problem(stage, src); !bad.empty())
+            why = bad;
           else if (c.has_criterion && (c.criterion.size() > 300 || c.step > rec.step ||
                                        c.criterion.find_first_of("|`\n\r\t") != std::string::npos))
             why = src + "/eval.json: its convergence record does not fit step " +
