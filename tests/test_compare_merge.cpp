@@ -271,7 +271,8 @@ TEST_F(CompareMergeTest, OnlyTakesRanges) {
   EXPECT_FALSE(fs::exists(dir_ / "a" / "runs" / "rope_seed2" / "checkpoints"));  // nothing trained
 }
 
-// A suite sliced by --task (and one task by --only) merges into the summary of the whole suite.
+// A suite sliced by --task (and one task by --only) merges into the summary of the whole suite;
+// a task folder that is a link is refused.
 TEST_F(CompareMergeTest, SuiteSlicesMergeIntoTheWholeSummary) {
   const std::string yaml = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
                            "    - rope\n    - t5\nsuite:\n  tasks:\n"
@@ -299,6 +300,15 @@ TEST_F(CompareMergeTest, SuiteSlicesMergeIntoTheWholeSummary) {
   EXPECT_NE(slurp(dir_ / "merged" / "reverse_string" / "report.md")
                 .find("| " + at("s3") + "/reverse_string | "),
             std::string::npos);
+  // A task folder planted as a link in a merged suite folder is refused like any other link.
+  fs::create_directories(dir_ / "s4");
+  fs::create_directory_symlink(dir_ / "s1" / "parity_check", dir_ / "s4" / "parity_check");
+  EXPECT_EQ(compare(cfg, {"--merge", at("s4"), "--out", at("merged4")}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: " + at("s4") +
+                      "/parity_check is a symbolic link; pelab never follows one"),
+            std::string::npos)
+      << err_;
+  EXPECT_FALSE(fs::exists(dir_ / "merged4" / "summary.md"));
 }
 
 }  // namespace

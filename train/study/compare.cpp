@@ -1604,18 +1604,18 @@ std::string cached_evaluations_problem(const fs::path& stage, const std::string&
   return "";
 }
 
-// --merge: copies the records of the plan's runs found in each folder's runs/ into
+// --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) into
 // <out_dir>/runs/ (run_record.h), each checked first: made by this pelab version, of the plan's
 // config (digest), finished. Every record refused is one line in res.refused; `from` gets the
 // folder each imported run came from. The first folder holding a run wins; a finished run of
 // out_dir's own with its weights is kept. Nothing is written into the merged folders.
 void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<std::string>& dirs,
-                   const std::string& out_dir, std::ostream& log, CompareResult& res,
-                   std::map<size_t, std::string>& from) {
+                   const std::string& sub, const std::string& out_dir, std::ostream& log,
+                   CompareResult& res, std::map<size_t, std::string>& from) {
   std::error_code ec;
   const fs::path out_real = fs::weakly_canonical(fs::absolute(out_dir), ec);
   for (const auto& d : dirs) {
-    const fs::path real = fs::weakly_canonical(fs::absolute(d), ec);
+    const fs::path real = fs::weakly_canonical(fs::absolute(fs::path(d) / sub), ec);
     const auto rel = out_real.lexically_relative(real);
     if (!rel.empty() && *rel.begin() != "..")
       res.refused.push_back("--merge " + d + ": the report folder " + out_dir +
@@ -1628,10 +1628,13 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
   const fs::path runs_out = fs::path(out_dir) / "runs";
   const std::string ours = this_machine_record().pelab_version;
   for (const auto& d : dirs) {
-    const std::string runs = (fs::path(d) / "runs").string();
+    // In a suite, the task's folder inside DIR: opened like the rest, without following a link.
+    const std::string rel = (fs::path(sub) / "runs").string();
+    const std::string folder = sub.empty() ? d : (fs::path(d) / sub).string();
+    const std::string runs = (fs::path(d) / rel).string();
     std::vector<std::string> names;
     try {
-      names = list_run_records(runs);
+      names = list_run_records(d, rel);
     } catch (const std::exception& e) {
       res.refused.push_back(e.what());
       continue;
@@ -1652,7 +1655,7 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
       fs::remove_all(stage, ec);
       std::string why;
       try {
-        if (!import_run_record(runs, n, stage.string())) continue;
+        if (!import_run_record(d, rel, n, stage.string())) continue;
         const std::string rec_path = (fs::path(src) / run_record_file()).string();
         const RunRecord rec =
             parse_run_record(read_text_file((stage / run_record_file()).string()), rec_path);
@@ -1711,10 +1714,10 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
       fs::rename(stage, dst, ec);
       PELAB_CHECK(!ec, "compare --merge: cannot move ", stage.string(), " to ", dst.string(), ": ",
                   ec.message());
-      from[i] = d;
+      from[i] = folder;
       ++taken;
     }
-    log << "pelab compare --merge: " << count_text(taken, "run") << " from " << d << "\n";
+    log << "pelab compare --merge: " << count_text(taken, "run") << " from " << folder << "\n";
   }
   log << std::flush;
 }
@@ -1783,7 +1786,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
   std::map<size_t, std::string> merged_from;  // plan index -> the --merge folder it came from
   if (!opt.merge.empty()) {
-    merge_records(plan, opt.merge, res.out_dir, log, res, merged_from);
+    merge_records(plan, opt.merge, opt.merge_sub, res.out_dir, log, res, merged_from);
     if (!res.refused.empty()) return res;
   }
   if (opt.only.empty())

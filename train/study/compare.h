@@ -201,6 +201,9 @@ struct CompareOptions {
   // (train/study/run_record.h) of the plan's finished runs in each DIR/runs/ are checked and copied
   // into out/runs/, then the report is written as with report_only. Never written to.
   std::vector<std::string> merge;
+  // The folder inside each --merge folder that holds this comparison's runs/ ("" = none; a suite's
+  // task name), opened without following a link as the rest of a merged folder.
+  std::string merge_sub;
 };
 
 struct CompareResult {

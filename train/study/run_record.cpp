@@ -140,6 +140,37 @@ std::vector<std::string> folder_names(int fd, const std::string& what) {
   return names;
 }
 
+// Opens the folder `rel` (a relative path, e.g. "task/runs") inside the folder `root` — `root` as
+// the user named it, every component of `rel` without following a symbolic link —; -1 when a
+// component does not exist. Throws naming the component that is a link or not a folder.
+int open_inside(const std::string& root, const std::string& rel) {
+  int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return -1;
+    throw Error("cannot open " + root + ": " + reason(errno));
+  }
+  fs::path at = root;
+  for (const auto& part : fs::path(rel)) {
+    if (part.empty() || part == ".") continue;
+    at /= part;
+    if (part == "..") {
+      ::close(fd);
+      throw Error(at.string() + ": '..' in a merged folder's path");
+    }
+    int next = -1;
+    try {
+      next = open_no_follow(fd, part.string(), true, at.string());
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    if (next < 0) return -1;
+    fd = next;
+  }
+  return fd;
+}
+
 bool record_file_name(const std::string& n) {
   static const char* const kFiles[] = {"config.yaml", "record.json",  "eval.json", "eval.csv",
                                        "metrics.jsonl", "metrics.csv", "train.log"};
@@ -220,27 +251,20 @@ RunRecord read_run_record(const std::string& run_dir) {
   return parse_run_record(read_text_file(path), path);
 }
 
-std::vector<std::string> list_run_records(const std::string& runs_dir) {
-  Fd root(::open(runs_dir.c_str(), O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC));
-  if (root.fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return {};
-    struct stat st {};
-    if (::lstat(runs_dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-      throw Error(runs_dir + " is a symbolic link; pelab never follows one in a merged folder: "
-                             "replace it with the folder itself");
-    throw Error("cannot open " + runs_dir + ": " + reason(e));
-  }
+std::vector<std::string> list_run_records(const std::string& root, const std::string& rel) {
+  const std::string runs_dir = (fs::path(root) / rel).string();
+  Fd runs(open_inside(root, rel));
+  if (runs.fd < 0) return {};
   std::vector<std::string> out;
-  for (const auto& n : folder_names(root.fd, runs_dir)) {
+  for (const auto& n : folder_names(runs.fd, runs_dir)) {
     const std::string what = (fs::path(runs_dir) / n).string();
     struct stat st {};
-    if (::fstatat(root.fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (::fstatat(runs.fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISLNK(st.st_mode))
       throw Error(what + " is a symbolic link; pelab never follows one in a merged folder: "
                          "replace it with the folder itself");
     if (!S_ISDIR(st.st_mode)) continue;
-    Fd run(open_no_follow(root.fd, n, true, what));
+    Fd run(open_no_follow(runs.fd, n, true, what));
     if (run.fd < 0) continue;
     struct stat rs {};
     if (::fstatat(run.fd, run_record_file(), &rs, AT_SYMLINK_NOFOLLOW) == 0) out.push_back(n);
@@ -248,18 +272,11 @@ std::vector<std::string> list_run_records(const std::string& runs_dir) {
   return out;
 }
 
-bool import_run_record(const std::string& runs_dir, const std::string& name,
-                       const std::string& dest) {
-  Fd root(::open(runs_dir.c_str(), O_RDONLY | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC));
-  if (root.fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return false;
-    struct stat st {};
-    if (::lstat(runs_dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-      throw Error(runs_dir + " is a symbolic link; pelab never follows one in a merged folder: "
-                             "replace it with the folder itself");
-    throw Error("cannot open " + runs_dir + ": " + reason(e));
-  }
+bool import_run_record(const std::string& root_dir, const std::string& rel,
+                       const std::string& name, const std::string& dest) {
+  const std::string runs_dir = (fs::path(root_dir) / rel).string();
+  Fd root(open_inside(root_dir, rel));
+  if (root.fd < 0) return false;
   const std::string src = (fs::path(runs_dir) / name).string();
   Fd run(open_no_follow(root.fd, name, true, src));
   if (run.fd < 0) return false;

@@ -49,18 +49,18 @@ RunRecord parse_run_record(const std::string& text, const std::string& where);
 // <run_dir>/record.json read and parsed (throws as parse_run_record; "no record.json" when absent).
 RunRecord read_run_record(const std::string& run_dir);
 
-// Copies the record of run directory `name` inside the folder `runs_dir` (a merged output
-// folder's runs/) to `dest` (created; must not exist), never following a symbolic link: `runs_dir`
-// itself may not be one (its parents are the user's), nor `name`, nor any record file or
-// compare_eval/. Copies config.yaml, record.json, eval.json, eval.csv, metrics.jsonl,
+// Copies the record of run directory `name` inside the folder `root`/`rel` (`root` a merged output
+// folder as the user named it, `rel` "runs" or, in a suite, "<task>/runs") to `dest` (created;
+// must not exist), never following a symbolic link: no component of `rel` may be one, nor `name`,
+// nor any record file or compare_eval/. Copies config.yaml, record.json, eval.json, eval.csv, metrics.jsonl,
 // metrics.csv, train.log, predictions_*, compare_eval/*.csv; never checkpoints/. Returns false when
-// `runs_dir`/`name` does not exist or holds no record.json (a run not finished there); throws one
+// the run folder does not exist or holds no record.json (a run not finished there); throws one
 // line naming the path on a symbolic link, a file that is not a regular file or is larger than
-// 256 MiB, or a read error. Never writes into `runs_dir`.
-bool import_run_record(const std::string& runs_dir, const std::string& name,
+// 256 MiB, or a read error. Never writes into `root`.
+bool import_run_record(const std::string& root, const std::string& rel, const std::string& name,
                        const std::string& dest);
-// The names of the entries of `runs_dir` that hold a record.json (directories only; symbolic links
-// refused as above). Empty when `runs_dir` does not exist.
-std::vector<std::string> list_run_records(const std::string& runs_dir);
+// The names of the entries of `root`/`rel` that hold a record.json (folders only; symbolic links
+// refused as above). Empty when it does not exist.
+std::vector<std::string> list_run_records(const std::string& root, const std::string& rel);
 
 }  // namespace pelab

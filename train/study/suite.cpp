@@ -453,7 +453,7 @@ SuiteResult run_suite(const SuiteSpec& spec, const CompareOptions& opt,
     const SuiteTask& task = spec.tasks[selected[n]];
     CompareOptions o = opt;
     o.out = (fs::path(out) / task.name).string();
-    for (auto& d : o.merge) d = (fs::path(d) / task.name).string();  // each slice's task folder
+    o.merge_sub = task.name;  // --merge: each slice's task folder
     if (opt.only.empty())
       log << "pelab suite: task " << n + 1 << "/" << selected.size() << " " << task.name << " -> "
           << o.out << "\n" << std::flush;
