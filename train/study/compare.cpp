@@ -1651,7 +1651,8 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
       }
       const size_t i = it->second;
       const ComparePlanRun& run = plan[i];
-      const fs::path stage = runs_out / (".merge." + n);
+      // (every run name ends in _seed<N>: no run is called so; short, within NAME_MAX)
+      const fs::path stage = runs_out / (".merge-" + std::to_string(i));
       fs::remove_all(stage, ec);
       std::string why;
       try {
