@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "train/study/compare.h"
 #include "train/study/report.h"
 #include "train/study/run_record.h"
-#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace pelab;
@@ -50,7 +50,8 @@ class CompareMergeTest : public pelab::testing::TinyCompareTest {
     return cli(a);
   }
   std::string at(const std::string& name) const { return (dir_ / name).string(); }
-  // Trains the whole comparison into "whole" and its two halves (--only 1,2 / 3,4) into "a" and "b".
+  // Trains the whole comparison into "whole" and its two halves (--only 1,2 / 3,4) into "a" and
+  // "b".
   void train_whole_and_slices(const std::string& cfg) {
     ASSERT_EQ(compare(cfg, {"--out", at("whole")}), 0) << err_;
     ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1-2"}), 0) << err_;  // a range
@@ -181,8 +182,7 @@ TEST_F(CompareMergeTest, ChangedConfigInAMergedFolderIsRefused) {
   EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("merged")}), 1);
   EXPECT_NE(err_.find(at("a") + "/runs/rope_seed1: a record of another config"), std::string::npos)
       << err_;
-  EXPECT_NE(err_.find("task.test_lengths was [2, 4, 8], the plan has [2, 4, 6]"),
-            std::string::npos)
+  EXPECT_NE(err_.find("task.test_lengths was [2, 4, 8], the plan has [2, 4, 6]"), std::string::npos)
       << err_;
   EXPECT_FALSE(fs::exists(dir_ / "merged" / "runs" / "rope_seed1"));
 }
@@ -218,11 +218,12 @@ TEST_F(CompareMergeTest, PlantedSymbolicLinksAreRefused) {
 // Out-of-range values in a record are refused when read: record.json's fields, and a cached
 // evaluation whose exact match lies outside [0, 1].
 TEST_F(CompareMergeTest, RecordValuesAreRangeChecked) {
-  EXPECT_THROW(parse_run_record("{\"pelab_version\": \"0.1.0\", \"config_digest\": "
-                                "\"0123456789abcdef\", \"step\": -3, \"checkpoint\": "
-                                "\"step_1.h5:1:2\", \"host\": \"h\", \"cpu\": \"c\", \"blas\": \"b\"}",
-                                "r"),
-               Error);
+  EXPECT_THROW(
+      parse_run_record("{\"pelab_version\": \"0.1.0\", \"config_digest\": "
+                       "\"0123456789abcdef\", \"step\": -3, \"checkpoint\": "
+                       "\"step_1.h5:1:2\", \"host\": \"h\", \"cpu\": \"c\", \"blas\": \"b\"}",
+                       "r"),
+      Error);
   EXPECT_THROW(parse_run_record("{\"pelab_version\": \"0.1.0\", \"config_digest\": \"zz\", "
                                 "\"step\": 3, \"checkpoint\": \"step_1.h5:1:2\", \"host\": \"h\", "
                                 "\"cpu\": \"c\", \"blas\": \"b\"}",

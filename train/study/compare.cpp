@@ -1070,7 +1070,8 @@ void check_cached_row(const ResultRow& r, const std::string& where) {
     return true;
   };
   PELAB_CHECK(name_ok(r.split) && name_ok(r.status), where, ": split '", shortened(r.split),
-              "' / status '", shortened(r.status), "' must be printable names of at most 200 characters");
+              "' / status '", shortened(r.status),
+              "' must be printable names of at most 200 characters");
   PELAB_CHECK(r.length >= 0 && r.length <= (int64_t{1} << 30), where, ": length ", r.length,
               " out of range");
   for (const char* m : {"loss", "perplexity", "token_accuracy", "exact_match"}) {
@@ -1091,7 +1092,8 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
   const std::string ck = latest_checkpoint(run_dir);
   std::error_code ec;
   // Without weights the run is its record: the stamp of the checkpoint it was evaluated from.
-  const std::string stamp = ck.empty() ? read_run_record(run_dir).checkpoint : checkpoint_stamp(run_dir);
+  const std::string stamp =
+      ck.empty() ? read_run_record(run_dir).checkpoint : checkpoint_stamp(run_dir);
   const std::string fp = fingerprint(eval_identity(ecfg) + "\n" + stamp +
                                      (pv.random_positions ? "\nrandom positions" : ""));
   const fs::path cache_dir = fs::path(run_dir) / "compare_eval";
@@ -1594,9 +1596,11 @@ std::string cached_evaluations_problem(const fs::path& stage, const std::string&
     try {
       const std::string text = read_text_file(e.path().string());
       const size_t nl = text.find('\n');
-      PELAB_CHECK(text.rfind("# pelab compare evaluation cache ", 0) == 0 && nl != std::string::npos,
-                  where, ": not an evaluation cache");
-      for (const auto& r : parse_results_csv(text.substr(nl + 1), where)) check_cached_row(r, where);
+      PELAB_CHECK(
+          text.rfind("# pelab compare evaluation cache ", 0) == 0 && nl != std::string::npos,
+          where, ": not an evaluation cache");
+      for (const auto& r : parse_results_csv(text.substr(nl + 1), where))
+        check_cached_row(r, where);
     } catch (const std::exception& x) {
       return x.what();
     }
@@ -1672,8 +1676,8 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
           why = src + ": recorded by pelab " + rec.pelab_version + ", this is pelab " + ours +
                 "; results may differ between versions: retrain it with this pelab";
         else if (rec.config_digest != digest)
-          why = rec_path + ": config digest " + rec.config_digest + " is not that of its config.yaml (" +
-                digest + ")";
+          why = rec_path + ": config digest " + rec.config_digest +
+                " is not that of its config.yaml (" + digest + ")";
         else if (digest != planned)
           why = src + ": a record of another config (digest " + digest + ", the plan's " +
                 planned + "): " + first_config_difference(cfg, run.cfg);
@@ -2049,8 +2053,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     for (size_t i = 0; i < N; ++i) {
       if (!chosen_run[i] || !finished[i]) continue;
       auto f = merged_from.find(i);
-      std::vector<std::string> row = {f == merged_from.end() ? res.out_dir : f->second, "–", "–",
-                                      "–", "–"};
+      std::vector<std::string> row = {f == merged_from.end() ? res.out_dir : f->second, "–",
+                                      "–", "–", "–"};
       try {
         const RunRecord rec = read_run_record(run_directory(plan[i].cfg));
         row = {row[0], rec.host, rec.cpu, rec.blas, rec.pelab_version};
@@ -2062,8 +2066,10 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     std::ostringstream md;
     md << "Each run's record (`runs/<run>/record.json`, docs/experiments.md \"Run records and "
           "merging\") names the machine that trained it"
-       << (merged_from.empty() ? "" : "; runs gathered with `--merge` name the folder they came from")
-       << ".\n\n| folder | machine | CPU | BLAS kernels | pelab | runs |\n|---|---|---|---|---|---|\n";
+       << (merged_from.empty() ? ""
+                               : "; runs gathered with `--merge` name the folder they came from")
+       << ".\n\n| folder | machine | CPU | BLAS kernels | pelab | runs |\n"
+          "|---|---|---|---|---|---|\n";
     for (const auto& [row, runs] : groups) {
       md << "|";
       for (const auto& c : row) md << " " << md_cell(c) << " |";

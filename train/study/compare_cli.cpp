@@ -103,7 +103,8 @@ std::vector<size_t> only_option(const CommandLine& c) {
     }
     if (a < 1) throw bad;
     for (int64_t k = a; k <= b; ++k)
-      if (seen.insert(static_cast<size_t>(k - 1)).second) only.push_back(static_cast<size_t>(k - 1));
+      if (seen.insert(static_cast<size_t>(k - 1)).second)
+        only.push_back(static_cast<size_t>(k - 1));
   }
   if (only.empty() || v.back() == ',') throw bad;
   return only;
@@ -148,9 +149,11 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   const std::string progress = args.value("--progress");
   // --merge DIR...: the folders follow CONFIG.
   if (args.has("--merge")) {
-    if (args.positional.size() < 2) throw args.error("--merge needs at least one folder: --merge DIR...");
+    if (args.positional.size() < 2)
+      throw args.error("--merge needs at least one folder: --merge DIR...");
     if (plan_only || opt.report_only || !opt.only.empty() || !emit_dir.empty() || opt.retrain)
-      throw args.error("--merge excludes --plan, --only, --report-only, --emit-slurm and --retrain");
+      throw args.error(
+          "--merge excludes --plan, --only, --report-only, --emit-slurm and --retrain");
     for (size_t i = 1; i < args.positional.size(); ++i) {
       const std::string& d = args.positional[i];
       std::error_code ec;

@@ -27,8 +27,8 @@ namespace pelab {
 
 namespace {
 
-constexpr size_t kMaxText = 300;                     // a record string's longest length
-constexpr off_t kMaxFile = off_t{256} << 20;         // a record file's largest size
+constexpr size_t kMaxText = 300;              // a record string's longest length
+constexpr off_t kMaxFile = off_t{256} << 20;  // a record file's largest size
 
 // Printable ASCII only (the values reach report.md), at most kMaxText characters.
 bool printable(const std::string& s) {
@@ -70,16 +70,17 @@ std::string reason(int e) { return std::strerror(e); }
 // Opens `name` inside the folder `dirfd` without following a symbolic link; -1 (errno set) when it
 // does not exist. `what` is the path for messages.
 int open_no_follow(int dirfd, const std::string& name, bool directory, const std::string& what) {
-  const int fd = ::openat(dirfd, name.c_str(),
-                          O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK |
-                              (directory ? O_DIRECTORY : 0));
+  const int fd =
+      ::openat(dirfd, name.c_str(),
+               O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (directory ? O_DIRECTORY : 0));
   if (fd >= 0) return fd;
   const int e = errno;
   if (e == ENOENT) return -1;
   struct stat st {};
   if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-    throw Error(what + " is a symbolic link; pelab never follows one in a merged folder: "
-                       "replace it with the file itself");
+    throw Error(what +
+                " is a symbolic link; pelab never follows one in a merged folder: "
+                "replace it with the file itself");
   if (e == ENOTDIR) throw Error(what + " is not a folder");
   throw Error("cannot open " + what + ": " + reason(e));
 }
@@ -102,8 +103,10 @@ std::string read_no_follow(int dirfd, const std::string& name, const std::string
   if (::fstat(f.fd, &st) != 0) throw Error("cannot read " + what + ": " + reason(errno));
   if (!S_ISREG(st.st_mode)) throw Error(what + " is not a regular file; a record holds only files");
   if (st.st_size > kMaxFile)
-    throw Error(what + " is " + std::to_string(st.st_size) + " bytes, more than a record file may "
-                       "be (" + std::to_string(kMaxFile) + ")");
+    throw Error(what + " is " + std::to_string(st.st_size) +
+                " bytes, more than a record file may "
+                "be (" +
+                std::to_string(kMaxFile) + ")");
   std::string text;
   char buf[1 << 16];
   for (;;) {
@@ -172,7 +175,7 @@ int open_inside(const std::string& root, const std::string& rel) {
 }
 
 bool record_file_name(const std::string& n) {
-  static const char* const kFiles[] = {"config.yaml", "record.json",  "eval.json", "eval.csv",
+  static const char* const kFiles[] = {"config.yaml",   "record.json", "eval.json", "eval.csv",
                                        "metrics.jsonl", "metrics.csv", "train.log"};
   for (const char* f : kFiles)
     if (n == f) return true;
@@ -210,8 +213,8 @@ RunRecord parse_run_record(const std::string& text, const std::string& where) {
     const MetricValue* v = row.get(key);
     PELAB_CHECK(v && v->kind == MetricValue::Kind::Str, where, ": ", key,
                 " is missing or not a string");
-    PELAB_CHECK(printable(v->s), where, ": ", key, " must be printable ASCII of at most ",
-                kMaxText, " characters");
+    PELAB_CHECK(printable(v->s), where, ": ", key, " must be printable ASCII of at most ", kMaxText,
+                " characters");
     return v->s;
   };
   RunRecord r;
@@ -261,8 +264,9 @@ std::vector<std::string> list_run_records(const std::string& root, const std::st
     struct stat st {};
     if (::fstatat(runs.fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISLNK(st.st_mode))
-      throw Error(what + " is a symbolic link; pelab never follows one in a merged folder: "
-                         "replace it with the folder itself");
+      throw Error(what +
+                  " is a symbolic link; pelab never follows one in a merged folder: "
+                  "replace it with the folder itself");
     if (!S_ISDIR(st.st_mode)) continue;
     Fd run(open_no_follow(runs.fd, n, true, what));
     if (run.fd < 0) continue;
@@ -272,8 +276,8 @@ std::vector<std::string> list_run_records(const std::string& root, const std::st
   return out;
 }
 
-bool import_run_record(const std::string& root_dir, const std::string& rel,
-                       const std::string& name, const std::string& dest) {
+bool import_run_record(const std::string& root_dir, const std::string& rel, const std::string& name,
+                       const std::string& dest) {
   const std::string runs_dir = (fs::path(root_dir) / rel).string();
   Fd root(open_inside(root_dir, rel));
   if (root.fd < 0) return false;

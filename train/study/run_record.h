@@ -28,10 +28,10 @@ namespace pelab {
 
 // record.json of a run.
 struct RunRecord {
-  std::string pelab_version;  // version() of the pelab that trained it
-  std::string config_digest;  // 16 hex digits: the run's resolved config (as --plan prints it)
-  int64_t step = -1;          // the final checkpoint's step
-  std::string checkpoint;     // "<file>:<size>:<mtime>" of that checkpoint (evaluation cache key)
+  std::string pelab_version;    // version() of the pelab that trained it
+  std::string config_digest;    // 16 hex digits: the run's resolved config (as --plan prints it)
+  int64_t step = -1;            // the final checkpoint's step
+  std::string checkpoint;       // "<file>:<size>:<mtime>" of that checkpoint (evaluation cache key)
   std::string host, cpu, blas;  // the machine that made the record
 };
 
@@ -52,11 +52,11 @@ RunRecord read_run_record(const std::string& run_dir);
 // Copies the record of run directory `name` inside the folder `root`/`rel` (`root` a merged output
 // folder as the user named it, `rel` "runs" or, in a suite, "<task>/runs") to `dest` (created;
 // must not exist), never following a symbolic link: no component of `rel` may be one, nor `name`,
-// nor any record file or compare_eval/. Copies config.yaml, record.json, eval.json, eval.csv, metrics.jsonl,
-// metrics.csv, train.log, predictions_*, compare_eval/*.csv; never checkpoints/. Returns false when
-// the run folder does not exist or holds no record.json (a run not finished there); throws one
-// line naming the path on a symbolic link, a file that is not a regular file or is larger than
-// 256 MiB, or a read error. Never writes into `root`.
+// nor any record file or compare_eval/. Copies config.yaml, record.json, eval.json, eval.csv,
+// metrics.jsonl, metrics.csv, train.log, predictions_*, compare_eval/*.csv; never checkpoints/.
+// Returns false when the run folder does not exist or holds no record.json (a run not finished
+// there); throws one line naming the path on a symbolic link, a file that is not a regular file or
+// is larger than 256 MiB, or a read error. Never writes into `root`.
 bool import_run_record(const std::string& root, const std::string& rel, const std::string& name,
                        const std::string& dest);
 // The names of the entries of `root`/`rel` that hold a record.json (folders only; symbolic links
