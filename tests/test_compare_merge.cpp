@@ -272,6 +272,24 @@ TEST_F(CompareMergeTest, OnlyTakesRanges) {
   EXPECT_FALSE(fs::exists(dir_ / "a" / "runs" / "rope_seed2" / "checkpoints"));  // nothing trained
 }
 
+// --merge's command line: at least one folder, each existing, and none of the options that train or
+// emit; each mistake one usage line (exit 2) before anything is read.
+TEST_F(CompareMergeTest, MergeUsageErrorsAreOneLine) {
+  const std::string cfg = config();
+  fs::create_directories(dir_ / "a");
+  EXPECT_EQ(compare(cfg, {"--merge"}), 2);
+  EXPECT_NE(err_.find("--merge needs at least one folder"), std::string::npos) << err_;
+  EXPECT_EQ(compare(cfg, {"--merge", at("nowhere")}), 2);
+  EXPECT_NE(err_.find("--merge " + at("nowhere") + ": no such folder"), std::string::npos) << err_;
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--only", "1"}, {"--retrain"}, {"--plan"}, {"--report-only"}}) {
+    std::vector<std::string> args = {"--merge", at("a")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(compare(cfg, args), 2) << extra[0];
+    EXPECT_NE(err_.find("--merge excludes --plan, --only"), std::string::npos) << err_;
+  }
+}
+
 // A suite sliced by --task (and one task by --only) merges into the summary of the whole suite;
 // a task folder that is a link is refused.
 TEST_F(CompareMergeTest, SuiteSlicesMergeIntoTheWholeSummary) {
