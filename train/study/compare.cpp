@@ -36,6 +36,7 @@
 #include "train/metrics.h"
 #include "train/stop_signal.h"
 #include "train/study/config_block.h"
+#include "train/study/run_record.h"
 #include "train/task_data.h"
 #include "train/text_file.h"
 #include "train/trainer.h"
@@ -517,8 +518,8 @@ std::string fingerprint(const std::string& s) {
   return buf;
 }
 
-// The config with the keys that do not affect evaluation normalised.
-std::string eval_identity(Config c) {
+// The config with the keys that do not affect evaluation normalised (eval_identity).
+Config eval_normalized(Config c) {
   c.train.threads = 1;
   c.train.device = "cpu";
   c.train.log_every = 1;
@@ -530,7 +531,20 @@ std::string eval_identity(Config c) {
   c.train.resume = "";
   c.train.tags.clear();
   c.eval.save_predictions = false;
-  return config_to_yaml(c);
+  return c;
+}
+std::string eval_identity(const Config& c) { return config_to_yaml(eval_normalized(c)); }
+
+// "KEY was A, the plan has B" for the first key in which two configs differ after
+// eval_normalized(); "" when none does.
+std::string first_config_difference(const Config& had, const Config& want) {
+  const Config a = eval_normalized(had), b = eval_normalized(want);
+  for (const auto& key : config_schema()) {
+    const std::string k = key.full_name();
+    const std::string x = config_value_text(a, k), y = config_value_text(b, k);
+    if (x != y) return k + " was " + x + ", the plan has " + y;
+  }
+  return "";
 }
 
 std::string default_out(const std::string& source) {
@@ -865,6 +879,9 @@ struct RunInspection {
   std::string reason;  // for Stale
   int64_t step = 0;    // newest checkpoint's step
   Config stored;
+  // false: checkpoints/ is gone and the run is its record (run_record.h): reusable from its
+  // evaluation cache, not evaluable anew.
+  bool weights = true;
 };
 
 // N of the newest checkpoint's file name step_<N>.h5 (following last.h5), -1 if none. From the
@@ -918,9 +935,25 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
   const std::string ck = latest_checkpoint(dir);
   r.step = checkpoint_file_step(ck);
   if (ck.empty() || r.step < 0) {
-    r.state = RunState::Stale;
-    r.reason = "no checkpoint";
-    return r;
+    // No weights: a run record (run_record.h) stands for a finished run.
+    std::error_code lec;
+    if (fs::exists(fs::symlink_status(fs::path(dir) / run_record_file(), lec))) {
+      try {
+        const RunRecord rec = read_run_record(dir);
+        if (rec.config_digest != fingerprint(eval_identity(r.stored)))
+          throw Error("its config digest " + rec.config_digest + " is not that of its config.yaml");
+        r.step = rec.step;
+        r.weights = false;
+      } catch (const std::exception& e) {
+        r.state = RunState::Stale;
+        r.reason = std::string("no checkpoint and an unusable record.json: ") + e.what();
+        return r;
+      }
+    } else {
+      r.state = RunState::Stale;
+      r.reason = "no checkpoint";
+      return r;
+    }
   }
   if (r.step > want.train.steps) {
     r.state = RunState::Stale;
@@ -943,8 +976,49 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
       }
     }
   }
+  if (!finished && !r.weights) {
+    r.state = RunState::Stale;
+    r.reason = "a record without checkpoints of a run that did not finish";
+    return r;
+  }
   r.state = finished ? RunState::Finished : RunState::Partial;
   return r;
+}
+
+// "<file>:<size>:<mtime>" of a run's newest checkpoint: with the evaluation config, the key of its
+// evaluation cache; "" without one.
+std::string checkpoint_stamp(const std::string& run_dir) {
+  const std::string ck = latest_checkpoint(run_dir);
+  if (ck.empty()) return "";
+  std::error_code ec;
+  fs::path real = fs::canonical(ck, ec);
+  if (ec) real = ck;
+  struct stat st {};
+  std::string stamp = real.filename().string();
+  if (::stat(real.c_str(), &st) == 0)
+    stamp += ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtime);
+  return stamp;
+}
+
+// Writes <run>/record.json for a finished run that has its weights, unless one for the same
+// checkpoint is there (the machine it names is the one that trained and evaluated the run;
+// retraining removes it). A run without weights keeps the record it has.
+void ensure_run_record(const std::string& dir) {
+  const std::string ck = latest_checkpoint(dir);
+  const int64_t step = checkpoint_file_step(ck);
+  if (ck.empty() || step < 0) return;
+  const std::string stamp = checkpoint_stamp(dir);
+  try {
+    if (read_run_record(dir).checkpoint == stamp) return;
+  } catch (const std::exception&) {
+    // none, or unreadable: (re)written below
+  }
+  RunRecord rec = this_machine_record();
+  rec.config_digest =
+      fingerprint(eval_identity(load_config((fs::path(dir) / "config.yaml").string())));
+  rec.step = step;
+  rec.checkpoint = stamp;
+  write_text_file((fs::path(dir) / run_record_file()).string(), run_record_json(rec));
 }
 
 // Wall time (s) of training and the training-loss curve, from a run's metrics.jsonl.
@@ -975,7 +1049,7 @@ void read_run_metrics(const std::string& dir, double& wall,
     };
     if (step && loss && std::isfinite(num(loss)))
       curve.emplace_back(static_cast<int64_t>(num(step)), num(loss));
-    if (std::isfinite(num(el))) wall = num(el);
+    if (std::isfinite(num(el)) && num(el) >= 0) wall = num(el);  // (records may be foreign)
   }
 }
 
@@ -986,20 +1060,40 @@ int in_distribution(const Config& c, int64_t length) {
   return length >= c.task.train_min_len && length <= c.task.train_max_len ? 1 : 0;
 }
 
+// Throws unless a row read from an evaluation cache has values in their ranges and short printable
+// names (they reach report.md and the plots).
+void check_cached_row(const ResultRow& r, const std::string& where) {
+  auto name_ok = [](const std::string& s) {
+    if (s.empty() || s.size() > 200) return false;
+    for (unsigned char c : s)
+      if (c < 0x20 || c > 0x7e || c == '|' || c == '`' || c == '"' || c == '\\') return false;
+    return true;
+  };
+  PELAB_CHECK(name_ok(r.split) && name_ok(r.status), where, ": split '", shortened(r.split),
+              "' / status '", shortened(r.status),
+              "' must be printable names of at most 200 characters");
+  PELAB_CHECK(r.length >= 0 && r.length <= (int64_t{1} << 30), where, ": length ", r.length,
+              " out of range");
+  for (const char* m : {"loss", "perplexity", "token_accuracy", "exact_match"}) {
+    const double v = row_metric(r, m);
+    const auto [lo, hi] = metric_range(m);
+    PELAB_CHECK(std::isnan(v) || (v >= lo && v <= hi), where, ": ", m, " ", v, " of ", r.split,
+                " lies outside [", lo, ", ", hi, "]");
+  }
+  PELAB_CHECK(std::isnan(r.eval_wall_s) || (r.eval_wall_s >= 0 && std::isfinite(r.eval_wall_s)),
+              where, ": eval_wall_s ", r.eval_wall_s, " out of range");
+}
+
 // Evaluates one run with one config (cached in <run>/compare_eval/<name>.csv).
 std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlanVariant& pv,
                                     const std::string& run_dir, bool& cached, double train_wall) {
   const std::string& variant = pv.name;
   const Config& ecfg = pv.cfg;
   const std::string ck = latest_checkpoint(run_dir);
-  PELAB_CHECK(!ck.empty(), "compare: no checkpoint in ", run_dir, "/checkpoints");
   std::error_code ec;
-  fs::path real = fs::canonical(ck, ec);
-  if (ec) real = ck;
-  struct stat st {};
-  std::string stamp = real.filename().string();
-  if (::stat(real.c_str(), &st) == 0)
-    stamp += ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtime);
+  // Without weights the run is its record: the stamp of the checkpoint it was evaluated from.
+  const std::string stamp =
+      ck.empty() ? read_run_record(run_dir).checkpoint : checkpoint_stamp(run_dir);
   const std::string fp = fingerprint(eval_identity(ecfg) + "\n" + stamp +
                                      (pv.random_positions ? "\nrandom positions" : ""));
   const fs::path cache_dir = fs::path(run_dir) / "compare_eval";
@@ -1010,15 +1104,32 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
       const std::string text = read_text_file(cache.string());
       if (text.rfind(head, 0) == 0) {
         std::vector<ResultRow> rows = parse_results_csv(text.substr(head.size()), cache.string());
-        for (auto& r : rows) r.train_wall_s = train_wall;
+        // The file may come from another machine (a merged record): the run's identity is the
+        // plan's, every value must lie in its range.
+        for (auto& r : rows) {
+          check_cached_row(r, cache.string());
+          r.scheme = run.scheme;
+          r.variant = variant;
+          r.seed = run.seed;
+          r.in_distribution = in_distribution(ecfg, r.length);
+          r.train_wall_s = train_wall;
+        }
         cached = true;
         return rows;
       }
-    } catch (const std::exception&) {
-      // unreadable cache: evaluate again
+    } catch (const std::exception& e) {
+      // unreadable cache: evaluate again (a record without weights cannot)
+      if (ck.empty()) throw;
     }
   }
   cached = false;
+  if (ck.empty())
+    throw Error("compare: " + run.cfg.train.run_name + " needs its weights: its record (" +
+                run_dir + ", no checkpoints/) has no evaluation " +
+                (variant.empty() ? std::string("as trained") : "with variant '" + variant + "'") +
+                " for this config (new test lengths or variant); bring its checkpoints/ back, or "
+                "evaluate it where they are (pelab compare CONFIG --only I there, I as --plan "
+                "numbers it) and merge again");
   const double t0 = now_s();
   set_num_threads(ecfg.train.threads);
   LoadedModel lm = load_model(ecfg, ck);
@@ -1123,8 +1234,16 @@ double valid_metric(const std::string& run_dir, const std::string& metric, std::
     const MetricValue* split = row.get("split");
     if (!split || split->kind != MetricValue::Kind::Str || split->s != "valid") continue;
     const MetricValue* v = row.get(metric);
-    if (v && v->kind == MetricValue::Kind::Num) return v->d;
-    if (v && v->kind == MetricValue::Kind::Int) return static_cast<double>(v->i);
+    const double x = !v                                ? std::numeric_limits<double>::quiet_NaN()
+                     : v->kind == MetricValue::Kind::Num ? v->d
+                     : v->kind == MetricValue::Kind::Int ? static_cast<double>(v->i)
+                                                         : std::numeric_limits<double>::quiet_NaN();
+    const auto [lo, hi] = metric_range(metric);  // (a merged record is someone else's file)
+    if (x >= lo && x <= hi) return x;
+    if (!std::isnan(x)) {
+      *why = "valid " + metric + " " + format_double(x) + " out of range";
+      return std::numeric_limits<double>::quiet_NaN();
+    }
     *why = "valid " + metric + " not available";
     return std::numeric_limits<double>::quiet_NaN();
   }
@@ -1456,6 +1575,158 @@ bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::
   return true;
 }
 
+// `s` for a markdown table cell: printable ASCII, `|` escaped.
+std::string md_cell(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    if (c == '|') o += "\\|";
+    else if (c < 0x20 || c > 0x7e) o += '?';
+    else o += static_cast<char>(c);
+  }
+  return o;
+}
+
+// "" when every cached evaluation of the imported record `stage` reads back with its values in
+// range (check_cached_row); else the first problem, naming the file in `src`, its origin.
+std::string cached_evaluations_problem(const fs::path& stage, const std::string& src) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(stage / "compare_eval", ec)) {
+    const std::string where =
+        (fs::path(src) / "compare_eval" / e.path().filename()).string();
+    try {
+      const std::string text = read_text_file(e.path().string());
+      const size_t nl = text.find('\n');
+      PELAB_CHECK(
+          text.rfind("# pelab compare evaluation cache ", 0) == 0 && nl != std::string::npos,
+          where, ": not an evaluation cache");
+      for (const auto& r : parse_results_csv(text.substr(nl + 1), where))
+        check_cached_row(r, where);
+    } catch (const std::exception& x) {
+      return x.what();
+    }
+  }
+  return "";
+}
+
+// --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) into
+// <out_dir>/runs/ (run_record.h), each checked first: made by this pelab version, of the plan's
+// config (digest), finished. Every record refused is one line in res.refused; `from` gets the
+// folder each imported run came from. The first folder holding a run wins; a finished run of
+// out_dir's own with its weights is kept. Nothing is written into the merged folders.
+void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<std::string>& dirs,
+                   const std::string& sub, const std::string& out_dir, std::ostream& log,
+                   CompareResult& res, std::map<size_t, std::string>& from) {
+  std::error_code ec;
+  const fs::path out_real = fs::weakly_canonical(fs::absolute(out_dir), ec);
+  for (const auto& d : dirs) {
+    const fs::path real = fs::weakly_canonical(fs::absolute(fs::path(d) / sub), ec);
+    const auto rel = out_real.lexically_relative(real);
+    if (!rel.empty() && *rel.begin() != "..")
+      res.refused.push_back("--merge " + d + ": the report folder " + out_dir +
+                            " lies in it, and pelab never writes into a merged folder; choose "
+                            "another --out");
+  }
+  if (!res.refused.empty()) return;
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < plan.size(); ++i) index_of[plan[i].cfg.train.run_name] = i;
+  const fs::path runs_out = fs::path(out_dir) / "runs";
+  const std::string ours = this_machine_record().pelab_version;
+  for (const auto& d : dirs) {
+    // In a suite, the task's folder inside DIR: opened like the rest, without following a link.
+    const std::string rel = (fs::path(sub) / "runs").string();
+    const std::string folder = sub.empty() ? d : (fs::path(d) / sub).string();
+    const std::string runs = (fs::path(d) / rel).string();
+    std::vector<std::string> names;
+    try {
+      names = list_run_records(d, rel);
+    } catch (const std::exception& e) {
+      res.refused.push_back(e.what());
+      continue;
+    }
+    if (names.empty()) log << "pelab compare --merge: no finished run in " << runs << "\n";
+    int64_t taken = 0;
+    for (const auto& n : names) {
+      const std::string src = (fs::path(runs) / n).string();
+      auto it = index_of.find(n);
+      if (it == index_of.end()) {
+        res.refused.push_back(src + ": a record of a run this config does not plan (another "
+                              "config? its runs: pelab compare CONFIG --plan)");
+        continue;
+      }
+      const size_t i = it->second;
+      const ComparePlanRun& run = plan[i];
+      // (every run name ends in _seed<N>: no run is called so; short, within NAME_MAX)
+      const fs::path stage = runs_out / (".merge-" + std::to_string(i));
+      fs::remove_all(stage, ec);
+      std::string why;
+      try {
+        if (!import_run_record(d, rel, n, stage.string())) continue;
+        const std::string rec_path = (fs::path(src) / run_record_file()).string();
+        const RunRecord rec =
+            parse_run_record(read_text_file((stage / run_record_file()).string()), rec_path);
+        Config cfg;
+        try {
+          cfg = load_config((stage / "config.yaml").string());
+        } catch (const std::exception& e) {
+          throw Error(src + "/config.yaml: " + e.what());
+        }
+        const std::string digest = fingerprint(eval_identity(cfg));
+        const std::string planned = fingerprint(eval_identity(run.cfg));
+        if (rec.pelab_version != ours)
+          why = src + ": recorded by pelab " + rec.pelab_version + ", this is pelab " + ours +
+                "; results may differ between versions: retrain it with this pelab";
+        else if (rec.config_digest != digest)
+          why = rec_path + ": config digest " + rec.config_digest +
+                " is not that of its config.yaml (" + digest + ")";
+        else if (digest != planned)
+          why = src + ": a record of another config (digest " + digest + ", the plan's " +
+                planned + "): " + first_config_difference(cfg, run.cfg);
+        else {
+          const Convergence c = read_convergence(stage.string());
+          const bool finished =
+              rec.step == run.cfg.train.steps || (c.met && c.step == rec.step);
+          if (rec.step > run.cfg.train.steps || !finished)
+            why = src + ": step " + std::to_string(rec.step) + " is not the end of a run of " +
+                  std::to_string(run.cfg.train.steps) + " steps or of its stop criterion";
+          else if (const std::string bad = cached_evaluations_problem(stage, src); !bad.empty())
+            why = bad;
+          else if (c.has_criterion && (c.criterion.size() > 300 || c.step > rec.step ||
+                                       c.criterion.find_first_of("|`\n\r\t") != std::string::npos))
+            why = src + "/eval.json: its convergence record does not fit step " +
+                  std::to_string(rec.step) + " or its criterion text is not plain";
+        }
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (!why.empty() || from.count(i)) {
+        fs::remove_all(stage, ec);
+        if (!why.empty()) res.refused.push_back(why);
+        else log << "pelab compare --merge: " << src << " ignored (taken from " << from[i] << ")\n";
+        continue;
+      }
+      const fs::path dst = runs_out / n;
+      if (is_run_directory(dst.string())) {
+        const RunInspection own = inspect_run(dst.string(), run.cfg);
+        if (own.state == RunState::Finished && own.weights) {
+          fs::remove_all(stage, ec);
+          log << "pelab compare --merge: " << n << ": " << out_dir
+              << "'s own finished run kept; " << src << " ignored\n";
+          continue;
+        }
+      }
+      fs::remove_all(dst, ec);
+      PELAB_CHECK(!ec, "compare --merge: cannot replace ", dst.string(), ": ", ec.message());
+      fs::rename(stage, dst, ec);
+      PELAB_CHECK(!ec, "compare --merge: cannot move ", stage.string(), " to ", dst.string(), ": ",
+                  ec.message());
+      from[i] = folder;
+      ++taken;
+    }
+    log << "pelab compare --merge: " << count_text(taken, "run") << " from " << folder << "\n";
+  }
+  log << std::flush;
+}
+
 }  // namespace
 
 std::string compare_plan_text(const CompareSpec& spec, const std::string& out_dir) {
@@ -1491,6 +1762,13 @@ void set_compare_child_binary(const std::string& path) { g_child_binary = path; 
 const std::string& compare_child_binary() { return g_child_binary; }
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
+  if (!opt.merge.empty() && !opt.report_only) {  // --merge writes the report of what it gathers
+    CompareOptions o = opt;
+    o.report_only = true;
+    return run_compare(spec, o);
+  }
+  PELAB_CHECK(opt.merge.empty() || (opt.only.empty() && !opt.retrain),
+              "compare: --merge cannot be combined with --only or --retrain");
   std::ostream& log = opt.log ? *opt.log : std::cerr;
   const double t_start = now_s();
   const std::string load_start = load_average();
@@ -1511,6 +1789,11 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   std::error_code ec;
   fs::create_directories(fs::path(res.out_dir) / "runs", ec);
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
+  std::map<size_t, std::string> merged_from;  // plan index -> the --merge folder it came from
+  if (!opt.merge.empty()) {
+    merge_records(plan, opt.merge, opt.merge_sub, res.out_dir, log, res, merged_from);
+    if (!res.refused.empty()) return res;
+  }
   if (opt.only.empty())
     write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
   const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
@@ -1590,6 +1873,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
         }
         log << std::flush;
         fs::remove_all(fs::path(dir) / "compare_eval", ec);
+        fs::remove(fs::path(dir) / run_record_file(), ec);  // the new run's machine makes it
         if (opt.stop_after >= 0 && !stop_hook_used) {
           to.stop_after = opt.stop_after;
           stop_hook_used = true;
@@ -1603,8 +1887,11 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
           return res;
         }
       } else {
-        log << tag << who << ": finished run reused (" << dir << ")\n" << std::flush;
+        log << tag << who << ": finished run reused (" << dir
+            << (in.weights ? "" : ", its record: no checkpoints") << ")\n"
+            << std::flush;
       }
+      ensure_run_record(dir);
       // A search candidate is evaluated on the test lengths only once it is chosen.
       if (!run.candidate.empty()) continue;
       std::vector<ResultRow> rows;
@@ -1741,6 +2028,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     curve.seed = run.seed;
     read_run_metrics(dir, wall, curve.points);
     curves.push_back(curve);
+    ensure_run_record(dir);
     auto it = rows_of.find(i);
     std::vector<ResultRow> rows;
     if (it != rows_of.end()) {
@@ -1756,6 +2044,38 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
     if (conv.has_criterion) criteria[run.scheme] = conv.criterion;
     set_convergence(rows, conv);
     res.rows.insert(res.rows.end(), rows.begin(), rows.end());
+  }
+
+  // ---- where the runs were made: folder and machine of each record ----
+  std::string records_md;
+  {
+    std::map<std::vector<std::string>, std::vector<std::string>> groups;  // row -> runs
+    for (size_t i = 0; i < N; ++i) {
+      if (!chosen_run[i] || !finished[i]) continue;
+      auto f = merged_from.find(i);
+      std::vector<std::string> row = {f == merged_from.end() ? res.out_dir : f->second, "–",
+                                      "–", "–", "–"};
+      try {
+        const RunRecord rec = read_run_record(run_directory(plan[i].cfg));
+        row = {row[0], rec.host, rec.cpu, rec.blas, rec.pelab_version};
+      } catch (const std::exception&) {
+        // a run without a record (none is written for runs without weights)
+      }
+      groups[row].push_back(plan[i].cfg.train.run_name);
+    }
+    std::ostringstream md;
+    md << "Each run's record (`runs/<run>/record.json`, docs/experiments.md \"Run records and "
+          "merging\") names the machine that trained it"
+       << (merged_from.empty() ? ""
+                               : "; runs gathered with `--merge` name the folder they came from")
+       << ".\n\n| folder | machine | CPU | BLAS kernels | pelab | runs |\n"
+          "|---|---|---|---|---|---|\n";
+    for (const auto& [row, runs] : groups) {
+      md << "|";
+      for (const auto& c : row) md << " " << md_cell(c) << " |";
+      md << " " << runs.size() << ": " << md_cell(join(runs, ", ")) << " |\n";
+    }
+    if (!groups.empty()) records_md = md.str();
   }
 
   // ---- the report ----
@@ -1812,6 +2132,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   in.rows = res.rows;
   in.curves = curves;
   in.search_markdown = search_md;
+  in.records_markdown = records_md;
   in.unconverged = spec.unconverged;
   in.criteria = criteria;
   for (const auto& s : spec.schemes)

@@ -45,6 +45,8 @@
 // `--plan` lists the runs (index, name, seed, config digest) and trains nothing; `--only I,J`
 // trains and evaluates just those runs (1-based, as --plan numbers them) and writes no report;
 // `--report-only` writes the report from the finished runs and fails naming the missing ones.
+// `--merge DIR...` (CompareOptions::merge) gathers the records (train/study/run_record.h) of slices
+// run into other output folders into this one and writes the report as --report-only does.
 // `--emit-slurm DIR` writes the same comparison as a Slurm job array (train/study/slurm.h; resources in
 // the optional compare.slurm section).
 //
@@ -70,7 +72,8 @@
 // Layout of the report directory:
 //   results.csv, report.md, table_<metric>.csv, <metric>_vs_length.{png,dat,csv}, literature.csv,
 //   train_loss.{png,dat,csv}, compare.yaml (the config as given), runs/<scheme>_seed<N>/ (a normal
-//   run directory plus compare_eval/<variant>.csv, the cached evaluation, and compare.log, the
+//   run directory plus compare_eval/<variant>.csv, the cached evaluation, record.json, the run's
+//   record (run_record.h: a run without checkpoints/ is reused from it), and compare.log, the
 //   output of the child process that trained it with --jobs > 1).
 #pragma once
 #include <cstdint>
@@ -194,6 +197,13 @@ struct CompareOptions {
   // Indexes (0-based) of the only runs to train and evaluate; no report is written. Empty = all.
   std::vector<size_t> only;
   bool report_only = false;  // train nothing: report the finished runs, list the missing ones
+  // --merge DIR...: output folders of slices of this comparison made elsewhere. The records
+  // (train/study/run_record.h) of the plan's finished runs in each DIR/runs/ are checked and copied
+  // into out/runs/, then the report is written as with report_only. Never written to.
+  std::vector<std::string> merge;
+  // The folder inside each --merge folder that holds this comparison's runs/ ("" = none; a suite's
+  // task name), opened without following a link as the rest of a merged folder.
+  std::string merge_sub;
 };
 
 struct CompareResult {
@@ -204,6 +214,9 @@ struct CompareResult {
   std::vector<ResultRow> rows;
   ReportFiles report;
   std::vector<std::string> missing;  // report_only: the runs that are not finished
+  // --merge: one line per record refused (another config or pelab version, a symbolic link, an
+  // unreadable or out-of-range file); no report is written when there is any.
+  std::vector<std::string> refused;
   // compare.search: the chosen candidate's label per scheme.
   std::map<std::string, std::string> chosen;
   // Runs ("scheme seed N") that missed their stop criterion, schemes expected not to learn left

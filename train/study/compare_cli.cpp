@@ -23,6 +23,8 @@ const char* kCompareHelp =
     "       pelab compare CONFIG (--plan | --only I[,J...] | --report-only |\n"
     "                     --emit-slurm DIR) [--set ...]\n"
     "                     [--out DIR]\n"
+    "       pelab compare CONFIG --merge DIR... --out OUT [--task NAME[,NAME...]]\n"
+    "                     [--set ...] [--no-plots]\n"
     "\n"
     "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
     "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
@@ -30,7 +32,8 @@ const char* kCompareHelp =
     "t-interval\n"
     "over seeds, runs that missed their stop criterion marked), PNG plots (gnuplot) and the data\n"
     "behind them. Finished runs are reused and interrupted ones resumed: after Ctrl-C, run the\n"
-    "same command again. With compare.unconverged: fail, a run that missed its stop criterion\n"
+    "same command again; a finished run whose checkpoints/ is gone is reused from its record\n"
+    "(record.json). With compare.unconverged: fail, a run that missed its stop criterion\n"
     "makes the command exit 1 after the report is written. An optional compare.search grid\n"
     "(e.g. {train.lr: [1e-3, 2e-3]}) trains every candidate and keeps, per scheme, the one best\n"
     "on the validation split (never the test lengths). See docs/experiments.md.\n"
@@ -48,9 +51,17 @@ const char* kCompareHelp =
     "  --plan                   list the runs (index, name, seed, config digest, state); train\n"
     "                           nothing\n"
     "  --only I[,J...]          train and evaluate only these runs (indexes as --plan prints\n"
-    "                           them) into the same run directories; no report\n"
+    "                           them, or ranges A-B: --only 1-40,45) into the same run\n"
+    "                           directories; no report\n"
     "  --report-only            write the report from the finished runs; list the missing ones\n"
     "                           and exit 1 if any are missing\n"
+    "  --merge DIR...           gather the finished runs of slices of this comparison (or\n"
+    "                           suite) run elsewhere, each DIR a slice's --out, into one\n"
+    "                           report in --out: each run's record (config, metrics, eval.json,\n"
+    "                           evaluations; no weights) is checked and copied, never written\n"
+    "                           back. A record of another config or pelab version, or a\n"
+    "                           symbolic link in DIR, is refused (one line each, exit 1);\n"
+    "                           missing runs are named (exit 1, as --report-only)\n"
     "  --emit-slurm DIR         write DIR/array.sbatch (a Slurm job array, task I = --only I),\n"
     "                           DIR/report.sbatch (--report-only after the array) and\n"
     "                           DIR/submit.sh; resources from compare.slurm (--set\n"
@@ -65,22 +76,35 @@ const char* kCompareHelp =
 
 const CommandSpec kCompareSpec{"compare",
                                {"--out", "--task", "--emit-slurm", "--jobs", "--only", "--progress"},
-                               {"--retrain", "--no-plots", "--plan", "--report-only"},
+                               {"--retrain", "--no-plots", "--plan", "--report-only", "--merge"},
                                true};
 
-// --only I[,J...]: 0-based indexes, each once, in the order given.
+// --only I[,J...] (each item an index or a range A-B, A <= B): 0-based indexes, each once, in the
+// order given.
 std::vector<size_t> only_option(const CommandLine& c) {
   const std::string v = c.value("--only");
-  const UsageError bad =
-      c.error("--only expects run indexes I[,J...] (1-based, as --plan prints them), got '" + v + "'");
+  const UsageError bad = c.error(
+      "--only expects run indexes I[,J...] or ranges A-B (1-based, as --plan prints them), got '" +
+      v + "'");
   std::vector<size_t> only;
   std::set<size_t> seen;
   std::string item;
   std::istringstream parts(v);
   while (std::getline(parts, item, ',')) {
-    int64_t k = 0;
-    if (!parse_whole_number(trim(item), k) || k < 1) throw bad;
-    if (seen.insert(static_cast<size_t>(k - 1)).second) only.push_back(static_cast<size_t>(k - 1));
+    const size_t dash = item.find('-');
+    int64_t a = 0, b = 0;
+    if (dash == std::string::npos) {
+      if (!parse_whole_number(trim(item), a)) throw bad;
+      b = a;
+    } else if (!parse_whole_number(trim(item.substr(0, dash)), a) ||
+               !parse_whole_number(trim(item.substr(dash + 1)), b) || b < a ||
+               b - a > 1000000) {
+      throw bad;
+    }
+    if (a < 1) throw bad;
+    for (int64_t k = a; k <= b; ++k)
+      if (seen.insert(static_cast<size_t>(k - 1)).second)
+        only.push_back(static_cast<size_t>(k - 1));
   }
   if (only.empty() || v.back() == ',') throw bad;
   return only;
@@ -123,7 +147,23 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   if (args.has("--only")) opt.only = only_option(args);
   opt.progress = args.progress();
   const std::string progress = args.value("--progress");
-  args.expect_positional(1, "CONFIG");
+  // --merge DIR...: the folders follow CONFIG.
+  if (args.has("--merge")) {
+    if (args.positional.size() < 2)
+      throw args.error("--merge needs at least one folder: --merge DIR...");
+    if (plan_only || opt.report_only || !opt.only.empty() || !emit_dir.empty() || opt.retrain)
+      throw args.error(
+          "--merge excludes --plan, --only, --report-only, --emit-slurm and --retrain");
+    for (size_t i = 1; i < args.positional.size(); ++i) {
+      const std::string& d = args.positional[i];
+      std::error_code ec;
+      if (!fs::is_directory(d, ec))
+        throw args.error("--merge " + d + ": no such folder (give the --out folder of each slice)");
+      opt.merge.push_back(d);
+    }
+  } else {
+    args.expect_positional(1, "CONFIG");
+  }
   const std::vector<std::string>& positional = args.positional;
   const std::vector<std::string>& sets = args.sets;
   if (plan_only + opt.report_only + !opt.only.empty() + !emit_dir.empty() > 1)
@@ -178,16 +218,25 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   opt.log = &err;
   const CompareResult r = run_compare(spec, opt);
   if (r.interrupted) return 130;
+  if (!r.refused.empty()) {
+    for (const auto& line : r.refused) err << "pelab: error: compare --merge: " << line << "\n";
+    err << "pelab: error: compare --merge: " << r.refused.size()
+        << (r.refused.size() == 1 ? " record" : " records") << " refused; no report written\n";
+    return 1;
+  }
   if (!opt.only.empty()) return 0;
   out << "report: " << r.report.report_md << "\n";
   if (!r.missing.empty()) {
     std::string names;
     for (const auto& m : r.missing) names += (names.empty() ? "" : ", ") + m;
-    err << "pelab: error: compare --report-only: " << r.missing.size() << " of "
+    err << "pelab: error: compare " << (opt.merge.empty() ? "--report-only" : "--merge") << ": "
+        << r.missing.size() << " of "
         << r.missing.size() + static_cast<size_t>(r.trained + r.resumed + r.reused)
-        << " runs are not finished (" << names
-        << "); the report covers the others; train them with pelab compare CONFIG "
-           "(or --only)\n";
+        << " runs are not finished (" << names << "); the report covers the others; train them "
+        << (opt.merge.empty() ? "with pelab compare CONFIG (or --only)"
+                              : "in a slice (pelab compare CONFIG --only I --out DIR) and merge "
+                                "again")
+        << "\n";
     return 1;
   }
   if (spec.unconverged == "fail" && !r.unconverged.empty()) {

@@ -1113,6 +1113,8 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   }
   md << "\n";
   if (!files.plot_note.empty()) md << "_Plots: " << files.plot_note << "._\n\n";
+  if (!in.records_markdown.empty())
+    md << "## Where the runs were made\n\n" << in.records_markdown << "\n";
   md << "## Files\n\n";
   md << "`results.csv` (one row per scheme × variant × seed × split, with the run's convergence), "
         "`table_<metric>.csv` (the tables above: mean, ci_low, ci_high, n, n_converged), `<metric>_vs_length.{dat,csv,png}`, `train_loss.{dat,csv,png}`, "

@@ -77,6 +77,9 @@ struct ReportInput {
   // Markdown of the hyper-parameter search (compare.search: what each candidate scored on
   // validation, what was chosen), printed as its own section; "" = no search.
   std::string search_markdown;
+  // Markdown of the "Where the runs were made" section (each run's folder and machine from its
+  // record, train/study/run_record.h); "" = none.
+  std::string records_markdown;
   // Markdown of the "Against the literature" section (train/study/literature.h) and the text of
   // literature.csv; "" = the config has no literature section (a stale literature.csv is removed).
   std::string literature_markdown, literature_csv;

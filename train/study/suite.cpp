@@ -453,17 +453,20 @@ SuiteResult run_suite(const SuiteSpec& spec, const CompareOptions& opt,
     const SuiteTask& task = spec.tasks[selected[n]];
     CompareOptions o = opt;
     o.out = (fs::path(out) / task.name).string();
+    o.merge_sub = task.name;  // --merge: each slice's task folder
     if (opt.only.empty())
       log << "pelab suite: task " << n + 1 << "/" << selected.size() << " " << task.name << " -> "
           << o.out << "\n" << std::flush;
     res.results.push_back(run_compare(task.spec, o));
     for (const auto& m : res.results.back().missing) res.missing.push_back(task.name + ": " + m);
+    for (const auto& m : res.results.back().refused) res.refused.push_back(m);
     if (res.results.back().interrupted) {
       res.interrupted = true;
       return res;
     }
   }
   if (!opt.only.empty()) return res;
+  if (!res.refused.empty()) return res;
   if (selected.size() != spec.tasks.size()) {
     log << "pelab suite: summary not written (--task ran " << selected.size() << " of "
         << spec.tasks.size() << " tasks; `--report-only` without --task writes it)\n";
@@ -525,11 +528,18 @@ int suite_cli(const std::string& path, const std::vector<std::string>& sets, Com
   const SuiteResult r = run_suite(spec, opt, names);
   if (r.interrupted) return 130;
   if (!opt.only.empty()) return 0;
+  if (!r.refused.empty()) {
+    for (const auto& line : r.refused) err << "pelab: error: compare --merge: " << line << "\n";
+    err << "pelab: error: compare --merge: " << r.refused.size()
+        << (r.refused.size() == 1 ? " record" : " records") << " refused; no summary written\n";
+    return 1;
+  }
   if (!r.summary_md.empty()) out << "summary: " << r.summary_md << "\n";
   if (!r.missing.empty()) {
-    err << "pelab: error: compare --report-only: " << r.missing.size()
-        << " runs are not finished (" << join(r.missing, ", ")
-        << "); train them with pelab compare " << path << "\n";
+    err << "pelab: error: compare " << (opt.merge.empty() ? "--report-only" : "--merge") << ": "
+        << r.missing.size() << " runs are not finished (" << join(r.missing, ", ")
+        << "); train them with pelab compare " << path
+        << (opt.merge.empty() ? "" : " --task TASK --only I --out DIR and merge again") << "\n";
     return 1;
   }
   for (size_t i = 0; i < r.results.size(); ++i) {

@@ -89,6 +89,7 @@ struct SuiteResult {
   bool interrupted = false;
   std::string summary_md, summary_csv, summary_png;  // "" when not written
   std::vector<std::string> missing;                  // report-only: runs not finished
+  std::vector<std::string> refused;                  // --merge: records refused (one line each)
 };
 
 // Runs the tasks named in `tasks` (all when empty) with the compare options (opt.out = the suite's
