@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
 #include "pelab/blas_kernels.h"
+#include "pelab/clock.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
 #include "pelab/strings.h"
@@ -120,11 +120,6 @@ bool all_finite(const std::vector<Tensor>& params) {
     for (double v : p.to_vector())
       if (!std::isfinite(v)) return false;
   return true;
-}
-
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
 // Removes the files of an old run from `dir` (only the files a run writes).
