@@ -1216,97 +1216,11 @@ std::string convergence_json(const Convergence& c) {
          json_quote(c.metric) + ", \"value\": " + json_number(c.value) + "}";
 }
 
-namespace {
-
-// The text of the value of top-level key `key` in the JSON object `text` ("" when absent). Only
-// as much JSON as eval.json uses: objects, arrays, strings with escapes, plain scalars.
-std::string top_level_value(const std::string& text, const std::string& key,
-                            const std::string& where) {
-  size_t p = 0;
-  auto bad = [&](const std::string& what) {
-    fail(where, ": malformed JSON (", what, " at offset ", p, ")");
-  };
-  auto ws = [&] {
-    while (p < text.size() && std::isspace(static_cast<unsigned char>(text[p]))) ++p;
-  };
-  auto skip_string = [&] {  // at the opening quote; returns the raw text between the quotes
-    const size_t b = ++p;
-    while (p < text.size() && text[p] != '"') p += text[p] == '\\' ? 2 : 1;
-    if (p >= text.size()) bad("unterminated string");
-    return text.substr(b, p++ - b);
-  };
-  auto skip_value = [&] {
-    ws();
-    if (p >= text.size()) bad("missing value");
-    if (text[p] == '"') {
-      skip_string();
-      return;
-    }
-    if (text[p] == '{' || text[p] == '[') {
-      std::vector<char> stack;
-      do {
-        const char ch = text[p];
-        if (ch == '"') {
-          skip_string();
-          continue;
-        }
-        if (ch == '{' || ch == '[') stack.push_back(ch == '{' ? '}' : ']');
-        if (ch == '}' || ch == ']') {
-          if (stack.empty() || stack.back() != ch) bad("mismatched bracket");
-          stack.pop_back();
-        }
-        ++p;
-      } while (!stack.empty() && p < text.size());
-      if (!stack.empty()) bad("unterminated object or array");
-      return;
-    }
-    const size_t b = p;
-    while (p < text.size() && text[p] != ',' && text[p] != '}' && text[p] != ']' &&
-           !std::isspace(static_cast<unsigned char>(text[p])))
-      ++p;
-    if (p == b) bad("missing value");
-  };
-  std::string found;
-  ws();
-  if (p >= text.size() || text[p] != '{') bad("expected an object");
-  ++p;
-  ws();
-  if (p < text.size() && text[p] == '}') {
-    ++p;
-  } else {
-    while (true) {
-      ws();
-      if (p >= text.size() || text[p] != '"') bad("expected a key");
-      const std::string k = skip_string();
-      ws();
-      if (p >= text.size() || text[p] != ':') bad("expected ':'");
-      ++p;
-      ws();
-      const size_t b = p;
-      skip_value();
-      if (k == key) found = text.substr(b, p - b);
-      ws();
-      if (p < text.size() && text[p] == ',') {
-        ++p;
-        continue;
-      }
-      if (p >= text.size() || text[p] != '}') bad("expected ',' or '}'");
-      ++p;
-      break;
-    }
-  }
-  ws();
-  if (p != text.size()) bad("trailing text");
-  return found;
-}
-
-}  // namespace
-
 Convergence read_convergence(const std::string& run_dir) {
   const std::string path = (fs::path(run_dir) / "eval.json").string();
   std::error_code ec;
   PELAB_CHECK(fs::exists(path, ec), path, ": no such file (the run has not finished; resume it)");
-  const std::string value = top_level_value(read_text_file(path), "convergence", path);
+  const std::string value = json_member_text(read_text_file(path), "convergence", path);
   Convergence c;
   if (value.empty() || value == "null") return c;
   const std::string where = path + ": convergence";
