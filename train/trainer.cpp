@@ -181,7 +181,8 @@ int64_t stored_train_positions(const CheckpointData& ck) {
 class Trainer {
  public:
   Trainer(const Config& cfg, const TrainOptions& opt)
-      : cfg_(cfg), opt_(opt), comm_(opt.comm ? *opt.comm : single_process()) {}
+      : cfg_(cfg), opt_(opt), comm_(opt.comm ? *opt.comm : single_process()),
+        stop_(cfg.train.stop_when) {}
   TrainResult run();
 
  private:
@@ -201,7 +202,6 @@ class Trainer {
   void add_row(const MetricRow& row);
   void rewrite_metrics_files();
   EvalResult validate();
-  void update_criterion(const EvalResult& r);
   Convergence convergence() const;
   void save(const std::string& path);
   void save_step_checkpoint();
@@ -247,13 +247,7 @@ class Trainer {
   std::vector<std::vector<int64_t>> step_positions_;
   EvalResult last_valid_;
   int64_t last_valid_step_ = -1;
-  // train.stop_when: consecutive validations meeting the criterion, the step it was met at (-1 =
-  // not yet), the metric at the newest validation and (plateau form) the best value so far (NaN
-  // before the first validation). All four are in the checkpoint.
-  int64_t crit_hits_ = 0;
-  int64_t crit_met_step_ = -1;
-  double crit_value_ = std::numeric_limits<double>::quiet_NaN();
-  double crit_best_ = std::numeric_limits<double>::quiet_NaN();
+  StopCriterion stop_;  // train.stop_when
 };
 
 // Where to resume from, if anywhere ("" = a fresh run).
@@ -304,10 +298,10 @@ bool Trainer::validate_everywhere() {
   if (root()) interrupted = validate().interrupted;
   else stop_test_point("validation", comm_.rank());  // the others wait for rank 0 here
   if (comm_.size() > 1) {
-    std::vector<double> v = {root() ? static_cast<double>(crit_met_step_) : 0.0,
+    std::vector<double> v = {root() ? static_cast<double>(stop_.met_step()) : 0.0,
                              interrupted ? 1.0 : 0.0, stop_signal() ? 1.0 : 0.0};
     comm_.allreduce_sum(v.data(), v.size());
-    crit_met_step_ = static_cast<int64_t>(v[0]);
+    stop_.set_met_step(static_cast<int64_t>(v[0]));
     interrupted = v[1] > 0;
     peer_signal_ = v[2] > 0;
   }
@@ -469,21 +463,9 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   last_lr_ = value("last_lr");
   last_grad_norm_ = value("last_grad_norm");
   elapsed_before_ = value("elapsed_s");
-  // train.stop_when state; checkpoints written before the criterion existed have none (and a
-  // config without a criterion: a resume cannot add one, see resumable_change).
-  auto counter_or = [&](const char* name, int64_t def) {
-    auto it = ck.counters.find(name);
-    return it == ck.counters.end() ? def : it->second;
-  };
-  crit_hits_ = counter_or("criterion_hits", 0);
-  crit_met_step_ = counter_or("criterion_met_step", -1);
-  pending_validation_ = counter_or("validation_pending", 0) != 0;
-  auto value_or_nan = [&](const char* name) {
-    auto it = ck.values.find(name);
-    return it == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
-  };
-  crit_value_ = value_or_nan("criterion_value");
-  crit_best_ = value_or_nan("criterion_best");
+  stop_.restore(ck);
+  auto it = ck.counters.find("validation_pending");
+  pending_validation_ = it != ck.counters.end() && it->second != 0;
   rows_ = parse_metrics_jsonl(ck.metrics_jsonl, path + ": metrics");
   saved_step_ = step_;
 }
@@ -729,7 +711,7 @@ EvalResult Trainer::validate() {
   if (r.interrupted) return r;  // nothing of it is recorded: a resume validates this step again
   last_valid_ = r;
   last_valid_step_ = step_;
-  update_criterion(r);
+  stop_.update(r, step_);
   if (!r.available()) return r;
   MetricRow row;
   row.set("type", "eval").set("step", step_).set("split", r.split).set("loss", r.loss);
@@ -755,62 +737,14 @@ EvalResult Trainer::validate() {
   if (cfg_.train.stop_when.per_length)
     msg += " (worst length " + format_metric(r.worst_length_exact_match(), 4) + ")";
   if (best) msg += " (best " + metric + ")";
-  const StopWhen& w = cfg_.train.stop_when;
-  if (w.enabled())
-    msg += " [stop_when " + std::to_string(crit_hits_) + "/" + std::to_string(w.patience) + "]";
+  msg += stop_.progress_note();
   progress_->line(msg);
-  if (w.enabled() && crit_met_step_ == step_)
-    progress_->line("criterion met at step " + std::to_string(step_) + ": " + w.metric + " on " +
-                    w.split + " " + printf_number("%.6g", crit_value_) +
-                    (w.plateau() ? ", best " + printf_number("%.6g", crit_best_) + ", improved by <= " +
-                                       printf_number("%.6g", 100 * w.min_delta) + " %"
-                                 : (w.higher() ? " >= " : " <= ") + printf_number("%.6g", w.threshold())) +
-                    " (" + std::to_string(crit_hits_) + " consecutive)");
+  if (stop_.met_step() == step_) progress_->line(stop_.met_line(step_));
   if (best) save(dir_ + "/checkpoints/best.h5");
   return r;
 }
 
-// After each validation: count consecutive validations that meet train.stop_when; the criterion
-// is met at the validation that makes the count reach its patience (once: the run stops there).
-// Plateau form: a validation counts when it does not improve on the best value so far by more
-// than min_delta; one that does resets the count. The best value follows every better value (a
-// small improvement counts and still becomes the new best). A NaN value (no measurement) resets
-// the count and leaves the best: a diverged run has not converged.
-void Trainer::update_criterion(const EvalResult& r) {
-  const StopWhen& w = cfg_.train.stop_when;
-  if (!w.enabled() || crit_met_step_ >= 0) return;
-  crit_value_ = !r.available()  ? std::numeric_limits<double>::quiet_NaN()
-                : w.per_length ? r.worst_length_exact_match()
-                               : metric_of(r, w.metric);
-  if (w.plateau()) {
-    const double v = crit_value_;
-    if (std::isnan(v))
-      crit_hits_ = 0;
-    else if (w.improves(v, crit_best_))
-      crit_hits_ = 0, crit_best_ = v;
-    else {
-      ++crit_hits_;
-      if (w.higher() ? v > crit_best_ : v < crit_best_) crit_best_ = v;
-    }
-  } else {
-    crit_hits_ = w.meets(crit_value_) ? crit_hits_ + 1 : 0;
-  }
-  if (crit_hits_ >= w.patience) crit_met_step_ = step_;
-}
-
-Convergence Trainer::convergence() const {
-  Convergence c;
-  const StopWhen& w = cfg_.train.stop_when;
-  if (!w.enabled()) return c;
-  c.has_criterion = true;
-  c.met = crit_met_step_ >= 0;
-  c.step = crit_met_step_;
-  c.steps_run = step_;
-  c.criterion = w.describe();
-  c.metric = w.metric;
-  c.value = crit_value_;
-  return c;
-}
+Convergence Trainer::convergence() const { return stop_.convergence(step_); }
 
 void Trainer::save(const std::string& path) {
   CheckpointData d;
@@ -835,11 +769,8 @@ void Trainer::save(const std::string& path) {
   d.counters["log_loss_count"] = log_loss_count_;
   d.counters["best_step"] = best_step_;
   d.counters["train_positions"] = train_positions_;
-  d.counters["criterion_hits"] = crit_hits_;
-  d.counters["criterion_met_step"] = crit_met_step_;
   if (pending_validation_) d.counters["validation_pending"] = 1;
-  d.values["criterion_value"] = crit_value_;
-  d.values["criterion_best"] = crit_best_;
+  stop_.save(d);
   d.values["log_loss_sum"] = log_loss_sum_;
   d.values["best_metric"] = best_step_ >= 0 ? best_ : 0.0;
   d.values["last_lr"] = last_lr_;
@@ -931,9 +862,9 @@ TrainResult Trainer::run() {
   if (crit.enabled() && step_ == 0 && rows_.empty())
     progress_->line("pelab train: stop when " + crit.describe() + " (at most " +
                     std::to_string(total) + " steps)");
-  if (crit_met_step_ >= 0)
+  if (stop_.met())
     progress_->line("pelab train: criterion already met at step " +
-                    std::to_string(crit_met_step_) + "; not training further");
+                    std::to_string(stop_.met_step()) + "; not training further");
   t_start_ = now_s();
   double t_log = t_start_, now = t_start_, tps = 0, eta = 0;
   int64_t tok_log = 0, steps_here = 0;
@@ -964,9 +895,9 @@ TrainResult Trainer::run() {
       if (!validate_everywhere()) return false;
     // A run stopped by its criterion logs the steps since the last training row, as the last
     // step of train.steps does (after the validation that decided it).
-    if (crit_met_step_ == step_ && log_loss_count_ > 0) train_row();
+    if (stop_.met_step() == step_ && log_loss_count_ > 0) train_row();
     if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
-        crit_met_step_ == step_)
+        stop_.met_step() == step_)
       save_step_checkpoint();
     return true;
   };
@@ -980,7 +911,7 @@ TrainResult Trainer::run() {
   auto signalled = [&] { return mpi ? peer_signal_ : stop_signal() != 0; };
   // A run interrupted during a validation resumes with it (the uninterrupted run did it here).
   if (pending_validation_ && !signalled() && !validate_and_save()) res.interrupted = true;
-  while (!res.interrupted && step_ < stop_at && crit_met_step_ < 0) {
+  while (!res.interrupted && step_ < stop_at && !stop_.met()) {
     if (signalled()) {
       res.interrupted = true;
       break;
@@ -1023,8 +954,8 @@ TrainResult Trainer::run() {
                "model.init_std and the pe.* initial values)");
   }
   res.criterion_set = crit.enabled();
-  res.criterion_met = crit_met_step_ >= 0;
-  res.criterion_step = crit_met_step_;
+  res.criterion_met = stop_.met();
+  res.criterion_step = stop_.met_step();
   auto stop_here = [&] {
     // Rank 0 writes the checkpoint while the others wait for it here: no rank ends (which makes
     // mpirun end the job) before it is on disk, and a failed write is every rank's error.
@@ -1041,7 +972,7 @@ TrainResult Trainer::run() {
                         "; continue with --resume " + dir_);
     return res;
   };
-  if (res.interrupted || (step_ < total && crit_met_step_ < 0)) return stop_here();
+  if (res.interrupted || (step_ < total && !stop_.met())) return stop_here();
   // Finished (possibly already on resume), by reaching train.steps or by meeting train.stop_when:
   // valid + every test split with the final parameters.
   if (total == 0 && saved_step_ != 0) {
@@ -1050,8 +981,8 @@ TrainResult Trainer::run() {
       return stop_here();
     }
     save_step_checkpoint();
-    res.criterion_met = crit_met_step_ >= 0;
-    res.criterion_step = crit_met_step_;
+    res.criterion_met = stop_.met();
+    res.criterion_step = stop_.met_step();
   }
   if (!root()) {  // the final evaluation and its files are rank 0's
     res.step = step_;
@@ -1205,51 +1136,6 @@ Config resume_config(const std::string& run_dir, const std::vector<std::string>&
                 resume_changeable_keys(), " may change (start a new run to change anything else)");
   }
   c.train.resume = "";
-  return c;
-}
-
-std::string convergence_json(const Convergence& c) {
-  if (!c.has_criterion) return "null";
-  return "{\"criterion\": " + json_quote(c.criterion) + ", \"met\": " + (c.met ? "true" : "false") +
-         ", \"step\": " + (c.met ? std::to_string(c.step) : std::string("null")) +
-         ", \"steps_run\": " + std::to_string(c.steps_run) + ", \"metric\": " +
-         json_quote(c.metric) + ", \"value\": " + json_number(c.value) + "}";
-}
-
-Convergence read_convergence(const std::string& run_dir) {
-  const std::string path = (fs::path(run_dir) / "eval.json").string();
-  std::error_code ec;
-  PELAB_CHECK(fs::exists(path, ec), path, ": no such file (the run has not finished; resume it)");
-  const std::string value = json_member_text(read_text_file(path), "convergence", path);
-  Convergence c;
-  if (value.empty() || value == "null") return c;
-  const std::string where = path + ": convergence";
-  const MetricRow row = parse_metric_row(value, where);
-  auto get = [&](const char* name, MetricValue::Kind kind, bool nullable) -> const MetricValue* {
-    const MetricValue* v = row.get(name);
-    PELAB_CHECK(v, where, ".", name, " is missing");
-    if (nullable && v->kind == MetricValue::Kind::Null) return nullptr;
-    PELAB_CHECK(v->kind == kind || (kind == MetricValue::Kind::Num && v->kind ==
-                                                                           MetricValue::Kind::Int),
-                where, ".", name, " has the wrong type: ", v->json());
-    return v;
-  };
-  c.has_criterion = true;
-  c.criterion = get("criterion", MetricValue::Kind::Str, false)->s;
-  c.metric = get("metric", MetricValue::Kind::Str, false)->s;
-  const MetricValue* met = row.get("met");
-  // true/false read back as the integers 1/0.
-  PELAB_CHECK(met && met->kind == MetricValue::Kind::Int && (met->i == 0 || met->i == 1), where,
-              ".met is missing or not true/false");
-  c.met = met->i == 1;
-  const MetricValue* step = get("step", MetricValue::Kind::Int, true);
-  PELAB_CHECK(c.met == (step != nullptr), where, ".step must be an integer exactly when met is true");
-  c.step = step ? step->i : -1;
-  c.steps_run = get("steps_run", MetricValue::Kind::Int, false)->i;
-  PELAB_CHECK(c.steps_run >= 0 && c.step <= c.steps_run, where, ": step ", c.step,
-              " / steps_run ", c.steps_run, " are inconsistent");
-  const MetricValue* v = get("value", MetricValue::Kind::Num, true);
-  if (v) c.value = v->kind == MetricValue::Kind::Int ? static_cast<double>(v->i) : v->d;
   return c;
 }
 
