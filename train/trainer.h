@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/evaluate.h"
+#include "train/run_folder.h"
 #include "train/stop_criterion.h"
 #include "train/task_data.h"
 
@@ -82,15 +83,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt = {});
 
 // Convergence, read_convergence, convergence_json: train/stop_criterion.h.
 
-// <train.run_dir>/<train.run_name>
-std::string run_directory(const Config& cfg);
-// Path of the newest checkpoint of a run directory (checkpoints/last.h5, else the highest
-// step_<N>.h5), "" when there is none.
-std::string latest_checkpoint(const std::string& run_dir);
-// checkpoints/best.h5 when it exists, else latest_checkpoint().
-std::string best_or_latest_checkpoint(const std::string& run_dir);
-// True when `path` is a directory with a config.yaml (a run directory).
-bool is_run_directory(const std::string& path);
+// run_directory, latest_checkpoint, best_or_latest_checkpoint, is_run_directory: train/run_folder.h.
 
 // ---- resuming (docs/training.md, "Resuming") ----
 // Config keys that may differ on resume from the run's stored config (train.steps, the logging,
