@@ -5,21 +5,18 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "pelab/blas_kernels.h"
+#include "pelab/clock.h"
 #include "pelab/pelab.h"
 
 namespace {
 
-double now_s() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
+using pelab::now_s;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

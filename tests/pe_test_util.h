@@ -1,5 +1,5 @@
-// pelab — helpers of the positional-encoding and model tests (test_pe.cpp, test_new_schemes.cpp,
-// test_cope.cpp, test_model.cpp, test_one_greedy.cpp, test_golden.cpp, test_cuda.cpp): a stack, one attention site, position
+// pelab — helpers of the positional-encoding and model tests (test_pe.cpp, test_pe_kerple_fire_xpos.cpp,
+// test_cope.cpp, test_model.cpp, test_greedy_decode.cpp, test_golden.cpp, test_cuda.cpp): a stack, one attention site, position
 // lists, a tiny model config.
 #pragma once
 

@@ -1,6 +1,6 @@
 // pelab — helpers of the tests that train tiny runs in process (test_trainer.cpp,
 // test_stop_when.cpp, test_stop_when_per_length.cpp, test_valid_positions.cpp,
-// test_hardening_input.cpp, test_hardening_run.cpp): a run config from a fixture's settings, and
+// test_input_limits.cpp, test_run_faults.cpp): a run config from a fixture's settings, and
 // training options that print nothing.
 #pragma once
 

@@ -7,7 +7,8 @@
 // needed here. Regenerating: docs/testing.md (`tools/make_goldens.sh`).
 //
 // With PELAB_WRITE_GOLDEN_INPUTS=DIR set, Golden.MatchesTorchReference writes the input files into
-// DIR instead of comparing (that is how tools/make_goldens.sh makes them).
+// DIR instead of comparing (that is how tools/make_goldens.sh makes them). PELAB_GOLDEN_SCHEME=NAME
+// limits it (writing or comparing) to the cases of pe.scheme NAME (`tools/make_goldens.sh --scheme`).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -27,6 +28,7 @@
 #include "models/pe/pe.h"
 #include "models/transformer.h"
 #include "pelab/pelab.h"
+#include "pelab/strings.h"
 #include "tests/pe_test_util.h"
 #include "tests/test_paths.h"
 #include "train/checkpoint.h"
@@ -136,15 +138,16 @@ std::vector<GoldenCase> golden_cases() {
     d.embed_scale = "sqrt_d";
     add("rope_partial_interleaved_nobias_tied_decoder", d);
   }
-  // Position IDs per batch row, "<scheme>_rowids_<arch>", for every scheme that accepts them (the
-  // architectures alternate over the registry's order).
-  int n = 0;
-  for (const std::string& scheme : models::pe_names()) {
-    const models::ModelConfig c = base_config(scheme, n++ % 2 ? "seq2seq" : "decoder");
-    if (!models::pe_accepts_task_positions(c.pe)) continue;
-    add(scheme + "_rowids_" + c.arch, c);
-    cases.back().row_ids = true;
-  }
+  // Position IDs per batch row, "<scheme>_rowids_<arch>", for every scheme that accepts them and
+  // both architectures (a scheme's cases depend on it alone, so adding a scheme leaves every other
+  // scheme's goldens as they are: tools/make_goldens.sh --scheme).
+  for (const std::string& scheme : models::pe_names())
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      const models::ModelConfig c = base_config(scheme, arch);
+      if (!models::pe_accepts_task_positions(c.pe)) continue;
+      add(scheme + "_rowids_" + c.arch, c);
+      cases.back().row_ids = true;
+    }
   return cases;
 }
 
@@ -614,7 +617,15 @@ TEST(Golden, EverySchemeAndArchHasAGolden) {
 // The float32 model against the float64 PyTorch reference, for every case; prints the table of
 // worst errors. With PELAB_WRITE_GOLDEN_INPUTS=DIR it writes the input files instead.
 TEST(Golden, MatchesTorchReference) {
-  const auto cases = golden_cases();
+  auto cases = golden_cases();
+  if (const char* only = std::getenv("PELAB_GOLDEN_SCHEME")) {
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [&](const GoldenCase& gc) { return gc.cfg.pe.scheme != only; }),
+                cases.end());
+    ASSERT_FALSE(cases.empty()) << "PELAB_GOLDEN_SCHEME=" << only
+                                << ": no golden case has that pe.scheme (registered: "
+                                << join(models::pe_names(), ", ") << ")";
+  }
   if (const char* dir = std::getenv("PELAB_WRITE_GOLDEN_INPUTS")) {
     std::filesystem::create_directories(dir);
     for (const auto& gc : cases) {

@@ -15,6 +15,7 @@
 #include "pelab/error.h"
 #include "train/study/compare.h"
 #include "train/config.h"
+#include "train/metrics.h"
 #include "train/study/report.h"
 #include "train/trainer.h"
 #include "tests/test_util.h"
@@ -286,6 +287,30 @@ TEST(ReportStats, CannotLearnSchemeIsMarkedAndNeverExcluded) {
   EXPECT_NE(md.find("cannot learn by construction: no positions in an encoder-decoder"),
             std::string::npos);
   fs::remove_all(dir);
+}
+
+// ---------------- json_member_text (train/metrics.h) ----------------
+
+TEST(ReportStats, JsonMemberTextReadsNestedDocuments) {
+  const std::string doc =
+      "{\"step\": 40,\n \"results\": [{\"split\": \"a]}\\\"\", \"x\": [1, [2, {}], null]}],\n"
+      " \"convergence\": {\"criterion\": \"a}b\", \"met\": true}, \"e\": []}\n";
+  EXPECT_EQ(json_member_text(doc, "step", "f"), "40");
+  EXPECT_EQ(json_member_text(doc, "convergence", "f"),
+            "{\"criterion\": \"a}b\", \"met\": true}");
+  EXPECT_EQ(json_member_text(doc, "e", "f"), "[]");
+  EXPECT_EQ(json_member_text(doc, "absent", "f"), "");
+  EXPECT_EQ(json_member_text("{}", "step", "f"), "");
+  for (const std::string bad : {"", "[1]", "{\"a\": [1, 2}", "{\"a\": {\"b\": 1]}", "{\"a\": 1} x",
+                                "{\"a\": tru}", "{\"a\": \"open}", "{\"a\" 1}"}) {
+    try {
+      json_member_text(bad, "a", "the/eval.json");
+      ADD_FAILURE() << "no error for: " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the/eval.json: malformed JSON"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // ---------------- read_convergence ----------------

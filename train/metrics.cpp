@@ -157,15 +157,65 @@ std::string MetricRow::json() const {
 
 namespace {
 
+// The one JSON reader of run files: flat metric rows (parse_metric_row) and, with skip(), the
+// nested objects and arrays of eval.json (json_member_text).
 struct Parser {
   const std::string& s;
   const std::string& where;
   size_t p = 0;
+  bool document = false;  // a whole JSON file (offsets, newlines) rather than one metrics line
   [[noreturn]] void bad(const std::string& what) const {
+    if (document) fail(where, ": malformed JSON (", what, " at offset ", p, ")");
     fail(where, ": malformed metrics line (", what, " at column ", p + 1, ")");
   }
   void ws() {
-    while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\r')) ++p;
+    while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\r' || s[p] == '\n')) ++p;
+  }
+  bool at(char c) {
+    ws();
+    return p < s.size() && s[p] == c;
+  }
+  // Members of the object at p ('{' next): calls member(key) with p at each value, which must
+  // consume it.
+  template <class F>
+  void object(F&& member) {
+    expect('{');
+    if (at('}')) {
+      ++p;
+      return;
+    }
+    while (true) {
+      const std::string key = str();
+      expect(':');
+      member(key);
+      if (at(',')) {
+        ++p;
+        continue;
+      }
+      expect('}');
+      return;
+    }
+  }
+  // Any value: a scalar, a string, or a nested object or array.
+  void skip() {
+    if (at('{')) return object([this](const std::string&) { skip(); });
+    if (at('[')) {
+      ++p;
+      if (at(']')) {
+        ++p;
+        return;
+      }
+      while (true) {
+        skip();
+        if (at(',')) {
+          ++p;
+          continue;
+        }
+        expect(']');
+        return;
+      }
+    }
+    value();
   }
   void expect(char c) {
     ws();
@@ -230,27 +280,26 @@ struct Parser {
 MetricRow parse_metric_row(const std::string& line, const std::string& where) {
   Parser ps{line, where};
   MetricRow row;
-  ps.expect('{');
-  ps.ws();
-  if (ps.p < line.size() && line[ps.p] == '}') {
-    ++ps.p;
-  } else {
-    while (true) {
-      std::string key = ps.str();
-      ps.expect(':');
-      row.fields.emplace_back(key, ps.value());
-      ps.ws();
-      if (ps.p < line.size() && line[ps.p] == ',') {
-        ++ps.p;
-        continue;
-      }
-      ps.expect('}');
-      break;
-    }
-  }
+  ps.object([&](const std::string& key) { row.fields.emplace_back(key, ps.value()); });
   ps.ws();
   if (ps.p != line.size()) ps.bad("trailing text");
   return row;
+}
+
+std::string json_member_text(const std::string& text, const std::string& key,
+                             const std::string& where) {
+  Parser ps{text, where};
+  ps.document = true;
+  std::string found;
+  ps.object([&](const std::string& k) {
+    ps.ws();
+    const size_t b = ps.p;
+    ps.skip();
+    if (k == key) found = text.substr(b, ps.p - b);
+  });
+  ps.ws();
+  if (ps.p != text.size()) ps.bad("trailing text");
+  return found;
 }
 
 std::vector<MetricRow> parse_metrics_jsonl(const std::string& text, const std::string& where) {

@@ -43,6 +43,11 @@ struct MetricRow {
 // Parses one line written by MetricRow::json() (a flat JSON object of numbers, strings, null,
 // true/false). Throws pelab::Error naming `where` on malformed input.
 MetricRow parse_metric_row(const std::string& line, const std::string& where = "metrics");
+// The text of the value of top-level member `key` of the JSON object `text` ("" when absent; the
+// last one when repeated), e.g. eval.json's "convergence" record for parse_metric_row. Nested
+// objects and arrays are checked and skipped. Throws pelab::Error naming `where` on malformed input.
+std::string json_member_text(const std::string& text, const std::string& key,
+                             const std::string& where);
 // Every non-empty line of a metrics.jsonl text.
 std::vector<MetricRow> parse_metrics_jsonl(const std::string& text, const std::string& where);
 

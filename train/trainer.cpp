@@ -2,21 +2,17 @@
 // checkpoints and exact resume.
 #include "train/trainer.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -25,6 +21,7 @@
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
 #include "pelab/blas_kernels.h"
+#include "pelab/clock.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
 #include "pelab/strings.h"
@@ -32,6 +29,7 @@
 #include "train/memory_estimate.h"
 #include "train/model_from_config.h"
 #include "train/progress.h"
+#include "train/run_folder.h"
 #include "train/stop_signal.h"
 #include "train/text_file.h"
 
@@ -41,73 +39,7 @@ namespace pelab {
 
 namespace {
 
-// ---------------- the run directory lock ----------------
-
-// An exclusive flock() on <run>/.pelab.lock, held while the trainer runs; the kernel releases it
-// when the process ends in any way (kill -9 included), so a stale lock file never blocks a run.
-class RunDirLock {
- public:
-  RunDirLock() = default;
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
-  ~RunDirLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void acquire(const fs::path& dir) {
-    if (fd_ >= 0) return;
-    const std::string path = (dir / ".pelab.lock").string();
-    const int fd = open_for_writing(path, O_RDWR | O_CREAT, 0644);  // a planted link: refused
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      char buf[32] = {0};
-      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-      std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-      ::close(fd);
-      PELAB_CHECK(err == EWOULDBLOCK, "cannot lock ", path, ": ", std::strerror(err));
-      fail("run directory ", dir.string(), " is in use by another pelab process",
-           pid.empty() ? std::string() : " (pid " + pid + ")",
-           "; wait for it to finish or stop it first");
-    }
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-      // The pid is only for the message of a second process; the lock itself is held.
-    }
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 // ---------------- small helpers ----------------
-
-// step_<N>.h5 -> N, or -1.
-int64_t step_of(const std::string& filename) {
-  const std::string pre = "step_", suf = ".h5";
-  if (filename.size() <= pre.size() + suf.size() || filename.compare(0, pre.size(), pre) != 0 ||
-      filename.compare(filename.size() - suf.size(), suf.size(), suf) != 0)
-    return -1;
-  const std::string num = filename.substr(pre.size(), filename.size() - pre.size() - suf.size());
-  if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(num);
-}
-
-// (step, path) of every step_<N>.h5, ascending.
-std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string& run_dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  const fs::path dir = fs::path(run_dir) / "checkpoints";
-  if (!fs::is_directory(dir, ec)) return out;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const int64_t s = step_of(e.path().filename().string());
-    if (s >= 0 && e.is_regular_file(ec)) out.emplace_back(s, e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string checkpoint_name(int64_t step) { return "step_" + std::to_string(step) + ".h5"; }
 
 // Keys that say where a run is, not how it trains: the trainer sets them from the run directory
 // it resumes.
@@ -120,53 +52,6 @@ bool all_finite(const std::vector<Tensor>& params) {
     for (double v : p.to_vector())
       if (!std::isfinite(v)) return false;
   return true;
-}
-
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-// Removes the files of an old run from `dir` (only the files a run writes).
-void clear_run_files(const fs::path& dir) {
-  std::error_code ec;
-  for (const char* f : {"config.yaml", "metrics.jsonl", "metrics.csv", "eval.json", "eval.csv",
-                        "train.log"})
-    fs::remove(dir / f, ec);
-  fs::remove_all(dir / "checkpoints", ec);
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("predictions_", 0) == 0) fs::remove(e.path(), ec);
-  }
-}
-
-bool holds_a_run(const fs::path& dir) {
-  std::error_code ec;
-  return fs::exists(dir / "metrics.jsonl", ec) || fs::exists(dir / "checkpoints", ec) ||
-         fs::exists(dir / "config.yaml", ec);
-}
-
-// A pelab run (its config.yaml has pelab's header) that never completed a checkpoint, e.g. one killed
-// during its first checkpoint write: nothing to continue from, so it may be started again without
-// --overwrite.
-bool run_without_checkpoint(const fs::path& dir) {
-  std::error_code ec;
-  std::ifstream cfg(dir / "config.yaml");
-  std::string first;
-  std::getline(cfg, first);
-  if (first.rfind("# pelab run config", 0) != 0 || !fs::is_directory(dir / "checkpoints", ec) ||
-      fs::exists(dir / "checkpoints" / "best.h5", ec) || !step_checkpoints(dir.string()).empty())
-    return false;
-  // A temporary still there after clean_temporaries belongs to a live process: a run saving now.
-  for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) return false;
-  return true;
-}
-
-// Removes the temporaries a killed save left in <dir>/checkpoints (see remove_stale_temporaries).
-void clean_temporaries(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::is_directory(dir / "checkpoints", ec)) remove_stale_temporaries((dir / "checkpoints").string());
 }
 
 // The model's and the randomized-position generator's counters for micro-batch k of a step (k over
@@ -186,7 +71,8 @@ int64_t stored_train_positions(const CheckpointData& ck) {
 class Trainer {
  public:
   Trainer(const Config& cfg, const TrainOptions& opt)
-      : cfg_(cfg), opt_(opt), comm_(opt.comm ? *opt.comm : single_process()) {}
+      : cfg_(cfg), opt_(opt), comm_(opt.comm ? *opt.comm : single_process()),
+        stop_(cfg.train.stop_when) {}
   TrainResult run();
 
  private:
@@ -206,11 +92,9 @@ class Trainer {
   void add_row(const MetricRow& row);
   void rewrite_metrics_files();
   EvalResult validate();
-  void update_criterion(const EvalResult& r);
   Convergence convergence() const;
   void save(const std::string& path);
   void save_step_checkpoint();
-  void update_last_link();
   bool healthy() const;
   void after_skipped_step(double loss);
   [[noreturn]] void diverged(const std::string& why);
@@ -252,13 +136,7 @@ class Trainer {
   std::vector<std::vector<int64_t>> step_positions_;
   EvalResult last_valid_;
   int64_t last_valid_step_ = -1;
-  // train.stop_when: consecutive validations meeting the criterion, the step it was met at (-1 =
-  // not yet), the metric at the newest validation and (plateau form) the best value so far (NaN
-  // before the first validation). All four are in the checkpoint.
-  int64_t crit_hits_ = 0;
-  int64_t crit_met_step_ = -1;
-  double crit_value_ = std::numeric_limits<double>::quiet_NaN();
-  double crit_best_ = std::numeric_limits<double>::quiet_NaN();
+  StopCriterion stop_;  // train.stop_when
 };
 
 // Where to resume from, if anywhere ("" = a fresh run).
@@ -309,10 +187,10 @@ bool Trainer::validate_everywhere() {
   if (root()) interrupted = validate().interrupted;
   else stop_test_point("validation", comm_.rank());  // the others wait for rank 0 here
   if (comm_.size() > 1) {
-    std::vector<double> v = {root() ? static_cast<double>(crit_met_step_) : 0.0,
+    std::vector<double> v = {root() ? static_cast<double>(stop_.met_step()) : 0.0,
                              interrupted ? 1.0 : 0.0, stop_signal() ? 1.0 : 0.0};
     comm_.allreduce_sum(v.data(), v.size());
-    crit_met_step_ = static_cast<int64_t>(v[0]);
+    stop_.set_met_step(static_cast<int64_t>(v[0]));
     interrupted = v[1] > 0;
     peer_signal_ = v[2] > 0;
   }
@@ -386,10 +264,9 @@ void Trainer::open_run() {
   write_text_file(dir_ + "/config.yaml",
                   "# pelab run config (resolved): " + cfg_.source + "\n" + config_to_yaml(cfg_, true));
   // Checkpoints newer than the one resumed from belong to a future this run no longer has.
-  for (const auto& [s, p] : step_checkpoints(dir_))
-    if (s > step_) fs::remove(p, ec);
+  remove_checkpoints_after(dir_, step_);
   keep_best_of_this_timeline();
-  update_last_link();
+  update_last_link(dir_);
   rewrite_metrics_files();
 }
 
@@ -474,21 +351,9 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   last_lr_ = value("last_lr");
   last_grad_norm_ = value("last_grad_norm");
   elapsed_before_ = value("elapsed_s");
-  // train.stop_when state; checkpoints written before the criterion existed have none (and a
-  // config without a criterion: a resume cannot add one, see resumable_change).
-  auto counter_or = [&](const char* name, int64_t def) {
-    auto it = ck.counters.find(name);
-    return it == ck.counters.end() ? def : it->second;
-  };
-  crit_hits_ = counter_or("criterion_hits", 0);
-  crit_met_step_ = counter_or("criterion_met_step", -1);
-  pending_validation_ = counter_or("validation_pending", 0) != 0;
-  auto value_or_nan = [&](const char* name) {
-    auto it = ck.values.find(name);
-    return it == ck.values.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
-  };
-  crit_value_ = value_or_nan("criterion_value");
-  crit_best_ = value_or_nan("criterion_best");
+  stop_.restore(ck);
+  auto it = ck.counters.find("validation_pending");
+  pending_validation_ = it != ck.counters.end() && it->second != 0;
   rows_ = parse_metrics_jsonl(ck.metrics_jsonl, path + ": metrics");
   saved_step_ = step_;
 }
@@ -734,7 +599,7 @@ EvalResult Trainer::validate() {
   if (r.interrupted) return r;  // nothing of it is recorded: a resume validates this step again
   last_valid_ = r;
   last_valid_step_ = step_;
-  update_criterion(r);
+  stop_.update(r, step_);
   if (!r.available()) return r;
   MetricRow row;
   row.set("type", "eval").set("step", step_).set("split", r.split).set("loss", r.loss);
@@ -760,62 +625,14 @@ EvalResult Trainer::validate() {
   if (cfg_.train.stop_when.per_length)
     msg += " (worst length " + format_metric(r.worst_length_exact_match(), 4) + ")";
   if (best) msg += " (best " + metric + ")";
-  const StopWhen& w = cfg_.train.stop_when;
-  if (w.enabled())
-    msg += " [stop_when " + std::to_string(crit_hits_) + "/" + std::to_string(w.patience) + "]";
+  msg += stop_.progress_note();
   progress_->line(msg);
-  if (w.enabled() && crit_met_step_ == step_)
-    progress_->line("criterion met at step " + std::to_string(step_) + ": " + w.metric + " on " +
-                    w.split + " " + printf_number("%.6g", crit_value_) +
-                    (w.plateau() ? ", best " + printf_number("%.6g", crit_best_) + ", improved by <= " +
-                                       printf_number("%.6g", 100 * w.min_delta) + " %"
-                                 : (w.higher() ? " >= " : " <= ") + printf_number("%.6g", w.threshold())) +
-                    " (" + std::to_string(crit_hits_) + " consecutive)");
+  if (stop_.met_step() == step_) progress_->line(stop_.met_line(step_));
   if (best) save(dir_ + "/checkpoints/best.h5");
   return r;
 }
 
-// After each validation: count consecutive validations that meet train.stop_when; the criterion
-// is met at the validation that makes the count reach its patience (once: the run stops there).
-// Plateau form: a validation counts when it does not improve on the best value so far by more
-// than min_delta; one that does resets the count. The best value follows every better value (a
-// small improvement counts and still becomes the new best). A NaN value (no measurement) resets
-// the count and leaves the best: a diverged run has not converged.
-void Trainer::update_criterion(const EvalResult& r) {
-  const StopWhen& w = cfg_.train.stop_when;
-  if (!w.enabled() || crit_met_step_ >= 0) return;
-  crit_value_ = !r.available()  ? std::numeric_limits<double>::quiet_NaN()
-                : w.per_length ? r.worst_length_exact_match()
-                               : metric_of(r, w.metric);
-  if (w.plateau()) {
-    const double v = crit_value_;
-    if (std::isnan(v))
-      crit_hits_ = 0;
-    else if (w.improves(v, crit_best_))
-      crit_hits_ = 0, crit_best_ = v;
-    else {
-      ++crit_hits_;
-      if (w.higher() ? v > crit_best_ : v < crit_best_) crit_best_ = v;
-    }
-  } else {
-    crit_hits_ = w.meets(crit_value_) ? crit_hits_ + 1 : 0;
-  }
-  if (crit_hits_ >= w.patience) crit_met_step_ = step_;
-}
-
-Convergence Trainer::convergence() const {
-  Convergence c;
-  const StopWhen& w = cfg_.train.stop_when;
-  if (!w.enabled()) return c;
-  c.has_criterion = true;
-  c.met = crit_met_step_ >= 0;
-  c.step = crit_met_step_;
-  c.steps_run = step_;
-  c.criterion = w.describe();
-  c.metric = w.metric;
-  c.value = crit_value_;
-  return c;
-}
+Convergence Trainer::convergence() const { return stop_.convergence(step_); }
 
 void Trainer::save(const std::string& path) {
   CheckpointData d;
@@ -840,11 +657,8 @@ void Trainer::save(const std::string& path) {
   d.counters["log_loss_count"] = log_loss_count_;
   d.counters["best_step"] = best_step_;
   d.counters["train_positions"] = train_positions_;
-  d.counters["criterion_hits"] = crit_hits_;
-  d.counters["criterion_met_step"] = crit_met_step_;
   if (pending_validation_) d.counters["validation_pending"] = 1;
-  d.values["criterion_value"] = crit_value_;
-  d.values["criterion_best"] = crit_best_;
+  stop_.save(d);
   d.values["log_loss_sum"] = log_loss_sum_;
   d.values["best_metric"] = best_step_ >= 0 ? best_ : 0.0;
   d.values["last_lr"] = last_lr_;
@@ -863,35 +677,12 @@ void Trainer::save_step_checkpoint() {
   if (healthy()) last_finite_step_ = step_;  // before save(): the checkpoint records it
   save((ckdir / name).string());
   saved_step_ = step_;
-  std::error_code ec;
-  const int keep = cfg_.train.keep_checkpoints;
-  if (keep > 0) {
-    // The newest `keep`, and the last finite one however old (after a divergence the newest are
-    // all diverged models).
-    auto all = step_checkpoints(dir_);
-    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
-      if (all[i].first != last_finite_step_) fs::remove(all[i].second, ec);
-  }
-  update_last_link();
+  // The newest train.keep_checkpoints, and the last finite one however old (after a divergence
+  // the newest are all diverged models).
+  rotate_checkpoints(dir_, cfg_.train.keep_checkpoints, last_finite_step_);
+  update_last_link(dir_);
 }
 
-void Trainer::update_last_link() {
-  // last.h5 -> the newest step_<N>.h5, replaced atomically (a new link renamed over the old one).
-  const fs::path ckdir = fs::path(dir_) / "checkpoints";
-  const auto all = step_checkpoints(dir_);
-  std::error_code ec;
-  if (all.empty()) {
-    fs::remove(ckdir / "last.h5", ec);
-    return;
-  }
-  const fs::path tmp = ckdir / "last.h5.tmp";
-  fs::remove(tmp, ec);
-  fs::create_symlink(fs::path(all.back().second).filename(), tmp, ec);
-  if (!ec) fs::rename(tmp, ckdir / "last.h5", ec);
-  // A stale last.h5 would make the next resume continue from an older checkpoint.
-  PELAB_CHECK(!ec, "cannot point ", (ckdir / "last.h5").string(), " at ",
-              fs::path(all.back().second).filename().string(), ": ", ec.message());
-}
 
 TrainResult Trainer::run() {
   // From the start: a signal while the run is being set up stops it before its first step.
@@ -936,11 +727,9 @@ TrainResult Trainer::run() {
   if (crit.enabled() && step_ == 0 && rows_.empty())
     progress_->line("pelab train: stop when " + crit.describe() + " (at most " +
                     std::to_string(total) + " steps)");
-  // Training ends at the criterion only when train.stop_when.stop (else it is a record).
-  auto criterion_ends = [&] { return crit.stop && crit_met_step_ >= 0; };
-  if (criterion_ends())
+  if (stop_.ends_training())
     progress_->line("pelab train: criterion already met at step " +
-                    std::to_string(crit_met_step_) + "; not training further");
+                    std::to_string(stop_.met_step()) + "; not training further");
   t_start_ = now_s();
   double t_log = t_start_, now = t_start_, tps = 0, eta = 0;
   int64_t tok_log = 0, steps_here = 0;
@@ -971,9 +760,9 @@ TrainResult Trainer::run() {
       if (!validate_everywhere()) return false;
     // A run stopped by its criterion logs the steps since the last training row, as the last
     // step of train.steps does (after the validation that decided it).
-    const bool ends_here = crit.stop && crit_met_step_ == step_;
-    if (ends_here && log_loss_count_ > 0) train_row();
-    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total || ends_here)
+    if (stop_.ends_at(step_) && log_loss_count_ > 0) train_row();
+    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
+        stop_.ends_at(step_))
       save_step_checkpoint();
     return true;
   };
@@ -987,7 +776,7 @@ TrainResult Trainer::run() {
   auto signalled = [&] { return mpi ? peer_signal_ : stop_signal() != 0; };
   // A run interrupted during a validation resumes with it (the uninterrupted run did it here).
   if (pending_validation_ && !signalled() && !validate_and_save()) res.interrupted = true;
-  while (!res.interrupted && step_ < stop_at && !criterion_ends()) {
+  while (!res.interrupted && step_ < stop_at && !stop_.ends_training()) {
     if (signalled()) {
       res.interrupted = true;
       break;
@@ -1030,8 +819,8 @@ TrainResult Trainer::run() {
                "model.init_std and the pe.* initial values)");
   }
   res.criterion_set = crit.enabled();
-  res.criterion_met = crit_met_step_ >= 0;
-  res.criterion_step = crit_met_step_;
+  res.criterion_met = stop_.met();
+  res.criterion_step = stop_.met_step();
   auto stop_here = [&] {
     // Rank 0 writes the checkpoint while the others wait for it here: no rank ends (which makes
     // mpirun end the job) before it is on disk, and a failed write is every rank's error.
@@ -1048,7 +837,7 @@ TrainResult Trainer::run() {
                         "; continue with --resume " + dir_);
     return res;
   };
-  if (res.interrupted || (step_ < total && !criterion_ends())) return stop_here();
+  if (res.interrupted || (step_ < total && !stop_.ends_training())) return stop_here();
   // Finished (possibly already on resume), by reaching train.steps or by meeting train.stop_when:
   // valid + every test split with the final parameters.
   if (total == 0 && saved_step_ != 0) {
@@ -1057,8 +846,8 @@ TrainResult Trainer::run() {
       return stop_here();
     }
     save_step_checkpoint();
-    res.criterion_met = crit_met_step_ >= 0;
-    res.criterion_step = crit_met_step_;
+    res.criterion_met = stop_.met();
+    res.criterion_step = stop_.met_step();
   }
   if (!root()) {  // the final evaluation and its files are rank 0's
     res.step = step_;
@@ -1213,167 +1002,6 @@ Config resume_config(const std::string& run_dir, const std::vector<std::string>&
   }
   c.train.resume = "";
   return c;
-}
-
-std::string convergence_json(const Convergence& c) {
-  if (!c.has_criterion) return "null";
-  return "{\"criterion\": " + json_quote(c.criterion) + ", \"met\": " + (c.met ? "true" : "false") +
-         ", \"step\": " + (c.met ? std::to_string(c.step) : std::string("null")) +
-         ", \"steps_run\": " + std::to_string(c.steps_run) + ", \"metric\": " +
-         json_quote(c.metric) + ", \"value\": " + json_number(c.value) + "}";
-}
-
-namespace {
-
-// The text of the value of top-level key `key` in the JSON object `text` ("" when absent). Only
-// as much JSON as eval.json uses: objects, arrays, strings with escapes, plain scalars.
-std::string top_level_value(const std::string& text, const std::string& key,
-                            const std::string& where) {
-  size_t p = 0;
-  auto bad = [&](const std::string& what) {
-    fail(where, ": malformed JSON (", what, " at offset ", p, ")");
-  };
-  auto ws = [&] {
-    while (p < text.size() && std::isspace(static_cast<unsigned char>(text[p]))) ++p;
-  };
-  auto skip_string = [&] {  // at the opening quote; returns the raw text between the quotes
-    const size_t b = ++p;
-    while (p < text.size() && text[p] != '"') p += text[p] == '\\' ? 2 : 1;
-    if (p >= text.size()) bad("unterminated string");
-    return text.substr(b, p++ - b);
-  };
-  auto skip_value = [&] {
-    ws();
-    if (p >= text.size()) bad("missing value");
-    if (text[p] == '"') {
-      skip_string();
-      return;
-    }
-    if (text[p] == '{' || text[p] == '[') {
-      std::vector<char> stack;
-      do {
-        const char ch = text[p];
-        if (ch == '"') {
-          skip_string();
-          continue;
-        }
-        if (ch == '{' || ch == '[') stack.push_back(ch == '{' ? '}' : ']');
-        if (ch == '}' || ch == ']') {
-          if (stack.empty() || stack.back() != ch) bad("mismatched bracket");
-          stack.pop_back();
-        }
-        ++p;
-      } while (!stack.empty() && p < text.size());
-      if (!stack.empty()) bad("unterminated object or array");
-      return;
-    }
-    const size_t b = p;
-    while (p < text.size() && text[p] != ',' && text[p] != '}' && text[p] != ']' &&
-           !std::isspace(static_cast<unsigned char>(text[p])))
-      ++p;
-    if (p == b) bad("missing value");
-  };
-  std::string found;
-  ws();
-  if (p >= text.size() || text[p] != '{') bad("expected an object");
-  ++p;
-  ws();
-  if (p < text.size() && text[p] == '}') {
-    ++p;
-  } else {
-    while (true) {
-      ws();
-      if (p >= text.size() || text[p] != '"') bad("expected a key");
-      const std::string k = skip_string();
-      ws();
-      if (p >= text.size() || text[p] != ':') bad("expected ':'");
-      ++p;
-      ws();
-      const size_t b = p;
-      skip_value();
-      if (k == key) found = text.substr(b, p - b);
-      ws();
-      if (p < text.size() && text[p] == ',') {
-        ++p;
-        continue;
-      }
-      if (p >= text.size() || text[p] != '}') bad("expected ',' or '}'");
-      ++p;
-      break;
-    }
-  }
-  ws();
-  if (p != text.size()) bad("trailing text");
-  return found;
-}
-
-}  // namespace
-
-Convergence read_convergence(const std::string& run_dir) {
-  const std::string path = (fs::path(run_dir) / "eval.json").string();
-  std::error_code ec;
-  PELAB_CHECK(fs::exists(path, ec), path, ": no such file (the run has not finished; resume it)");
-  const std::string value = top_level_value(read_text_file(path), "convergence", path);
-  Convergence c;
-  if (value.empty() || value == "null") return c;
-  const std::string where = path + ": convergence";
-  const MetricRow row = parse_metric_row(value, where);
-  auto get = [&](const char* name, MetricValue::Kind kind, bool nullable) -> const MetricValue* {
-    const MetricValue* v = row.get(name);
-    PELAB_CHECK(v, where, ".", name, " is missing");
-    if (nullable && v->kind == MetricValue::Kind::Null) return nullptr;
-    PELAB_CHECK(v->kind == kind || (kind == MetricValue::Kind::Num && v->kind ==
-                                                                           MetricValue::Kind::Int),
-                where, ".", name, " has the wrong type: ", v->json());
-    return v;
-  };
-  c.has_criterion = true;
-  c.criterion = get("criterion", MetricValue::Kind::Str, false)->s;
-  c.metric = get("metric", MetricValue::Kind::Str, false)->s;
-  const MetricValue* met = row.get("met");
-  // true/false read back as the integers 1/0.
-  PELAB_CHECK(met && met->kind == MetricValue::Kind::Int && (met->i == 0 || met->i == 1), where,
-              ".met is missing or not true/false");
-  c.met = met->i == 1;
-  const MetricValue* step = get("step", MetricValue::Kind::Int, true);
-  PELAB_CHECK(c.met == (step != nullptr), where, ".step must be an integer exactly when met is true");
-  c.step = step ? step->i : -1;
-  c.steps_run = get("steps_run", MetricValue::Kind::Int, false)->i;
-  PELAB_CHECK(c.steps_run >= 0 && c.step <= c.steps_run, where, ": step ", c.step,
-              " / steps_run ", c.steps_run, " are inconsistent");
-  const MetricValue* v = get("value", MetricValue::Kind::Num, true);
-  if (v) c.value = v->kind == MetricValue::Kind::Int ? static_cast<double>(v->i) : v->d;
-  return c;
-}
-
-std::string run_directory(const Config& cfg) {
-  return (fs::path(cfg.train.run_dir) / cfg.train.run_name).string();
-}
-
-std::string latest_checkpoint(const std::string& run_dir) {
-  std::error_code ec;
-  const fs::path last = fs::path(run_dir) / "checkpoints" / "last.h5";
-  if (fs::exists(last, ec)) {  // exists() follows the link; name the file it points to
-    if (fs::is_symlink(last, ec)) {
-      const fs::path target = fs::read_symlink(last, ec);
-      if (!ec) return (target.is_absolute() ? target : last.parent_path() / target).string();
-    }
-    return last.string();
-  }
-  auto all = step_checkpoints(run_dir);
-  return all.empty() ? "" : all.back().second;
-}
-
-std::string best_or_latest_checkpoint(const std::string& run_dir) {
-  std::error_code ec;
-  const fs::path best = fs::path(run_dir) / "checkpoints" / "best.h5";
-  if (fs::exists(best, ec)) return best.string();
-  return latest_checkpoint(run_dir);
-}
-
-bool is_run_directory(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.yaml", ec);
 }
 
 LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {

@@ -26,6 +26,8 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/evaluate.h"
+#include "train/run_folder.h"
+#include "train/stop_criterion.h"
 #include "train/task_data.h"
 
 namespace pelab {
@@ -79,31 +81,9 @@ struct TrainResult {
 
 TrainResult train(const Config& cfg, const TrainOptions& opt = {});
 
-// Whether and when a run met its train.stop_when criterion: the "convergence" object of eval.json.
-struct Convergence {
-  bool has_criterion = false;  // false: the run had no criterion ("convergence": null / absent)
-  bool met = false;
-  int64_t step = -1;           // step at which the criterion was met, -1 when not met
-  int64_t steps_run = 0;       // optimizer steps the run took
-  std::string criterion, metric;  // "exact_match on valid >= 0.99 for 2 consecutive ...", metric
-  double value = std::numeric_limits<double>::quiet_NaN();  // metric at the last validation
-};
-// Reads the convergence record of a finished run from <run_dir>/eval.json. Throws pelab::Error
-// naming the file when it is missing or malformed; has_criterion = false when the run had none.
-Convergence read_convergence(const std::string& run_dir);
-// The convergence record as eval.json writes it: a one-line JSON object, or "null" when
-// !c.has_criterion.
-std::string convergence_json(const Convergence& c);
+// Convergence, read_convergence, convergence_json: train/stop_criterion.h.
 
-// <train.run_dir>/<train.run_name>
-std::string run_directory(const Config& cfg);
-// Path of the newest checkpoint of a run directory (checkpoints/last.h5, else the highest
-// step_<N>.h5), "" when there is none.
-std::string latest_checkpoint(const std::string& run_dir);
-// checkpoints/best.h5 when it exists, else latest_checkpoint().
-std::string best_or_latest_checkpoint(const std::string& run_dir);
-// True when `path` is a directory with a config.yaml (a run directory).
-bool is_run_directory(const std::string& path);
+// run_directory, latest_checkpoint, best_or_latest_checkpoint, is_run_directory: train/run_folder.h.
 
 // ---- resuming (docs/training.md, "Resuming") ----
 // Config keys that may differ on resume from the run's stored config (train.steps, the logging,

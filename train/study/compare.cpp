@@ -29,6 +29,7 @@
 #include "data/rng.h"
 #include "models/pe/pe.h"
 #include "pelab/blas_kernels.h"
+#include "pelab/clock.h"
 #include "pelab/parallel.h"
 #include "pelab/strings.h"
 #include "pelab/random.h"
@@ -46,11 +47,6 @@ namespace fs = std::filesystem;
 namespace pelab {
 
 namespace {
-
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 // YAML text of a value for a "key=value" override: scalars as written, collections in flow style.
 std::string value_text(const YAML::Node& n) {

@@ -4,7 +4,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include <sstream>
 
 #include "data/tasks.h"
+#include "pelab/clock.h"
 #include "pelab/error.h"
 #include "pelab/strings.h"
 #include "train/study/config_block.h"
@@ -24,11 +24,6 @@ namespace fs = std::filesystem;
 namespace pelab {
 
 namespace {
-
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 bool higher_is_better(const std::string& metric) {
   return metric == "exact_match" || metric == "token_accuracy";
