@@ -105,6 +105,19 @@ class CompareJobsTest : public pelab::testing::TinyCompareTest {
 
 const char* kRuns[] = {"rope_seed1", "rope_seed2", "t5_seed1", "t5_seed2"};
 
+// The config digest --plan prints for run i (0-based) of `spec` (its output folder "rep").
+std::string fingerprint_of_run(const CompareSpec& spec, size_t i) {
+  std::istringstream plan(compare_plan_text(spec, "rep"));
+  std::string line;
+  std::getline(plan, line);  // the "# N runs" line
+  std::getline(plan, line);  // the column heads
+  for (size_t k = 0; k <= i; ++k) std::getline(plan, line);
+  std::istringstream f(line);
+  std::string index, run, seed, digest;
+  f >> index >> run >> seed >> digest;
+  return digest;
+}
+
 // ---------------- --jobs ----------------
 
 TEST_F(CompareJobsTest, ParallelRunsEqualSequentialRuns) {
@@ -287,6 +300,53 @@ TEST_F(CompareJobsTest, FailingChildFailsTheComparisonNamingRunAndLog) {
             std::string::npos)
       << child_log;
   EXPECT_FALSE(fs::exists(dir_ / "rep" / "report.md"));
+}
+
+// The config file is edited while the comparison runs (each child re-reads it): a child whose run
+// is no longer the one planned trains nothing and fails, naming the change, instead of training
+// the edited config in the planned run's place. The fault: a stand-in child edits the config
+// (train.steps 12 -> 13, every run's digest changes), then runs the real pelab.
+TEST_F(CompareJobsTest, ConfigEditedWhileTheComparisonRunsTrainsNothingInThePlannedRunsPlace) {
+  const std::string cfg = config();
+  const CompareSpec spec = load_compare(cfg, {});
+  const std::string planned = fingerprint_of_run(spec, 0);
+  CompareOptions o = fake_children("#!/bin/sh\nsed -i 's/steps: 12,/steps: 13,/' " + quote(cfg) +
+                                   "\nexec " + quote(pelab::testing::pelab_binary()) + " \"$@\"\n");
+  try {
+    run_compare(spec, o);
+    FAIL() << "expected the comparison to fail";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("failed (exit status 1)"), std::string::npos)
+        << e.what();
+  }
+  const std::string child_log = slurp(dir_ / "rep" / "runs" / "rope_seed1" / "compare.log");
+  EXPECT_NE(child_log.find("compare: run 1 of " + cfg + " is now rope_seed1 with config "),
+            std::string::npos)
+      << child_log;
+  EXPECT_NE(child_log.find("not the config " + planned + " this comparison planned: the config "
+                           "file changed while it ran"),
+            std::string::npos)
+      << child_log;
+  for (const char* run : kRuns)
+    EXPECT_FALSE(fs::exists(dir_ / "rep" / "runs" / run / "checkpoints")) << run;
+  EXPECT_FALSE(fs::exists(dir_ / "rep" / "report.md"));
+  // The check itself, from the command line: the right digest trains, another does not.
+  const std::string now = fingerprint_of_run(load_compare(cfg, {}), 0);
+  EXPECT_EQ(pelab("compare " + quote(cfg) + " --only 1 --expect-config " + planned +
+                  " --out rep2 --no-plots"),
+            1);
+  EXPECT_FALSE(fs::exists(dir_ / "rep2" / "runs"));
+  EXPECT_EQ(pelab("compare " + quote(cfg) + " --only 2 --expect-config " + now +
+                  " --out rep2 --no-plots"),
+            2 - 1)
+      << "run 2's digest is not run 1's";
+  EXPECT_EQ(pelab("compare " + quote(cfg) + " --only 1 --expect-config " + now +
+                  " --out rep2 --no-plots"),
+            0)
+      << err_;
+  EXPECT_TRUE(fs::exists(dir_ / "rep2" / "runs" / "rope_seed1" / "eval.json"));
+  EXPECT_EQ(pelab("compare " + quote(cfg) + " --only 1,2 --expect-config " + now), 2);
+  EXPECT_NE(err_.find("--expect-config needs exactly one --only run"), std::string::npos) << err_;
 }
 
 // A run that cannot be started (its directory cannot be created: a file is in the way) fails the

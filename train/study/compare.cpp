@@ -1482,7 +1482,8 @@ bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
       const fs::path dir = run_directory(run.cfg);
       std::vector<std::string> args = {
           "compare", config,  "--only",     std::to_string(i + 1),
-          "--out",   out_dir, "--progress", opt.progress == 2 ? "none" : "lines"};
+          "--out",   out_dir, "--progress", opt.progress == 2 ? "none" : "lines",
+          "--expect-config", fingerprint(eval_identity(run.cfg))};
       for (const auto& o : spec.overrides) {
         args.push_back("--set");
         args.push_back(o);
@@ -1782,6 +1783,16 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   }
   PELAB_CHECK(!(opt.report_only && !opt.only.empty()),
               "compare: --only and --report-only cannot be combined");
+  if (!opt.expect_config.empty()) {
+    const size_t i = opt.only.at(0);
+    const std::string digest = fingerprint(eval_identity(plan[i].cfg));
+    if (digest != opt.expect_config)
+      throw ConfigError("compare: run " + std::to_string(i + 1) + " of " + spec.source +
+                        " is now " + plan[i].cfg.train.run_name + " with config " + digest +
+                        ", not the config " + opt.expect_config +
+                        " this comparison planned: the config file changed while it ran; run "
+                        "the comparison again (finished runs are reused)");
+  }
   std::error_code ec;
   fs::create_directories(fs::path(res.out_dir) / "runs", ec);
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());

@@ -196,6 +196,11 @@ struct CompareOptions {
   std::string exe;
   // Indexes (0-based) of the only runs to train and evaluate; no report is written. Empty = all.
   std::vector<size_t> only;
+  // --expect-config DIGEST (with exactly one --only run): train nothing unless that run's config
+  // digest (as --plan prints it) is DIGEST. A comparison gives its child processes the digest it
+  // planned, so a config file edited while the comparison runs makes its child fail, never train
+  // another run in the planned one's place.
+  std::string expect_config;
   bool report_only = false;  // train nothing: report the finished runs, list the missing ones
   // --merge DIR...: output folders of slices of this comparison made elsewhere. The records
   // (train/study/run_record.h) of the plan's finished runs in each DIR/runs/ are checked and copied

@@ -53,6 +53,9 @@ const char* kCompareHelp =
     "  --only I[,J...]          train and evaluate only these runs (indexes as --plan prints\n"
     "                           them, or ranges A-B: --only 1-40,45) into the same run\n"
     "                           directories; no report\n"
+    "  --expect-config DIGEST   with one --only run: train nothing unless its config digest\n"
+    "                           (as --plan prints it) is DIGEST (comparisons give it to their\n"
+    "                           child processes: a config edited meanwhile trains nothing)\n"
     "  --report-only            write the report from the finished runs; list the missing ones\n"
     "                           and exit 1 if any are missing\n"
     "  --merge DIR...           gather the finished runs of slices of this comparison (or\n"
@@ -75,7 +78,8 @@ const char* kCompareHelp =
     "  -h, --help               show this help\n";
 
 const CommandSpec kCompareSpec{"compare",
-                               {"--out", "--task", "--emit-slurm", "--jobs", "--only", "--progress"},
+                               {"--out", "--task", "--emit-slurm", "--jobs", "--only", "--progress",
+                                "--expect-config"},
                                {"--retrain", "--no-plots", "--plan", "--report-only", "--merge"},
                                true};
 
@@ -145,6 +149,9 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
     throw args.error("--emit-slurm needs a directory");
   opt.jobs = args.integer("--jobs", 1, opt.jobs, "runs trained at once");
   if (args.has("--only")) opt.only = only_option(args);
+  opt.expect_config = args.value("--expect-config");
+  if (args.has("--expect-config") && opt.only.size() != 1)
+    throw args.error("--expect-config needs exactly one --only run");
   opt.progress = args.progress();
   const std::string progress = args.value("--progress");
   // --merge DIR...: the folders follow CONFIG.
