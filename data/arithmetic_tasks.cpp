@@ -150,6 +150,23 @@ class AdditionReversedTask : public ArithmeticTask {
     const int64_t la = draw_length(rng, k, min_len, max_len);
     return std::max(la, draw_length(rng, k, min_len, max_len));
   }
+  // Both operand lengths drawn as example_at draws them, given that the longer has `length`
+  // digits (rejection: each try keeps a pair with probability >= 1/(length - min_len + 1)). Before
+  // 2026-11-26 a one-length batch had both operands of `length` digits, so randomized-position
+  // runs never trained on operands of different lengths, which their validation holds.
+  Example example_of_length(uint64_t seed, int64_t k, int64_t length, int64_t min_len,
+                            int64_t max_len) const override {
+    PELAB_DATA_CHECK(length >= min_len && length <= max_len, "task '", name(), "': length ",
+                     length, " is outside the range [", min_len, ", ", max_len, "]");
+    PELAB_DATA_CHECK(length_problem(length).empty(), "task '", name(), "': length ", length, " ",
+                     length_problem(length));
+    Rng rng = Rng::for_index(seed, static_cast<uint64_t>(std::max<int64_t>(k, 0)));
+    for (;;) {
+      const int64_t la = draw_length(rng, k, min_len, length);
+      const int64_t lb = draw_length(rng, k, min_len, length);
+      if (std::max(la, lb) == length) return sample_pair(rng, la, lb);
+    }
+  }
   Example sample(Rng& rng, int64_t length) const override {
     return sample_pair(rng, length, length);
   }

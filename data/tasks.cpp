@@ -51,6 +51,11 @@ int64_t Task::length_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_l
   return draw_length(rng, k, min_len, max_len);  // the first draw of example_at
 }
 
+Example Task::example_of_length(uint64_t seed, int64_t k, int64_t length, int64_t /*min_len*/,
+                                int64_t /*max_len*/) const {
+  return example_at(seed, k, length, length);
+}
+
 std::vector<Example> Task::make_split(uint64_t seed, int64_t count, int64_t min_len,
                                       int64_t max_len) const {
   PELAB_DATA_CHECK(count >= 0, "task '", name(), "': split size ", count, " must be >= 0");
@@ -322,7 +327,8 @@ Example ExampleStream::at_length(int64_t k, int64_t length) const {
   PELAB_DATA_CHECK(task_, "ExampleStream::at_length: a dataset's examples have the lengths they "
                    "have (one-length batches need a task)");
   PELAB_DATA_CHECK(k >= 0, "ExampleStream: index ", k, " must be >= 0");
-  return task_->example_at(seed_, k, length, length);
+  return task_->example_of_length(seed_, k, length, task_->spec().train_min_len,
+                                  task_->spec().train_max_len);
 }
 
 int64_t ExampleStream::batch_length(int64_t j) const {

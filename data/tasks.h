@@ -78,6 +78,13 @@ class Task {
   virtual Example example_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_len) const;
   // The task length example_at(seed, k, min_len, max_len) is drawn with.
   virtual int64_t length_at(uint64_t seed, int64_t k, int64_t min_len, int64_t max_len) const;
+  // Example k of the stream `seed` drawn as example_at(seed, k, min_len, max_len) draws it,
+  // conditioned on its task length being `length` (in [min_len, max_len]): the examples of a
+  // one-length training batch. The default, example_at(seed, k, length, length), is exact for the
+  // tasks whose length is their only size; a task that draws more than one size from the range
+  // (addition_reversed: each operand's digits) overrides it.
+  virtual Example example_of_length(uint64_t seed, int64_t k, int64_t length, int64_t min_len,
+                                    int64_t max_len) const;
   // Examples 0..count-1 of the stream `seed` (deterministic; use a fixed length with min == max).
   std::vector<Example> make_split(uint64_t seed, int64_t count, int64_t min_len,
                                   int64_t max_len) const;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -167,6 +168,44 @@ TEST(TaskPositions, IndexHints) {
   // A length whose answer needs more hints than there are is not generated.
   EXPECT_FALSE(t->length_problem(6).empty());
   EXPECT_THROW(t->example_at(1, 0, 6, 6), DataError);
+}
+
+// One-length training batches (randomized positions train on them) draw each example as the
+// training distribution does, given its task length: at length n of the range 1..5 the operand
+// lengths (la, lb) are the 2n - 1 pairs with max(la, lb) = n, equally likely (each operand's length
+// is uniform and independent). The fault: until 2026-11-26 both operands had n digits, so such
+// runs never trained on the zero-padded shorter operand that validation holds.
+TEST(TaskPositions, OneLengthBatchesKeepTheTrainingOperandLengths) {
+  auto t = make_task(arith("addition_reversed", "sequential"));
+  const ExampleStream stream(*t, 11);
+  for (int64_t n : {1, 3, 5}) {
+    std::map<std::pair<int64_t, int64_t>, int> pairs;
+    const int draws = 900 * static_cast<int>(2 * n - 1);
+    for (int k = 0; k < draws; ++k) {
+      const Example ex = stream.at_length(k, n);
+      ASSERT_EQ(static_cast<int64_t>(ex.src.size()), 2 * n + 1) << "task length " << n;
+      auto len = [&](size_t from) {  // digits of the operand at from (zero-padded to n)
+        int64_t z = 0;
+        while (z + 1 < n && ex.src[from + static_cast<size_t>(z)] == Vocab::kNumSpecial) ++z;
+        return n - z;
+      };
+      ++pairs[{len(0), len(static_cast<size_t>(n) + 1)}];
+    }
+    EXPECT_EQ(static_cast<int64_t>(pairs.size()), 2 * n - 1) << "task length " << n;
+    for (const auto& [p, count] : pairs) {
+      EXPECT_EQ(std::max(p.first, p.second), n);
+      EXPECT_NEAR(count, 900, 130) << "operand lengths " << p.first << ", " << p.second;
+    }
+  }
+  // The answer is the sum whatever the operands' widths.
+  const Example ex = stream.at_length(3, 5);
+  EXPECT_EQ(value(digits(ex.src, 0, 5)) + value(digits(ex.src, 6, 11)),
+            value([&] {
+              std::vector<int64_t> d = digits(ex.tgt, 0, 6);
+              std::reverse(d.begin(), d.end());
+              return d;
+            }()));
+  EXPECT_THROW(stream.at_length(0, 6), DataError);  // outside the training range
 }
 
 // Offsets shift every ID >= 1; 0 (bos, abacus's non-digits) stays.
