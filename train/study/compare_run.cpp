@@ -1,0 +1,808 @@
+// pelab — running a comparison (compare.h): training the plan's runs in this process or in child
+// processes (--jobs N), stopping on a signal, choosing the search's candidates and writing the
+// report.
+#include "train/study/compare.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "models/pe/pe.h"
+#include "pelab/blas_kernels.h"
+#include "pelab/clock.h"
+#include "pelab/strings.h"
+#include "train/metrics.h"
+#include "train/stop_signal.h"
+#include "train/study/compare_internal.h"
+#include "train/study/run_record.h"
+#include "train/text_file.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace pelab {
+using namespace compare_detail;
+
+// ---------------- child processes (--jobs N) ----------------
+
+namespace {
+
+// The 1-minute load average ("?" when unknown): timings on a shared machine need it.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string v;
+  if (!(in >> v)) return "?";
+  return v;
+}
+
+std::string sets_text(const std::vector<std::string>& sets) {
+  std::string s;
+  for (const auto& x : sets) s += (s.empty() ? "" : ", ") + std::string("`") + x + "`";
+  return s;
+}
+
+std::string task_summary(const Config& c) {
+  const TaskConfig& t = c.task;
+  std::ostringstream os;
+  os << "Task **" << t.name << "** (" << (is_lm(c) ? "decoder-only language model" : t.formulation)
+     << "), model " << c.model.arch << " d_model " << c.model.d_model << ", "
+     << count_text(c.model.heads, "head") << ", ";
+  if (c.model.arch == "seq2seq")
+    os << c.model.encoder_layers << "+" << c.model.decoder_layers << " layers";
+  else
+    os << count_text(c.model.decoder_layers, "layer");
+  os << "; " << count_text(c.train.steps, "step") << " of batch " << c.train.batch_size << " ("
+     << c.train.optimizer << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
+  if (is_lm(c)) {
+    os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : t.corpus)
+       << ", non-overlapping evaluation windows of";
+    for (size_t i = 0; i < t.lm_eval_lengths.size(); ++i)
+      os << (i ? ", " : " ") << t.lm_eval_lengths[i];
+    os << " tokens";
+  } else if (t.name != "textfile") {
+    os << "; " << t.num_eval_examples << " test examples per length";
+  }
+  os << ".";
+  return os.str();
+}
+
+std::string g_child_binary;  // set_compare_child_binary()
+
+// open(path, flags | O_CLOEXEC) on a descriptor >= 3 (so that the child's dup2 onto 0, 1 and 2
+// cannot clobber it, and no other child inherits it); -1 with *err = errno on failure.
+int open_high_cloexec(const char* path, int flags, int* err) {
+  int fd = ::open(path, flags | O_CLOEXEC, 0644);
+  if (fd >= 0 && fd <= 2) {
+    const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    *err = errno;
+    ::close(fd);
+    fd = moved;
+  } else if (fd < 0) {
+    *err = errno;
+  }
+  return fd;
+}
+
+// Starts `exe args...` with stdin /dev/null and stdout + stderr appended to `log_path`, SIGINT and
+// SIGTERM at their defaults and no signal blocked. The child dies with this process: it asks the
+// kernel for SIGTERM when its parent ends (PR_SET_PDEATHSIG; a pelab child stops at a checkpoint),
+// so a `kill -9` of the comparison leaves no run training as an orphan that holds its run
+// directory's lock. (The signal follows the thread that forks: call this from the thread that
+// outlives the children, as run_compare's caller does.)
+pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args,
+                  const std::string& log_path) {
+  std::vector<std::string> all = {exe};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Everything the child needs is made here: between fork and exec it only makes system calls.
+  int in_errno = 0, out_errno = 0;
+  const int in = open_high_cloexec("/dev/null", O_RDONLY, &in_errno);
+  const int out =
+      open_high_cloexec(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, &out_errno);
+  int report[2] = {-1, -1};  // the child writes exec's errno here; closed by a successful exec
+  if (in < 0 || out < 0 || ::pipe2(report, O_CLOEXEC) != 0) {
+    const int e = in < 0 ? in_errno : out < 0 ? out_errno : errno;
+    if (in >= 0) ::close(in);
+    if (out >= 0) ::close(out);
+    fail("compare: cannot start ", exe, ": ",
+         in < 0 ? "/dev/null: " : out < 0 ? log_path + ": " : "", std::strerror(e));
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigset_t none;
+  sigemptyset(&none);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);  // before PDEATHSIG: a TERM before exec ends the child
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(143);  // the parent died before the request took effect
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    ::execve(exe.c_str(), argv.data(), environ);
+    const int e = errno;
+    if (::write(report[1], &e, sizeof e) < 0) {
+    }
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(in);
+  ::close(out);
+  ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    fail("compare: cannot start ", exe, ": ", std::strerror(fork_errno));
+  }
+  int exec_errno = 0;
+  ssize_t n;
+  do n = ::read(report[0], &exec_errno, sizeof exec_errno);
+  while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+    ::waitpid(pid, nullptr, 0);
+    fail("compare: cannot start ", exe, ": ", std::strerror(exec_errno));
+  }
+  return pid;
+}
+
+// The newest train row of a run's metrics.jsonl (its last 16 KiB): step and loss; false if none.
+bool latest_train_row(const std::string& run_dir, int64_t& step, double& loss) {
+  std::ifstream in(fs::path(run_dir) / "metrics.jsonl", std::ios::binary);
+  if (!in) return false;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 16384);
+  in.seekg(from);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream lines(text);
+  std::string line;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    if (line.find("\"train\"") == std::string::npos) continue;
+    try {
+      const MetricRow row = parse_metric_row(line, "metrics.jsonl");
+      const MetricValue* t = row.get("type");
+      const MetricValue* s = row.get("step");
+      const MetricValue* l = row.get("loss");
+      if (!t || t->s != "train" || !s || s->kind != MetricValue::Kind::Int) continue;
+      step = s->i;
+      loss = l && l->kind == MetricValue::Kind::Num ? l->d : std::nan("");
+      found = true;
+    } catch (const std::exception&) {
+      // a line cut by the 16 KiB window or being written: skip it
+    }
+  }
+  return found;
+}
+
+std::string elapsed_text(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  char buf[32];
+  if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(t / 60),
+                  static_cast<long long>(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(t));
+  return buf;
+}
+
+// The reason a child gave for failing: the text of the last "pelab: error: " line it wrote to its
+// log from byte `from` on (its own run; the log is appended to by every run of the folder), "" if
+// none. The parent's message carries it, so that "run directory ... is in use by another pelab
+// process (pid N)" is not only in the log.
+std::string child_error(const std::string& log_path, std::uintmax_t from) {
+  std::ifstream in(log_path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start =
+      std::max<std::streamoff>(static_cast<std::streamoff>(from), size - 65536);
+  if (size <= start) return "";
+  in.seekg(start);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string mark = "pelab: error: ";
+  size_t at = text.rfind("\n" + mark);
+  at = at == std::string::npos ? (text.rfind(mark, 0) == 0 ? 0 : at) : at + 1;
+  if (at == std::string::npos) return "";
+  std::string line = text.substr(at + mark.size(), text.find('\n', at) - at - mark.size());
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.size() > 1000) line = line.substr(0, 1000) + " ...";
+  return line;
+}
+
+// Trains the runs `todo` (plan indexes) in child processes, at most `jobs` at once: each child is
+// `exe compare CONFIG --only I` with the same --set overrides and --out, its output appended to
+// runs/<run>/compare.log. A signal to this process (stop_signal()) is forwarded as SIGTERM;
+// returns false when interrupted. A child that fails throws, naming the run and its log.
+bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
+                       const std::vector<ComparePlanRun>& plan, const std::vector<size_t>& todo,
+                       int64_t jobs, const std::string& out_dir, std::ostream& log) {
+  const std::string exe = opt.exe.empty() ? g_child_binary : opt.exe;
+  // The config as given (a config loaded from a string: the copy in the report directory).
+  std::error_code ec;
+  const std::string config = fs::is_regular_file(spec.source, ec)
+                                 ? spec.source
+                                 : (fs::path(out_dir) / "compare.yaml").string();
+  const size_t N = plan.size();
+  struct Child {
+    size_t index;
+    pid_t pid;
+    std::string log;
+    double t0;
+    std::uintmax_t log_from;  // the log's size when the child started
+  };
+  std::vector<Child> running;
+  size_t next = 0;
+  bool stopping = false;
+  std::string failure;
+  // A block of lines redrawn on a terminal (progress bar / auto on a terminal), else plain lines.
+  const bool tty =
+      opt.progress == 1 || (opt.progress == -1 && &log == &std::cerr && ::isatty(2) == 1);
+  size_t drawn = 0;  // lines of the progress block on the terminal
+  double last_draw = 0;
+  auto tag = [&](size_t i) { return "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] "; };
+  auto clear_block = [&]() {
+    if (drawn == 0) return;
+    log << "\033[" << drawn << "A";
+    for (size_t k = 0; k < drawn; ++k) log << "\033[2K\n";
+    log << "\033[" << drawn << "A";
+    drawn = 0;
+  };
+  auto event = [&](const std::string& line) {
+    clear_block();
+    log << line << "\n" << std::flush;
+  };
+  auto draw_block = [&]() {
+    clear_block();
+    for (const auto& c : running) {
+      const ComparePlanRun& run = plan[c.index];
+      int64_t step = 0;
+      double loss = 0;
+      std::string state = "starting";
+      if (latest_train_row(run_directory(run.cfg), step, loss))
+        state = "step " + std::to_string(step) + "/" + std::to_string(run.cfg.train.steps) +
+                "  loss " + format_double(loss, 4);
+      log << tag(c.index) << run_who(run) << "  " << state << "  " << elapsed_text(now_s() - c.t0)
+          << "\n";
+      ++drawn;
+    }
+    log << std::flush;
+    last_draw = now_s();
+  };
+  auto stop_all = [&]() {
+    stopping = true;
+    for (const auto& c : running) ::kill(c.pid, SIGTERM);
+  };
+  log << "pelab compare: " << todo.size() << " runs to train, " << jobs
+      << " at once (child processes; each one's output in runs/<run>/compare.log)\n"
+      << std::flush;
+  while ((!stopping && next < todo.size()) || !running.empty()) {
+    if (!stopping && stop_signal()) {
+      stop_all();
+      event("pelab compare: stopping " + std::to_string(running.size()) +
+            " running runs (they save a checkpoint) ...");
+    }
+    while (!stopping && next < todo.size() && static_cast<int64_t>(running.size()) < jobs) {
+      const size_t i = todo[next++];
+      const ComparePlanRun& run = plan[i];
+      const fs::path dir = run_directory(run.cfg);
+      std::vector<std::string> args = {
+          "compare", config,  "--only",     std::to_string(i + 1),
+          "--out",   out_dir, "--progress", opt.progress == 2 ? "none" : "lines",
+          "--expect-config", fingerprint(eval_identity(run.cfg))};
+      for (const auto& o : spec.overrides) {
+        args.push_back("--set");
+        args.push_back(o);
+      }
+      if (opt.retrain) args.push_back("--retrain");
+      const std::string lp = (dir / "compare.log").string();
+      try {
+        fs::create_directories(dir, ec);
+        PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
+        ::close(open_for_writing(lp, O_WRONLY | O_CREAT | O_APPEND, 0644));  // a link: one line
+        std::error_code size_ec;
+        const std::uintmax_t from = fs::file_size(lp, size_ec);
+        running.push_back({i, spawn_child(exe, args, lp), lp, now_s(), size_ec ? 0 : from});
+      } catch (const std::exception& e) {
+        failure = e.what();  // the running children are stopped and waited for first
+        stop_all();
+        break;
+      }
+      event(tag(i) + "started " + run_who(run) + " (" + std::to_string(run.cfg.train.steps) +
+            " steps; log " + lp + ")");
+    }
+    for (size_t k = 0; k < running.size();) {
+      int st = 0;
+      const pid_t w = ::waitpid(running[k].pid, &st, WNOHANG);
+      if (w != running[k].pid) {
+        ++k;
+        continue;
+      }
+      const Child c = running[k];
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+      const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      const std::string how = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
+                                            : "killed by signal " + std::to_string(WTERMSIG(st));
+      if (ok) {
+        event(tag(c.index) + "finished " + run_who(plan[c.index]) + " (" +
+              elapsed_text(now_s() - c.t0) + ")");
+      } else if (stopping) {
+        event(tag(c.index) + "stopped " + run_who(plan[c.index]));
+      } else {
+        const std::string why = child_error(c.log, c.log_from);
+        failure = "compare: run " + plan[c.index].cfg.train.run_name + " failed (" + how + ")" +
+                  (why.empty() ? "" : ": " + why) + "; see " + c.log;
+        event(tag(c.index) + run_who(plan[c.index]) + " failed (" + how + ")");
+        stop_all();
+      }
+    }
+    if (tty && !running.empty() && now_s() - last_draw >= 0.5) draw_block();
+    if (!running.empty()) ::usleep(100000);
+  }
+  clear_block();
+  if (!failure.empty()) fail(failure);
+  return !stopping;
+}
+
+}  // namespace
+
+namespace compare_detail {
+
+std::string run_who(const ComparePlanRun& run) {
+  return run.scheme + (run.candidate.empty() ? "" : "@" + run.candidate) + " seed " +
+         std::to_string(run.seed);
+}
+
+}  // namespace compare_detail
+
+void set_compare_child_binary(const std::string& path) { g_child_binary = path; }
+const std::string& compare_child_binary() { return g_child_binary; }
+
+CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
+  if (!opt.merge.empty() && !opt.report_only) {  // --merge writes the report of what it gathers
+    CompareOptions o = opt;
+    o.report_only = true;
+    return run_compare(spec, o);
+  }
+  PELAB_CHECK(opt.merge.empty() || (opt.only.empty() && !opt.retrain),
+              "compare: --merge cannot be combined with --only or --retrain");
+  std::ostream& log = opt.log ? *opt.log : std::cerr;
+  const double t_start = now_s();
+  const std::string load_start = load_average();
+  CompareResult res;
+  res.out_dir = opt.out.empty() ? spec.out : opt.out;
+  const std::vector<ComparePlanRun> plan = compare_plan(spec, res.out_dir);
+  const size_t N = plan.size();
+  std::vector<bool> selected(N, opt.only.empty());
+  for (size_t i : opt.only) {
+    if (i >= N)
+      throw ConfigError("compare: --only " + std::to_string(i + 1) + ": the plan has " +
+                        std::to_string(N) + " runs, numbered 1-" + std::to_string(N) +
+                        " (see pelab compare CONFIG --plan)");
+    selected[i] = true;
+  }
+  PELAB_CHECK(!(opt.report_only && !opt.only.empty()),
+              "compare: --only and --report-only cannot be combined");
+  if (!opt.expect_config.empty()) {
+    const size_t i = opt.only.at(0);
+    const std::string digest = fingerprint(eval_identity(plan[i].cfg));
+    if (digest != opt.expect_config)
+      throw ConfigError("compare: run " + std::to_string(i + 1) + " of " + spec.source +
+                        " is now " + plan[i].cfg.train.run_name + " with config " + digest +
+                        ", not the config " + opt.expect_config +
+                        " this comparison planned: the config file changed while it ran; run "
+                        "the comparison again (finished runs are reused)");
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(res.out_dir) / "runs", ec);
+  PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
+  std::map<size_t, std::string> merged_from;  // plan index -> the --merge folder it came from
+  if (!opt.merge.empty()) {
+    merge_records(plan, opt.merge, opt.merge_sub, res.out_dir, log, res, merged_from);
+    if (!res.refused.empty()) return res;
+  }
+  if (opt.only.empty())
+    write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
+  const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
+  const std::string runs_text =
+      count_text(static_cast<int64_t>(spec.schemes.size()), "scheme") + " x " +
+      (spec.search.empty()
+           ? ""
+           : count_text(static_cast<int64_t>(candidates.size()), "search candidate") + " x ") +
+      count_text(static_cast<int64_t>(spec.seeds.size()), "seed") + " = " +
+      count_text(static_cast<int64_t>(N), "run") + " of " +
+      count_text(spec.base.train.steps, "step");
+  if (opt.only.empty())
+    log << "pelab compare: " << runs_text << "; report in " << res.out_dir << "\n" << std::flush;
+
+  StopSignalScope signals;
+  // Which runs need training.
+  std::vector<RunInspection> ins(N);
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < N; ++i) {
+    if (!selected[i]) continue;
+    ins[i] = opt.retrain && !opt.report_only ? RunInspection{RunState::Stale, "--retrain", 0, {}}
+                                             : inspect_run(run_directory(plan[i].cfg), plan[i].cfg);
+    if (ins[i].state != RunState::Finished) {
+      todo.push_back(i);
+      if (opt.report_only) res.missing.push_back(plan[i].cfg.train.run_name);
+    }
+  }
+  const int64_t jobs = opt.jobs > 0    ? opt.jobs
+                       : spec.jobs > 0 ? spec.jobs
+                                       : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  // Child processes need a pelab binary to run (none: every run in this process).
+  const bool can_spawn = !opt.exe.empty() || !g_child_binary.empty();
+  const int64_t at_once =
+      can_spawn ? std::min<int64_t>(jobs, static_cast<int64_t>(todo.size())) : 1;
+  // Rows evaluated while training (runs that are not search candidates), by plan index.
+  std::map<size_t, std::vector<ResultRow>> rows_of;
+  if (opt.report_only) {
+    // nothing is trained
+  } else if (at_once > 1) {
+    for (size_t i : todo) ++(ins[i].state == RunState::Partial ? res.resumed : res.trained);
+    if (!train_in_children(spec, opt, plan, todo, at_once, res.out_dir, log))
+      res.interrupted = true;
+  } else {
+    bool stop_hook_used = false;
+    for (size_t i = 0; i < N && !res.interrupted; ++i) {
+      if (!selected[i]) continue;
+      const ComparePlanRun& run = plan[i];
+      const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
+      const std::string who = run_who(run);
+      const std::string dir = run_directory(run.cfg);
+      if (stop_signal()) {
+        res.interrupted = true;
+        break;
+      }
+      const RunInspection& in = ins[i];
+      if (in.state != RunState::Finished) {
+        TrainOptions to;
+        to.progress = opt.progress;
+        Config tcfg = run.cfg;
+        if (in.state == RunState::Partial) {
+          to.resume = dir;
+          // Keys the trainer compares on resume come from the stored run where they may differ.
+          tcfg.task.test_lengths = in.stored.task.test_lengths;
+          tcfg.task.lm_eval_lengths = in.stored.task.lm_eval_lengths;
+          tcfg.task.num_eval_examples = in.stored.task.num_eval_examples;
+          tcfg.model.pe = in.stored.model.pe;
+          log << tag << "resuming " << who << " at step " << in.step << " of " << tcfg.train.steps
+              << " ...\n";
+          ++res.resumed;
+        } else {
+          // (A directory holding only compare.log, from an earlier --jobs run, is not a run.)
+          if (in.state == RunState::Stale && is_run_directory(dir))
+            log << tag << who << ": " << in.reason << " -> training afresh\n";
+          to.overwrite = true;  // also clears a half-created run directory without a checkpoint
+          log << tag << "training " << who << " (" << count_text(tcfg.train.steps, "step") << ") ...\n";
+          ++res.trained;
+        }
+        log << std::flush;
+        fs::remove_all(fs::path(dir) / "compare_eval", ec);
+        fs::remove(fs::path(dir) / run_record_file(), ec);  // the new run's machine makes it
+        if (opt.stop_after >= 0 && !stop_hook_used) {
+          to.stop_after = opt.stop_after;
+          stop_hook_used = true;
+        }
+        TrainResult tr = train(tcfg, to);
+        if (!tr.finished) {
+          res.interrupted = true;
+          log << tag << who << " stopped at step " << tr.step
+              << "; run the same command again to continue\n"
+              << std::flush;
+          return res;
+        }
+      } else {
+        log << tag << who << ": finished run reused (" << dir
+            << (in.weights ? "" : ", its record: no checkpoints") << ")\n"
+            << std::flush;
+      }
+      ensure_run_record(dir);
+      // A search candidate is evaluated on the test lengths only once it is chosen.
+      if (!run.candidate.empty()) continue;
+      std::vector<ResultRow> rows;
+      if (!evaluate_all(run, dir, tag, log, res, rows)) break;
+      rows_of[i] = std::move(rows);
+    }
+  }
+  if (res.interrupted) {
+    log << "pelab compare: interrupted; run the same command again to continue\n" << std::flush;
+    return res;
+  }
+  if (!opt.only.empty()) return res;
+  res.reused = static_cast<int64_t>(N - res.missing.size()) - res.trained - res.resumed;
+  std::vector<bool> finished(N, true);
+  for (const auto& m : res.missing)
+    for (size_t i = 0; i < N; ++i)
+      if (plan[i].cfg.train.run_name == m) finished[i] = false;
+
+  // ---- the search: choose each scheme's candidate on the validation split only ----
+  const Config& b = spec.base;
+  std::vector<bool> chosen_run(N, true);
+  std::string search_md;
+  if (!spec.search.empty()) {
+    const std::string vm = is_lm(b) ? "loss" : "exact_match";
+    const bool higher = higher_is_better(vm);
+    std::ostringstream md;
+    md << "Each scheme was trained with every candidate of `compare.search` and every seed; a "
+          "candidate's score is the mean over seeds of **"
+       << vm
+       << "** on the in-distribution validation split (`valid` of each run's final eval.json). "
+          "The test lengths were not looked at: only the chosen candidate's runs were evaluated "
+          "on them, and they are the scheme's rows above. Equal scores: the candidate with more "
+          "runs that met the stop criterion (train.stop_when), then fewer steps to it, then the "
+          "one listed first.\n\n";
+    std::vector<ResultRow> vrows;  // one per candidate × seed: the valid score, for aggregate()
+    std::ostringstream table;
+    bool any_criterion = false;  // some run trains to a criterion: the table gets its column
+    for (const auto& run : plan)
+      any_criterion = any_criterion || !run.cfg.train.stop_when.metric.empty();
+    // Candidate c beats b: a better mean score; equal scores: more runs that met the stop
+    // criterion, then fewer steps to it (mean); else b, listed first, stays.
+    auto better = [&](size_t c, size_t b, const std::vector<Stat>& st,
+                      const std::vector<int64_t>& met, const std::vector<int64_t>& steps) {
+      if (st[c].mean != st[b].mean)
+        return higher ? st[c].mean > st[b].mean : st[c].mean < st[b].mean;
+      if (met[c] != met[b]) return met[c] > met[b];
+      return met[c] > 0 && static_cast<double>(steps[c]) / static_cast<double>(met[c]) <
+                               static_cast<double>(steps[b]) / static_cast<double>(met[b]);
+    };
+    for (const auto& s : spec.schemes) {
+      std::vector<std::string> per_seed(candidates.size());
+      std::vector<bool> complete(candidates.size(), true);
+      // train.stop_when: runs that met the criterion and the sum of their steps to it.
+      std::vector<int64_t> met(candidates.size(), 0), met_steps(candidates.size(), 0);
+      for (size_t i = 0; i < N; ++i) {
+        const ComparePlanRun& run = plan[i];
+        if (run.scheme != s.name) continue;
+        ResultRow r;
+        r.scheme = s.name + "@" + run.candidate;
+        r.seed = run.seed;
+        r.split = "valid";
+        std::string why;
+        const double v = finished[i] ? valid_metric(run_directory(run.cfg), vm, &why)
+                                     : std::numeric_limits<double>::quiet_NaN();
+        if (!finished[i]) why = "not finished";
+        if (!finished[i]) complete[run.candidate_index] = false;
+        if (finished[i]) {
+          try {
+            const Convergence conv = read_convergence(run_directory(run.cfg));
+            if (conv.met) {
+              ++met[run.candidate_index];
+              met_steps[run.candidate_index] += conv.step;
+            }
+          } catch (const std::exception&) {
+            // no readable record: the run counts as not meeting the criterion
+          }
+        }
+        (vm == "loss" ? r.loss : r.exact_match) = v;
+        if (!std::isfinite(v)) r.status = why;
+        vrows.push_back(r);
+        std::string& ps = per_seed[run.candidate_index];
+        ps += (ps.empty() ? "" : ", ") + std::to_string(run.seed) + ": " +
+              (std::isfinite(v) ? format_double(vm == "loss" ? v : 100 * v, 4) : why);
+      }
+      size_t best = candidates.size();
+      std::vector<Stat> stats;
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        stats.push_back(aggregate(vrows, s.name + "@" + candidates[c].label, "valid", vm));
+        const Stat& st = stats.back();
+        if (!complete[c] || st.n != static_cast<int64_t>(spec.seeds.size()) ||
+            !std::isfinite(st.mean))
+          continue;
+        if (best == candidates.size() || better(c, best, stats, met, met_steps)) best = c;
+      }
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        table << "| " << s.name << " | " << candidates[c].label << " | "
+              << sets_text(candidates[c].sets) << " | " << format_cell(stats[c], vm) << " | "
+              << per_seed[c] << " | ";
+        if (any_criterion)
+          table << met[c] << "/" << spec.seeds.size()
+                << (met[c] > 0 ? " (mean step " +
+                                     format_double(static_cast<double>(met_steps[c]) /
+                                                       static_cast<double>(met[c]),
+                                                   4) +
+                                     ")"
+                               : "")
+                << " | ";
+        table << (c == best ? "**chosen**" : "") << " |\n";
+      }
+      if (best < candidates.size()) res.chosen[s.name] = candidates[best].label;
+      for (size_t i = 0; i < N; ++i)
+        if (plan[i].scheme == s.name) chosen_run[i] = plan[i].candidate_index == best;
+    }
+    md << "| scheme | candidate | settings | valid " << vm
+       << " (over seeds, as in the tables above) | per seed | "
+       << (any_criterion ? "met train.stop_when | " : "") << " |\n";
+    md << "|---|---|---|---:|---|" << (any_criterion ? "---|" : "") << "---|\n" << table.str();
+    search_md = md.str();
+    for (const auto& [scheme, label] : res.chosen)
+      log << "pelab compare: search: " << scheme << " -> " << label << "\n";
+    log << std::flush;
+  }
+
+  // ---- results of the (chosen) finished runs, in plan order ----
+  std::vector<LossCurve> curves;
+  std::map<std::string, std::string> criteria;  // scheme -> stop criterion
+  for (size_t i = 0; i < N; ++i) {
+    if (!chosen_run[i] || !finished[i]) continue;
+    const ComparePlanRun& run = plan[i];
+    const std::string dir = run_directory(run.cfg);
+    double wall = 0;
+    LossCurve curve;
+    curve.scheme = run.scheme;
+    curve.seed = run.seed;
+    read_run_metrics(dir, wall, curve.points);
+    curves.push_back(curve);
+    ensure_run_record(dir);
+    auto it = rows_of.find(i);
+    std::vector<ResultRow> rows;
+    if (it != rows_of.end()) {
+      rows = it->second;
+    } else {
+      const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] ";
+      if (!evaluate_all(run, dir, tag, log, res, rows)) {
+        log << "pelab compare: interrupted; run the same command again to continue\n" << std::flush;
+        return res;
+      }
+    }
+    const Convergence conv = read_convergence(dir);
+    if (conv.has_criterion) criteria[run.scheme] = conv.criterion;
+    set_convergence(rows, conv);
+    res.rows.insert(res.rows.end(), rows.begin(), rows.end());
+  }
+
+  // ---- where the runs were made: folder and machine of each record ----
+  std::string records_md;
+  {
+    std::map<std::vector<std::string>, std::vector<std::string>> groups;  // row -> runs
+    for (size_t i = 0; i < N; ++i) {
+      if (!chosen_run[i] || !finished[i]) continue;
+      auto f = merged_from.find(i);
+      std::vector<std::string> row = {f == merged_from.end() ? res.out_dir : f->second, "–",
+                                      "–", "–", "–"};
+      try {
+        const RunRecord rec = read_run_record(run_directory(plan[i].cfg));
+        row = {row[0], rec.host, rec.cpu, rec.blas, rec.pelab_version};
+      } catch (const std::exception&) {
+        // a run without a record (none is written for runs without weights)
+      }
+      groups[row].push_back(plan[i].cfg.train.run_name);
+    }
+    std::ostringstream md;
+    md << "Each run's record (`runs/<run>/record.json`, docs/experiments.md \"Run records and "
+          "merging\") names the machine that trained it"
+       << (merged_from.empty() ? ""
+                               : "; runs gathered with `--merge` name the folder they came from")
+       << ".\n\n| folder | machine | CPU | BLAS kernels | pelab | runs |\n"
+          "|---|---|---|---|---|---|\n";
+    for (const auto& [row, runs] : groups) {
+      md << "|";
+      for (const auto& c : row) md << " " << md_cell(c) << " |";
+      md << " " << runs.size() << ": " << md_cell(join(runs, ", ")) << " |\n";
+    }
+    if (!groups.empty()) records_md = md.str();
+  }
+
+  // ---- the report ----
+  ReportInput in;
+  in.title = spec.title;
+  in.task_summary = task_summary(b);
+  in.primary_metric = spec.metric != "auto" ? spec.metric : is_lm(b) ? "perplexity" : "exact_match";
+  in.length_name = is_lm(b) ? "context length (tokens)" : "task length";
+  if (is_lm(b)) {
+    in.train_min = 1;
+    in.train_max = b.task.lm_train_len;
+    in.train_range_text = "windows of " + std::to_string(b.task.lm_train_len) + " tokens";
+    in.log_x = true;
+  } else {
+    in.train_min = b.task.train_min_len;
+    in.train_max = b.task.train_max_len;
+    in.train_range_text = "task lengths " + std::to_string(b.task.train_min_len) + "–" +
+                          std::to_string(b.task.train_max_len);
+  }
+  in.seeds = spec.seeds;
+  for (const auto& s : spec.schemes) {
+    in.labels.push_back(s.name);
+    std::string settings = sets_text(s.sets);
+    auto ch = res.chosen.find(s.name);
+    if (ch != res.chosen.end())
+      for (const auto& c : candidates)
+        if (c.label == ch->second) settings += "; chosen by the search: " + sets_text(c.sets);
+    in.run_settings.emplace_back(s.name, settings);
+    for (size_t i = 0; i < N; ++i) {
+      const ComparePlanRun& run = plan[i];
+      if (run.scheme != s.name || run.seed != spec.seeds.front() || !chosen_run[i]) continue;
+      for (const auto& pv : run.variants) {
+        const std::string& vname = pv.name;
+        const Config& vc = pv.cfg;
+        const std::string label = s.name + "+" + vname;
+        in.labels.push_back(label);
+        std::string note = "eval-time variant of " + s.name + " (no retraining)";
+        // The scheme's eval-time keys this variant changes (declared in models/pe/).
+        std::string changed;
+        for (const std::string& k : models::pe_eval_time_keys()) {
+          const std::string v = config_value_text(vc, k);
+          if (v != config_value_text(run.cfg, k)) changed += (changed.empty() ? "" : ", ") + k + " " + v;
+        }
+        if (!changed.empty()) note += ": " + changed;
+        if (pv.random_positions)
+          note += ": evaluated with sorted random positions from [0, " +
+                  std::to_string(vc.model.pe.randomized_max_position) + ") as in training";
+        in.label_notes[label] = note;
+        for (const auto& v : spec.variants)
+          if (v.name == vname) in.run_settings.emplace_back(label, sets_text(v.sets));
+      }
+    }
+  }
+  in.rows = res.rows;
+  in.curves = curves;
+  in.search_markdown = search_md;
+  in.records_markdown = records_md;
+  in.unconverged = spec.unconverged;
+  in.criteria = criteria;
+  for (const auto& s : spec.schemes)
+    if (s.cannot_learn) in.cannot_learn[s.name] = s.why;
+  res.unconverged = unconverged_runs(in);
+  {
+    const LiteratureSection lit = literature_for_report(spec.literature, in);
+    in.literature_markdown = lit.markdown;
+    in.literature_csv = lit.csv;
+  }
+  in.command = opt.command.empty() ? "pelab compare " + spec.source : opt.command;
+  in.config_text = spec.config_text;
+  in.resolved_yaml = config_to_yaml(spec.base);
+  const std::string threads =
+      std::to_string(spec.base.train.threads) +
+      (spec.base.train.threads == 1 ? " thread per run" : " threads per run");
+  if (res.trained + res.resumed > 0) {
+    in.total_wall_s = now_s() - t_start;
+    in.timing_note =
+        "machine: " + std::to_string(std::thread::hardware_concurrency()) +
+        " cores, 1-min load average " + load_start + " at the start and " + load_average() +
+        " at the end; BLAS: " + blas_kernels_summary() + "; " + threads + "; " + std::to_string(res.trained + res.resumed) + " of " +
+        std::to_string(N) + " runs trained in this invocation, the rest reused" +
+        (at_once > 1 ? "; " + std::to_string(at_once) + " runs at once in child processes (--jobs)"
+                     : "");
+  } else {
+    in.timing_note = threads + "; every run reused from an earlier invocation";
+  }
+  res.report = write_report(res.out_dir, in, opt.plots);
+  log << "pelab compare: report " << res.report.report_md << " (" << res.report.pngs.size()
+      << " plots";
+  if (!res.report.plot_note.empty()) log << "; " << res.report.plot_note;
+  log << ")\n";
+  if (!res.unconverged.empty() && spec.unconverged != "fail") {
+    log << "pelab compare: " << res.unconverged.size()
+        << (res.unconverged.size() == 1 ? " run" : " runs") << " missed the stop criterion ("
+        << (spec.unconverged == "exclude" ? "left out of the statistics" : "marked † in the report")
+        << "):";
+    for (size_t i = 0; i < res.unconverged.size(); ++i)
+      log << (i ? ", " : " ") << res.unconverged[i];
+    log << "\n";
+  }
+  log << std::flush;
+  return res;
+}
+
+}  // namespace pelab
