@@ -1,6 +1,6 @@
 // pelab — declarations shared by the files of `pelab compare` and by none else: compare_spec.cpp,
-// compare_plan.cpp, compare_eval.cpp, compare_merge.cpp, compare_run.cpp. The public interface
-// is compare.h.
+// compare_plan.cpp, compare_eval.cpp, compare_merge.cpp, compare_run.cpp, compare_children.cpp.
+// The public interface is compare.h.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -100,5 +100,14 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
 
 // compare_run.cpp
 std::string run_who(const ComparePlanRun& run);
+
+// compare_children.cpp
+// Trains the runs `todo` (plan indexes) in child processes, at most `jobs` at once: each child is
+// `exe compare CONFIG --only I` with the same --set overrides and --out, its output appended to
+// runs/<run>/compare.log. A signal to this process (stop_signal()) is forwarded as SIGTERM;
+// returns false when interrupted. A child that fails throws, naming the run and its log.
+bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
+                       const std::vector<ComparePlanRun>& plan, const std::vector<size_t>& todo,
+                       int64_t jobs, const std::string& out_dir, std::ostream& log);
 
 }  // namespace pelab::compare_detail
