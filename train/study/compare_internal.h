@@ -1,6 +1,6 @@
 // pelab — declarations shared by the files of `pelab compare` and by none else: compare_spec.cpp,
-// compare_plan.cpp, compare_eval.cpp, compare_merge.cpp, compare_run.cpp, compare_children.cpp.
-// The public interface is compare.h.
+// compare_plan.cpp, compare_eval.cpp, compare_merge.cpp, compare_run.cpp, compare_children.cpp,
+// compare_search.cpp. The public interface is compare.h.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -100,6 +100,17 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
 
 // compare_run.cpp
 std::string run_who(const ComparePlanRun& run);
+
+// compare_search.cpp
+// Settings as markdown: "`train.lr=0.001`, `train.warmup=10`" ("" for none).
+std::string sets_text(const std::vector<std::string>& sets);
+// compare.search: chooses each scheme's candidate on the validation split only (res.chosen; in
+// chosen_run the runs of the candidates not chosen are false) and returns the report's section on
+// the search ("" without a search).
+std::string choose_candidates(const CompareSpec& spec, const std::vector<ComparePlanRun>& plan,
+                              const std::vector<SearchCandidate>& candidates,
+                              const std::vector<bool>& finished, std::ostream& log,
+                              CompareResult& res, std::vector<bool>& chosen_run);
 
 // compare_children.cpp
 // Trains the runs `todo` (plan indexes) in child processes, at most `jobs` at once: each child is
