@@ -1,7 +1,7 @@
 // A comparison reuses a finished run only when nothing that decides what it trained changed. With
 // train.stop_when the validations decide where a run stops, so their cadence (train.eval_every)
 // and the validation split's size (task.num_eval_examples) must retrain it; without a criterion
-// they only change the evaluation and the run is reused (train/study/compare.cpp, inspect_run).
+// they only change the evaluation and the run is reused (train/study/compare_plan.cpp, inspect_run).
 #include <gtest/gtest.h>
 
 #include <sstream>

@@ -1,5 +1,5 @@
 // pelab — the one command-line parser of every `pelab` verb: train, eval, generate, info,
-// config-reference and demo (train/app/cli.cpp), compare (train/study/compare.cpp) and plot-pe
+// config-reference and demo (train/app/cli.cpp), compare (train/study/compare_cli.cpp) and plot-pe
 // (train/study/plot_pe.cpp). A verb declares its options (with a value, without, and whether it
 // takes the repeatable --set section.key=value); the parser gives its positional arguments, its
 // --set overrides in order and its options, or -h/--help. Every wrong command line is one

@@ -2,7 +2,7 @@
 // the papers' figures (`literature:`) each sit in one YAML file next to a normal run config. The
 // file is parsed once (parse_config_yaml, train/config.h: anchors and aliases work across the
 // sections); these take such a file apart without losing line numbers (errors name FILE:LINE of
-// the original file). Shared by compare.cpp, suite.cpp and literature.cpp.
+// the original file). Shared by compare_spec.cpp, suite.cpp and literature.cpp.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,0 +1,124 @@
+// pelab — declarations shared by the files of `pelab compare` and by none else: compare_spec.cpp,
+// compare_plan.cpp, compare_eval.cpp, compare_merge.cpp, compare_run.cpp, compare_children.cpp,
+// compare_search.cpp. The public interface is compare.h.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/stop_criterion.h"
+#include "train/study/compare.h"
+
+namespace pelab::compare_detail {
+
+// The grid of compare.search (product of the value lists, the first key varying slowest): each
+// candidate's label ("lr=0.001,warmup=10") and settings ("train.lr=0.001", ...). One candidate
+// with no label and no settings without a search.
+struct SearchCandidate {
+  std::string label;
+  std::vector<std::string> sets;
+};
+
+enum class RunState { Fresh, Finished, Partial, Stale };
+
+struct RunInspection {
+  RunState state = RunState::Fresh;
+  std::string reason;  // for Stale
+  int64_t step = 0;    // newest checkpoint's step
+  Config stored;
+  // false: checkpoints/ is gone and the run is its record (run_record.h): reusable from its
+  // evaluation cache, not evaluable anew.
+  bool weights = true;
+};
+
+// compare_spec.cpp
+// `s` for a message: as it is up to 60 bytes, else its first 40 and its length.
+std::string shortened(const std::string& s);
+bool eval_time_key(const std::string& k);
+std::string key_of(const std::string& set);
+// Whether an eval-time variant applies to a scheme whose resolved config is `cfg`: the schemes it
+// names, else every scheme trained with randomized positions (positions: random) or every scheme
+// that declares the pe.* keys it sets.
+bool variant_applies(const CompareVariant& v, const CompareScheme& s, const Config& cfg);
+std::vector<SearchCandidate> search_candidates(const std::vector<CompareSearchKey>& search);
+bool is_lm(const Config& c);
+
+// compare_plan.cpp
+// Keys that may differ between a stored run and the wanted config without retraining.
+// `stops`: the run trains to a train.stop_when criterion. Its validations then decide where it
+// stops, so the validation cadence and split size (train.eval_every, task.num_eval_examples)
+// change what is trained.
+bool reusable_difference(const std::string& k, bool stops);
+// Text identifying the data a config builds (TaskData depends on the task section only).
+std::string task_key(const Config& c);
+// FNV-1a 64, hex.
+std::string fingerprint(const std::string& s);
+std::string eval_identity(const Config& c);
+// "KEY was A, the plan has B" for the first key in which two configs differ after
+// eval_normalized(); "" when none does.
+std::string first_config_difference(const Config& had, const Config& want);
+// N of the newest checkpoint's file name step_<N>.h5 (following last.h5), -1 if none. From the
+// name only: checkpoint.h's checkpoint_step opens the file and reads /step.
+int64_t checkpoint_file_step(const std::string& path);
+RunInspection inspect_run(const std::string& dir, const Config& want);
+
+// compare_eval.cpp
+// Writes <run>/record.json for a finished run that has its weights, unless one for the same
+// checkpoint is there (the machine it names is the one that trained and evaluated the run;
+// retraining removes it). A run without weights keeps the record it has.
+void ensure_run_record(const std::string& dir);
+// Wall time (s) of training and the training-loss curve, from a run's metrics.jsonl.
+void read_run_metrics(const std::string& dir, double& wall,
+                      std::vector<std::pair<int64_t, double>>& curve);
+// Throws unless a row read from an evaluation cache has values in their ranges and short printable
+// names (they reach report.md and the plots).
+void check_cached_row(const ResultRow& r, const std::string& where);
+// Marks a run's result rows with the outcome of its stop criterion.
+void set_convergence(std::vector<ResultRow>& rows, const Convergence& c);
+// Value of `metric` on the `valid` split of a run's final evaluation (eval.json, written by the
+// trainer: one result object per line); NaN with the reason in *why when there is none.
+double valid_metric(const std::string& run_dir, const std::string& metric, std::string* why);
+// Evaluates one finished run as trained and with each of its variants (cached per run and
+// variant), logging one line; false when a signal interrupted it (res.interrupted set).
+bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::string& tag,
+                  std::ostream& log, CompareResult& res, std::vector<ResultRow>& out);
+
+// compare_merge.cpp
+// `s` for a markdown table cell: printable ASCII, `|` escaped.
+std::string md_cell(const std::string& s);
+// --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) into
+// <out_dir>/runs/ (run_record.h), each checked first: made by this pelab version, of the plan's
+// config (digest), finished. Every record refused is one line in res.refused; `from` gets the
+// folder each imported run came from. The first folder holding a run wins; a finished run of
+// out_dir's own with its weights is kept. Nothing is written into the merged folders.
+void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<std::string>& dirs,
+                   const std::string& sub, const std::string& out_dir, std::ostream& log,
+                   CompareResult& res, std::map<size_t, std::string>& from);
+
+// compare_run.cpp
+std::string run_who(const ComparePlanRun& run);
+
+// compare_search.cpp
+// Settings as markdown: "`train.lr=0.001`, `train.warmup=10`" ("" for none).
+std::string sets_text(const std::vector<std::string>& sets);
+// compare.search: chooses each scheme's candidate on the validation split only (res.chosen; in
+// chosen_run the runs of the candidates not chosen are false) and returns the report's section on
+// the search ("" without a search).
+std::string choose_candidates(const CompareSpec& spec, const std::vector<ComparePlanRun>& plan,
+                              const std::vector<SearchCandidate>& candidates,
+                              const std::vector<bool>& finished, std::ostream& log,
+                              CompareResult& res, std::vector<bool>& chosen_run);
+
+// compare_children.cpp
+// Trains the runs `todo` (plan indexes) in child processes, at most `jobs` at once: each child is
+// `exe compare CONFIG --only I` with the same --set overrides and --out, its output appended to
+// runs/<run>/compare.log. A signal to this process (stop_signal()) is forwarded as SIGTERM;
+// returns false when interrupted. A child that fails throws, naming the run and its log.
+bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
+                       const std::vector<ComparePlanRun>& plan, const std::vector<size_t>& todo,
+                       int64_t jobs, const std::string& out_dir, std::ostream& log);
+
+}  // namespace pelab::compare_detail
