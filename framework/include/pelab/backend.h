@@ -1,6 +1,8 @@
 // pelab — the backend seam. Ops (framework/src/ops) are written once against this interface; each
 // device (CPU now, CUDA later) implements the kernels. Ops never branch on the device: they call
 // backend_for(device) and pass Views. Adding a backend = one subclass + register_backend().
+// Every pure virtual method below is also declared once in framework/src/backend_kernels.inc,
+// which each backend class includes in its body.
 //
 // Conventions for every kernel:
 //  * A View is a strided window: `data` points at element 0 (offset already applied), strides are in

@@ -26,77 +26,16 @@ class CpuBackend : public Backend {
   ~CpuBackend() override = default;
   std::string name() const override { return "cpu"; }
 
-  void* allocate(size_t nbytes) override;
-  void deallocate(void* p, size_t nbytes) override;
-  void copy_from_host(void* dst, const void* src, size_t nbytes) override;
-  void copy_to_host(void* dst, const void* src, size_t nbytes) override;
+#include "backend_kernels.inc"  // the Backend interface's kernels and memory methods
+
   void empty_cache() override;
   // Caching-allocator statistics (for tests and diagnostics).
   static size_t cached_bytes();
-
-  void fill(const View& out, double value) override;
-  void copy(const View& out, const View& in) override;
-  void unary(UnaryOp op, const View& out, const View& in, double alpha) override;
-  void binary(BinaryOp op, const View& out, const View& a, const View& b) override;
-  void where(const View& out, const View& cond, const View& a, const View& b) override;
-  void axpy(const View& out, const View& x, double alpha) override;
-
-  void reduce(ReduceOp op, const View& out, void* argmax, const View& in, int64_t outer, int64_t n,
-              int64_t inner) override;
-  double sum_squares(const View& in) override;
-
-  void gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K, double alpha,
-            const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
-            int64_t strideB, double beta, void* C, int64_t ldc, int64_t strideC,
-            int64_t batch) override;
-
-  void softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
-               bool log) override;
-  void softmax_backward(const View& grad_in, const View& grad_out, const View& y, int64_t outer,
-                        int64_t n, int64_t inner, bool log) override;
-  void layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
-                  const View& weight, const View& bias, int64_t rows, int64_t n,
-                  double eps) override;
-  void layer_norm_backward(const View& grad_x, const View& grad_weight, const View& grad_bias,
-                           const View& grad_y, const View& x, const View& mean, const View& rstd,
-                           const View& weight, int64_t rows, int64_t n) override;
-  void cross_entropy(const View& loss_rows, const View& lse, const View& logits,
-                     const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
-                     double smoothing) override;
-  void cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
-                              const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
-                              double smoothing, double scale) override;
-
-  void rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
-                    int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
-                    bool inverse) override;
 
   bool has_fused_attention() const override { return true; }
   void attention(const AttentionArgs& a) override;
   void attention_backward(const AttentionArgs& a, const View& grad_out,
                           const AttentionGrads& g) override;
-
-  void index_select(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
-                    int64_t n_idx, int64_t inner) override;
-  void index_add(const View& acc, const View& src, const View& idx, int64_t outer, int64_t n_in,
-                 int64_t n_idx, int64_t inner) override;
-  void gather(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
-              int64_t n_idx, int64_t inner) override;
-  void scatter_add(const View& acc, const View& src, const View& idx, int64_t outer, int64_t n_in,
-                   int64_t n_idx, int64_t inner) override;
-
-  void dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) override;
-  void random_uniform(const View& out, double lo, double hi, uint64_t seed,
-                      uint64_t offset) override;
-  void random_normal(const View& out, double mean, double std, uint64_t seed,
-                     uint64_t offset) override;
-
-  void adamw_step(const View& param, const View& grad, const View& m, const View& v, double lr,
-                  double beta1, double beta2, double eps, double weight_decay,
-                  double bias_correction1, double bias_correction2) override;
-  void sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
-                double momentum, double dampening, double weight_decay, bool nesterov,
-                bool first_step) override;
 };
 
 namespace cpu {

@@ -5,10 +5,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
-#include "backend_checks.h"
 #include "cpu/cpu_backend.h"
+#include "strided_layout.h"
 
 namespace pelab {
 namespace cpu {
@@ -26,51 +27,23 @@ struct Layout {
   int64_t inner_stride(int k) const { return nd == 0 ? 1 : st[k][nd - 1]; }
 };
 
-// Builds the collapsed layout of N views over `shape`. Views whose rank/shape differ from `shape`
-// are broadcast to it with numpy rules (size-1 or missing axes get stride 0).
+// Builds the collapsed layout of N views over `shape` (strided_layout.h). Views whose rank/shape
+// differ from `shape` are broadcast to it with numpy rules (size-1 or missing axes get stride 0).
 template <int N>
 Layout<N> make_layout(const Shape& shape, const View* const (&views)[N], const char* op) {
   Layout<N> L;
-  const int R = static_cast<int>(shape.size());
-  for (int k = 0; k < N; ++k) {
-    const View& v = *views[k];
-    check_broadcast_operand(v, shape, op);
-    L.base[k] = static_cast<char*>(v.data);
-  }
-  for (int64_t d : shape) L.numel *= d;
-  // collapse from the innermost axis outwards
-  int64_t cs[kMaxDims];
-  int64_t cst[N][kMaxDims];
-  int m = 0;
-  for (int d = R - 1; d >= 0; --d) {
-    const int64_t size = shape[d];
-    if (size == 1) continue;
-    int64_t s[N];
-    for (int k = 0; k < N; ++k) {
-      const View& v = *views[k];
-      const int off = R - static_cast<int>(v.shape.size());
-      if (d < off) {
-        s[k] = 0;
-      } else {
-        s[k] = v.shape[d - off] == 1 ? 0 : v.strides[d - off];
-      }
-    }
-    bool merge = m > 0;
-    for (int k = 0; k < N && merge; ++k) merge = s[k] == cst[k][m - 1] * cs[m - 1];
-    if (merge) {
-      cs[m - 1] *= size;
-    } else {
-      PELAB_CHECK(m < kMaxDims, op, ": too many non-mergeable axes in ", shape_str(shape));
-      cs[m] = size;
-      for (int k = 0; k < N; ++k) cst[k][m] = s[k];
-      ++m;
-    }
-  }
+  int m = 0;  // axes innermost first, reversed below
+  L.numel = collapse_axes<N>(shape, views, op, L.base,
+                             [&](int64_t size, const std::array<int64_t, N>& s) {
+                               PELAB_CHECK(m < kMaxDims, op, ": too many non-mergeable axes in ",
+                                           shape_str(shape));
+                               L.shape[m] = size;
+                               for (int k = 0; k < N; ++k) L.st[k][m] = s[k];
+                               ++m;
+                             });
   L.nd = m;
-  for (int i = 0; i < m; ++i) {
-    L.shape[i] = cs[m - 1 - i];
-    for (int k = 0; k < N; ++k) L.st[k][i] = cst[k][m - 1 - i];
-  }
+  std::reverse(L.shape, L.shape + m);
+  for (int k = 0; k < N; ++k) std::reverse(L.st[k], L.st[k] + m);
   return L;
 }
 

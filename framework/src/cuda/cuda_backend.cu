@@ -6,14 +6,14 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
-#include <unordered_map>
-#include <vector>
 
 #include "backend_checks.h"
+#include "caching_pool.h"
 #include "cuda/cuda_common.cuh"
 
 namespace pelab {
@@ -30,15 +30,15 @@ void check_blas(cublasStatus_t s, const char* call, const Ctx&... ctx) {
 #define PELAB_CUBLAS_CALL(call, ...) check_blas((call), #call, ##__VA_ARGS__)
 
 // ---------------- caching allocator ----------------
-// Block sizes are rounded to buckets: 512-byte steps up to 1 MiB, then 8 buckets per power of two
-// (at most 12.5% slack). Freed blocks go to the free list of their bucket and are reused by any
-// request of the same bucket; nothing is returned to the driver until empty_cache() or an
-// out-of-memory retry. Single stream, so a block freed while a queued kernel still reads it can only
-// be reused by work queued after that kernel.
-struct Allocator {
-  std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free_lists;
-  size_t cached = 0, allocated = 0, peak = 0;
+// The device side of the caching pool (caching_pool.h). Block sizes are rounded to buckets: 512-byte
+// steps up to 1 MiB, then 8 buckets per power of two (at most 12.5% slack). Freed blocks go to the
+// free list of their bucket and are reused by any request of the same bucket; nothing is returned to
+// the driver until empty_cache() or an out-of-memory retry. Single stream, so a block freed while a
+// queued kernel still reads it can only be reused by work queued after that kernel.
+struct CudaMemory {
+  using Status = cudaError_t;
+  static constexpr Status kOk = cudaSuccess;
+  static constexpr size_t kMaxCached = SIZE_MAX;  // no bound
 
   static size_t bucket(size_t n) {
     if (n <= 512) return 512;
@@ -48,75 +48,28 @@ struct Allocator {
     const size_t step = p / 8;
     return (n + step - 1) / step * step;
   }
-
-  void* allocate(size_t nbytes) {
-    const size_t sz = bucket(nbytes);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = free_lists.find(sz);
-      if (it != free_lists.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        cached -= sz;
-        allocated += sz;
-        peak = std::max(peak, allocated);
-        return p;
-      }
-    }
+  static void* raw_allocate(size_t bytes, Status* status) {
     void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, sz);
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      release_all();  // give cached blocks back to the driver and retry once
-      e = cudaMalloc(&p, sz);
-    }
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      cudaGetLastError();
-      fail("cuda allocate: cudaMalloc of ", sz, " bytes (", nbytes, " requested) failed: ",
-           cudaGetErrorName(e), ": ", cudaGetErrorString(e), " (cuda:0 has ", free_b, " of ",
-           total_b, " bytes free; pelab holds ", allocated, " bytes in use, ", cached, " cached)");
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    allocated += sz;
-    peak = std::max(peak, allocated);
-    return p;
+    *status = cudaMalloc(&p, bytes);
+    if (*status == cudaSuccess) return p;
+    cudaGetLastError();
+    return nullptr;
   }
-
-  // Never throws: called from Storage destructors.
-  void deallocate(void* p, size_t nbytes) noexcept {
-    if (!p) return;
-    const size_t sz = bucket(nbytes);
-    try {
-      std::lock_guard<std::mutex> lock(mu);
-      free_lists[sz].push_back(p);
-      cached += sz;
-      allocated -= std::min(allocated, sz);
-    } catch (...) {
-      cudaFree(p);  // bookkeeping failed (out of host memory): give the block back instead
-    }
+  static bool out_of_memory(Status status) { return status == cudaErrorMemoryAllocation; }
+  [[noreturn]] static void allocate_failed(size_t bytes, size_t requested, Status e,
+                                           const CachingPoolStats& held) {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    cudaGetLastError();
+    fail("cuda allocate: cudaMalloc of ", bytes, " bytes (", requested, " requested) failed: ",
+         cudaGetErrorName(e), ": ", cudaGetErrorString(e), " (cuda:0 has ", free_b, " of ",
+         total_b, " bytes free; pelab holds ", held.allocated, " bytes in use, ", held.cached,
+         " cached)");
   }
-
-  // Frees every cached block; returns the first CUDA error (cudaFree synchronises the device).
-  cudaError_t release_all() {
-    std::vector<void*> blocks;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      for (auto& kv : free_lists)
-        for (void* p : kv.second) blocks.push_back(p);
-      free_lists.clear();
-      cached = 0;
-    }
-    cudaError_t first = cudaSuccess;
-    for (void* p : blocks) {
-      const cudaError_t e = cudaFree(p);
-      if (e != cudaSuccess && first == cudaSuccess) first = e;
-    }
-    return first;
-  }
+  // cudaFree synchronises the device.
+  static Status raw_free(void* p) { return cudaFree(p); }
 };
+using Allocator = CachingPool<CudaMemory>;
 
 // Backend-wide state. Never destroyed: storages released during static destruction must still
 // find a live allocator, and CUDA handles must not be torn down after the runtime unloads.
@@ -236,29 +189,10 @@ void CudaBackend::empty_cache() {
   PELAB_CUDA_CALL(state().alloc.release_all(), " (empty_cache: cudaFree of cached blocks)");
 }
 
-size_t CudaBackend::cached_bytes() {
-  Allocator& a = state().alloc;
-  std::lock_guard<std::mutex> lock(a.mu);
-  return a.cached;
-}
-
-size_t CudaBackend::allocated_bytes() {
-  Allocator& a = state().alloc;
-  std::lock_guard<std::mutex> lock(a.mu);
-  return a.allocated;
-}
-
-size_t CudaBackend::peak_bytes() {
-  Allocator& a = state().alloc;
-  std::lock_guard<std::mutex> lock(a.mu);
-  return a.peak;
-}
-
-void CudaBackend::reset_peak_bytes() {
-  Allocator& a = state().alloc;
-  std::lock_guard<std::mutex> lock(a.mu);
-  a.peak = a.allocated;
-}
+size_t CudaBackend::cached_bytes() { return state().alloc.stats().cached; }
+size_t CudaBackend::allocated_bytes() { return state().alloc.stats().allocated; }
+size_t CudaBackend::peak_bytes() { return state().alloc.stats().peak; }
+void CudaBackend::reset_peak_bytes() { state().alloc.reset_peak(); }
 
 std::string CudaBackend::device_name() {
   cudaDeviceProp prop;

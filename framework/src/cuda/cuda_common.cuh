@@ -15,6 +15,7 @@
 #include "backend_checks.h"
 #include "cuda/cuda_backend.cuh"
 #include "pelab/backend.h"
+#include "strided_layout.h"
 
 namespace pelab {
 namespace cuda {
@@ -109,43 +110,18 @@ struct HostLayout {
   char* base[N] = {};
 };
 
+// The collapsed layout of N views over `shape` (strided_layout.h).
 template <int N>
 HostLayout<N> make_layout(const Shape& shape, const View* const (&views)[N], const char* op) {
   HostLayout<N> L;
-  const int R = static_cast<int>(shape.size());
-  for (int k = 0; k < N; ++k) {
-    const View& v = *views[k];
-    check_broadcast_operand(v, shape, op);
-    L.base[k] = static_cast<char*>(v.data);
-  }
-  for (int64_t d : shape) L.numel *= d;
-  std::vector<int64_t> cs;                   // innermost first while collapsing
-  std::vector<std::array<int64_t, N>> cst;
-  for (int d = R - 1; d >= 0; --d) {
-    const int64_t size = shape[d];
-    if (size == 1) continue;
-    std::array<int64_t, N> s{};
-    for (int k = 0; k < N; ++k) {
-      const View& v = *views[k];
-      const int off = R - static_cast<int>(v.shape.size());
-      if (d < off) {
-        s[k] = 0;
-      } else {
-        s[k] = v.shape[d - off] == 1 ? 0 : v.strides[d - off];
-      }
-    }
-    bool merge = !cs.empty();
-    for (int k = 0; k < N && merge; ++k) merge = s[k] == cst.back()[k] * cs.back();
-    if (merge) {
-      cs.back() *= size;
-    } else {
-      cs.push_back(size);
-      cst.push_back(s);
-    }
-  }
-  L.nd = static_cast<int>(cs.size());
-  L.shape.assign(cs.rbegin(), cs.rend());
-  L.st.assign(cst.rbegin(), cst.rend());
+  L.numel = collapse_axes<N>(shape, views, op, L.base,
+                             [&](int64_t size, const std::array<int64_t, N>& s) {
+                               L.shape.push_back(size);  // innermost first, reversed below
+                               L.st.push_back(s);
+                             });
+  L.nd = static_cast<int>(L.shape.size());
+  std::reverse(L.shape.begin(), L.shape.end());
+  std::reverse(L.st.begin(), L.st.end());
   return L;
 }
 
