@@ -104,12 +104,20 @@ Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tens
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& xq, const Tensor& xkv, const Tensor& blocked,
-                                   PositionalEncoding& pe, const AttnSite& site, Generator& gen) {
+                                   PositionalEncoding& pe, const AttnSite& site, Generator& gen,
+                                   const CachedKV* cache) {
+  const bool fixed = cache && !cache->all_k_pos;
   Tensor qh = project(*q, xq);
-  Tensor kh = project(*k, xkv);
-  Tensor vh = project(*v, xkv);
+  Tensor kh = fixed ? *cache->k : project(*k, xkv);  // fixed: a handle copy, the cache stays as is
+  Tensor vh = fixed ? *cache->v : project(*v, xkv);
   pe.transform_qk(qh, kh, site);
-  return attend(qh, kh, vh, blocked, pe, site, gen);
+  if (!cache || fixed) return attend(qh, kh, vh, blocked, pe, site, gen);
+  // Cached: only the new keys went through transform_qk; they join the cache.
+  *cache->k = cache->k->defined() ? concat({*cache->k, kh}, 2) : kh;
+  *cache->v = cache->v->defined() ? concat({*cache->v, vh}, 2) : vh;
+  AttnSite all = site;
+  all.k_pos = *cache->all_k_pos;
+  return attend(qh, *cache->k, *cache->v, blocked, pe, all, gen);
 }
 
 }  // namespace pelab::models

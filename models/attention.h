@@ -40,12 +40,26 @@ class MultiHeadAttention : public Module {
   MultiHeadAttention(int64_t d_model, int64_t heads, double dropout, bool bias, Generator& gen,
                      DType dtype = DType::Float32);
 
+  // KV-cache decoding: the keys and values a layer keeps between calls (LayerKV's tensors).
+  //  all_k_pos set (self-attention): *k / *v hold the keys (after transform_qk) and values of the
+  //    earlier tokens; the call's new keys and values join them, and the queries attend over all
+  //    of them at all_k_pos (the positions of every key, cached and new).
+  //  all_k_pos null (cross-attention): *k / *v are the projections of the encoder output, made
+  //    once by project(); they are used as they are, never extended (xkv is not read).
+  struct CachedKV {
+    Tensor* k = nullptr;
+    Tensor* v = nullptr;
+    const Positions* all_k_pos = nullptr;
+  };
+
   // Queries from xq [B, Lq, D], keys and values from xkv [B, Lk, D] (xkv = xq for self-attention).
   // site.q_pos / site.k_pos must have lengths Lq / Lk (and 1 or B rows). Returns [B, Lq, D].
+  // With a cache, site.k_pos are the positions of the keys this call projects (the new tokens';
+  // the encoder output's for a fixed cache): they alone go through pe.transform_qk.
   Tensor forward(const Tensor& xq, const Tensor& xkv, const Tensor& blocked, PositionalEncoding& pe,
-                 const AttnSite& site, Generator& gen);
+                 const AttnSite& site, Generator& gen, const CachedKV* cache = nullptr);
 
-  // The pieces forward() is made of (the KV-cache path calls them directly):
+  // The pieces forward() is made of (start_cache calls project for the cross-attention cache):
   // x [B, L, D] through `lin`, split into heads: [B, H, L, dh] (contiguous).
   Tensor project(const Linear& lin, const Tensor& x) const;
   // q [B, H, Lq, dh] and k, v [B, H, Lk, dh] (k already through transform_qk): scores, score term,

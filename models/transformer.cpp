@@ -210,17 +210,9 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& self_blocked, const 
   site.k_pos = tgt_pos;
   site.causal = true;
   Tensor h = residual(x, *norm_self, pre_norm, dropout_p, tr, gen, [&](const Tensor& in) {
-    if (!kv) return self_attn->forward(in, in, self_blocked, pe, site, gen);
-    // Cached: only the new keys go through transform_qk, then join the cache.
-    Tensor qh = self_attn->project(*self_attn->q, in);
-    Tensor kh = self_attn->project(*self_attn->k, in);
-    Tensor vh = self_attn->project(*self_attn->v, in);
-    pe.transform_qk(qh, kh, site);
-    kv->self_k = kv->self_k.defined() ? concat({kv->self_k, kh}, 2) : kh;
-    kv->self_v = kv->self_v.defined() ? concat({kv->self_v, vh}, 2) : vh;
-    AttnSite all = site;
-    all.k_pos = all_pos;
-    return self_attn->attend(qh, kv->self_k, kv->self_v, self_blocked, pe, all, gen);
+    MultiHeadAttention::CachedKV c;
+    if (kv) c = {&kv->self_k, &kv->self_v, &all_pos};
+    return self_attn->forward(in, in, self_blocked, pe, site, gen, kv ? &c : nullptr);
   });
   if (cross_attn) {
     AttnSite cs;
@@ -230,11 +222,9 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& self_blocked, const 
     cs.k_pos = src_pos;
     cs.causal = false;
     h = residual(h, *norm_cross, pre_norm, dropout_p, tr, gen, [&](const Tensor& in) {
-      if (!kv) return cross_attn->forward(in, memory, memory_blocked, pe, cs, gen);
-      Tensor qh = cross_attn->project(*cross_attn->q, in);
-      Tensor kh = kv->cross_k;  // a handle copy: transform_qk never changes the cache
-      pe.transform_qk(qh, kh, cs);
-      return cross_attn->attend(qh, kh, kv->cross_v, memory_blocked, pe, cs, gen);
+      MultiHeadAttention::CachedKV c;
+      if (kv) c = {&kv->cross_k, &kv->cross_v, nullptr};
+      return cross_attn->forward(in, memory, memory_blocked, pe, cs, gen, kv ? &c : nullptr);
     });
   }
   return residual(h, *norm_ff, pre_norm, dropout_p, tr, gen,

@@ -166,3 +166,33 @@ TEST_F(LayoutScan, ReportsEveryIncludeThatPointsUp) {
   EXPECT_EQ(s.violations.size(), 7u) << joined(s.violations);
   EXPECT_NE(s.violations.front().find("may not include"), std::string::npos);
 }
+
+// The attention hooks of a positional encoding (models/pe/pe.h: transform_qk, the score and value
+// terms, the relative tables) are called by one function of the model, the attention forward in
+// models/attention.cpp, for full and KV-cache decoding alike; the rest of models/ outside the
+// schemes never calls them (the KV-cache path once did, a second copy of the forward).
+TEST(Layout, AttentionHooksAreCalledFromTheAttentionForwardOnly) {
+  const fs::path root = pelab::testing::source_dir();
+  static const std::regex hook_re(
+      R"((\.|->)(transform_qk|keyed_score_term|score_term|value_term|relative_tables)\s*\()");
+  std::vector<std::string> callers;
+  int in_attention = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root / "models")) {
+    const std::string rel = fs::relative(e.path(), root).generic_string();
+    if (!e.is_regular_file() || rel.rfind("models/pe/", 0) == 0) continue;
+    if (e.path().extension() != ".cpp" && e.path().extension() != ".h") continue;
+    std::ifstream in(e.path());
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      const size_t comment = line.find("//");
+      if (!std::regex_search(comment == std::string::npos ? line : line.substr(0, comment), hook_re))
+        continue;
+      if (rel == "models/attention.cpp")
+        ++in_attention;
+      else
+        callers.push_back(rel + ":" + std::to_string(n));
+    }
+  }
+  EXPECT_TRUE(callers.empty()) << joined(callers);
+  EXPECT_GE(in_attention, 4);  // transform_qk, relative_tables, keyed_score_term, value_term
+}

@@ -90,6 +90,28 @@ TEST(SchemeRegistry, SchemeKeysLoadValidateAndSuggest) {
   EXPECT_EQ(load_config_string(config_to_yaml(c)), c);
 }
 
+// pe.rope_base's range is declared once (rope.cpp, "(1, inf)") and every way in checks that
+// declaration, each with one error naming the key: the config file (file:line), the model's
+// validation, and make_pe for a scheme built without either (plot-pe, tests). Before, RoPE's
+// constructor checked a hand copy ("pe.rope_base: must be > 1, got 0.5").
+TEST(SchemeRegistry, RopeBaseRangeIsTheDeclaredOne) {
+  EXPECT_EQ(load_error("pe:\n  scheme: rope\n  rope_base: 0.5\n"),
+            "c.yaml:3: pe.rope_base: 0.5 is out of range (1, inf)");
+  models::ModelConfig m;
+  m.pe.scheme = "rope";
+  m.pe.set("rope_base", 1.0);
+  EXPECT_EQ(pelab::testing::error_of([&] { m.validate(); }),
+            "pe.rope_base: 1 is out of range (1, inf)");
+  Generator gen(0);
+  models::StackInfo s;
+  s.d_model = 16;
+  s.heads = 2;
+  EXPECT_EQ(pelab::testing::error_of([&] { models::make_pe(m.pe, s, gen); }),
+            "pe.rope_base: 1 is out of range (1, inf)");
+  m.pe.set("rope_base", 1.5);  // in range: built
+  EXPECT_NE(models::make_pe(m.pe, s, gen), nullptr);
+}
+
 // The drift the issue names: the model's own validation and the config's agree because both read
 // the scheme's declaration (the model accepted sinusoidal_base 0.5, the config refused it).
 TEST(SchemeRegistry, ModelValidationUsesTheSchemesRanges) {

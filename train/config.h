@@ -2,8 +2,8 @@
 // with `--set section.key=value` overrides, cross-field validation, YAML serialisation (for run
 // directories and checkpoints) and the markdown key reference (docs/config.md).
 //
-// The schema is one table in config.cpp: each row names a section, a key, the struct member it
-// fills and its range / allowed values and doc string; type and default come from the member
+// The schema is one table in config_schema.cpp: each row names a section, a key, the struct
+// member it fills and its range / allowed values and doc string; type and default come from the member
 // itself (the defaults below), so adding a key is one struct field plus one table row. The keys of
 // the positional-encoding schemes (pe.*, other than pe.scheme and pe.randomized_*) and their
 // cross-field rules are declared by each scheme in its own file (models/pe/pe.h, PEScheme) and

@@ -280,6 +280,8 @@ std::string pe_check_value(const PEKey& key, const PEValue& v);
 // Every scheme key's value (ranges, allowed values, a float at most dtype_max(dims.dtype)) and
 // every rule; throws pelab::Error naming the key ("pe.rope_base: ...") or the rule's message.
 void validate_pe(const PEConfig& cfg, const PEModelDims& dims);
+// The scheme's positional encoding; throws naming the key when a set key is not declared or its
+// value is outside the declared range / allowed values (the scheme's constructor relies on both).
 std::shared_ptr<PositionalEncoding> make_pe(const PEConfig& cfg, const StackInfo& stack, Generator& gen);
 
 }  // namespace pelab::models

@@ -353,13 +353,21 @@ std::string pe_check_value(const PEKey& k, const PEValue& v) {
   return "";
 }
 
+namespace {
+// Every set key against its declaration (type, range, allowed values): the one check of a scheme
+// key's declared range outside the config loader (which checks the same declaration with file:line).
+void check_pe_key(const std::string& name, const PEValue& v) {
+  const PEKey* k = find_pe_key(name);
+  PELAB_CHECK(k != nullptr, "pe.", name, ": no registered scheme declares this key");
+  const std::string bad = pe_check_value(*k, v);
+  PELAB_CHECK(bad.empty(), "pe.", name, ": ", bad);
+}
+}  // namespace
+
 void validate_pe(const PEConfig& cfg, const PEModelDims& dims) {
   pe_scheme(cfg.scheme);
   for (const auto& kv : cfg.values) {
-    const PEKey* k = find_pe_key(kv.first);
-    PELAB_CHECK(k != nullptr, "pe.", kv.first, ": no registered scheme declares this key");
-    const std::string bad = pe_check_value(*k, kv.second);
-    PELAB_CHECK(bad.empty(), "pe.", kv.first, ": ", bad);
+    check_pe_key(kv.first, kv.second);
     PELAB_CHECK(kv.second.type != PEValueType::Float || std::fabs(kv.second.d) <= dtype_max(dims.dtype),
                 "pe.", kv.first, ": ", num(kv.second.d), " overflows model.dtype ",
                 dtype_name(dims.dtype), "; the largest usable value is ", num(dtype_max(dims.dtype)));
@@ -376,6 +384,8 @@ std::shared_ptr<PositionalEncoding> make_pe(const PEConfig& cfg, const StackInfo
   PELAB_CHECK(stack.heads > 0 && stack.d_model > 0 && stack.d_model % stack.heads == 0,
               "make_pe(", cfg.scheme, "): d_model ", stack.d_model, " must be a positive multiple of heads ",
               stack.heads);
+  // A scheme's constructor may rely on its keys' declared ranges and allowed values.
+  for (const auto& kv : cfg.values) check_pe_key(kv.first, kv.second);
   std::shared_ptr<PositionalEncoding> pe = s.factory(cfg, stack, gen);
   PELAB_CHECK(pe != nullptr, "make_pe: the factory of scheme '", cfg.scheme, "' returned null");
   return pe;

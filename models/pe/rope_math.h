@@ -69,8 +69,8 @@ inline int64_t rope_rotary_dims(double fraction, int64_t head_dim) {
 }
 
 // Throws pelab::Error naming the key for any invalid RoPE setting (rot from rope_rotary_dims).
+// pe.rope_base's range (1, inf) is its declaration's (rope.cpp), checked by make_pe.
 inline void rope_validate(const RopeParams& cfg, int64_t rot) {
-  PELAB_CHECK(cfg.base > 1.0, "pe.rope_base: must be > 1, got ", cfg.base);
   PELAB_CHECK(cfg.pairing == "half" || cfg.pairing == "interleaved",
               "pe.rope_pairing: expected half | interleaved, got '", cfg.pairing, "'");
   const std::string& m = cfg.scaling;
