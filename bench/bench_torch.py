@@ -22,6 +22,12 @@ Every JSON line carries "blas": the BLAS this process ran on (bench/blas_info.py
 mapped shared objects, OpenBLAS's config / variant / threads, torch's version, threads and build
 settings); --blas-info prints only that record (after setting --threads).
 
+--compile times the same steps with torch.compile(model) (inductor; on the CPU it generates C++ that
+g++ compiles) and AdamW(fused=True) where the installed torch has a fused AdamW for the device
+(recorded as "optimizer"). The warm-up steps trigger the compilation (at least one is run): their
+wall time is reported separately as "compile_s" and is not in the measured steps. torch.compile
+needs torch >= 2; with an older one (Debian's 1.13) --compile is one error line.
+
 --device cuda runs the same steps on the GPU (TF32 off, like pelab's float32 GEMMs) and adds the peak
 of torch.cuda.max_memory_allocated (tools/gpu_check.sh's bench_torch step).
 """
@@ -212,6 +218,18 @@ def check_against_reference(model, src, tin, tout):
                          "by more than 1e-10 (scheme %s)" % model.c.scheme)
 
 
+def make_optimizer(model, fused):
+    """torch.optim.AdamW; with fused, AdamW(fused=True) when this torch has a fused AdamW for the
+    parameters' device (CPU: torch >= 2.4), else the default. Returns it and its description."""
+    kw = dict(lr=1e-3, weight_decay=0.01)
+    if fused:
+        try:
+            return torch.optim.AdamW(model.parameters(), fused=True, **kw), "AdamW fused"
+        except (TypeError, RuntimeError, ValueError):  # no fused kwarg, or not for this device
+            pass
+    return torch.optim.AdamW(model.parameters(), **kw), "AdamW"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scheme", default="sinusoidal")
@@ -220,6 +238,8 @@ def main():
                  ("len", 32), ("vocab", 32), ("steps", 20), ("warmup", 3), ("threads", 2)):
         ap.add_argument("--" + k, type=int, default=d)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model, fused AdamW where available (torch >= 2)")
     ap.add_argument("--blas-info", action="store_true", help="print only the BLAS record")
     ap.add_argument("--check-against-reference", action="store_true",
                     help="compare one float64 forward/backward with tools/torch_reference.py's Model")
@@ -231,6 +251,10 @@ def main():
     if not a.pelab:
         raise SystemExit("bench_torch.py: --pelab PATH is needed (the pelab binary whose "
                          "config-reference gives the default config bench_train trains)")
+    if a.compile and not hasattr(torch, "compile"):
+        raise SystemExit("bench_torch.py: --compile needs torch >= 2 (torch.compile); this is "
+                         "torch %s from %s (bench/torch_venv.sh makes a PyPI torch 2.x venv)"
+                         % (torch.__version__, os.path.dirname(torch.__file__)))
     cfg = make_config(a)
     torch.manual_seed(1)
     dev = torch.device(a.device)
@@ -246,7 +270,9 @@ def main():
         return check_against_reference(model, src, tin, tout)
     model = model.to(dev).bind()
     src, tin, tout = src.to(dev), tin.to(dev), tout.to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    opt, optimizer = make_optimizer(model, a.compile)
+    if a.compile:
+        model = torch.compile(model)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -256,8 +282,11 @@ def main():
         opt.step()
         return loss.item()
 
-    for _ in range(a.warmup):
+    warmup = max(a.warmup, 1) if a.compile else a.warmup  # the first step compiles
+    t0 = time.perf_counter()
+    for _ in range(warmup):
         step()
+    warmup_s = time.perf_counter() - t0
     if a.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times, cpu = [], []
@@ -272,7 +301,10 @@ def main():
     row = {"impl": "torch", "scheme": a.scheme, "median_ms": times[len(times) // 2],
            "mean_ms": sum(times) / len(times), "min_ms": times[0], "cpu_ms": cpu[len(cpu) // 2],
            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "loss": loss,
-           "blas": blas_info.torch_record(torch)}
+           "mode": "compile" if a.compile else "eager", "optimizer": optimizer,
+           "warmup_steps": warmup, "blas": blas_info.torch_record(torch)}
+    if a.compile:  # the warm-up's wall time: compilation (forward, backward) plus those steps
+        row["compile_s"] = warmup_s
     if a.device == "cuda":  # loss.item() in step() synchronises, so the times are the GPU's too
         row["device"] = torch.cuda.get_device_name()
         row["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20

@@ -13,6 +13,7 @@ turns one into the short label of the tables; run_bench.py writes every record i
 import ctypes
 import datetime
 import os
+import sys
 
 LIB_MARKERS = ("blas", "lapack", "gomp", "libomp", "iomp", "mkl")
 PARALLEL = {0: "serial", 1: "pthread", 2: "openmp"}
@@ -62,7 +63,10 @@ def record(maps="/proc/self/maps"):
 def torch_record(torch):
     """record() plus what PyTorch says of itself: version, intra-op threads, the BLAS / LAPACK its
     build was configured with (BLAS_INFO in torch.__config__.show()), its parallel backend, and
-    whether MKL / oneDNN (mkldnn) are available to it."""
+    whether MKL / oneDNN (mkldnn) are available to it; its ATen kernels' CPU capability
+    (torch.backends.cpu.get_cpu_capability(), torch >= 2: DEFAULT / AVX2 / AVX512) and the MKL
+    version line of the show() text. PyPI's torch links MKL statically into libtorch_cpu.so, so no
+    MKL file is mapped: BLAS_INFO=mkl and the version line are what says so."""
     rec = record()
     show = torch.__config__.show()
 
@@ -80,7 +84,14 @@ def torch_record(torch):
     rec.update(torch_version=torch.__version__, torch_threads=torch.get_num_threads(),
                torch_blas_info=setting("BLAS_INFO"), torch_lapack_info=setting("LAPACK_INFO"),
                torch_parallel_backend=backend, mkl=torch.backends.mkl.is_available(),
-               mkldnn=torch.backends.mkldnn.is_available())
+               mkldnn=torch.backends.mkldnn.is_available(), torch_cpu_capability=None,
+               torch_mkl_version=None, torch_python=sys.executable)
+    cpu = getattr(torch.backends, "cpu", None)
+    if cpu is not None and hasattr(cpu, "get_cpu_capability"):
+        rec["torch_cpu_capability"] = cpu.get_cpu_capability()
+    for line in show.splitlines():  # "- Intel(R) oneAPI Math Kernel Library Version 2024.2-..."
+        if "Math Kernel Library Version" in line:
+            rec["torch_mkl_version"] = line.split("Version", 1)[1].split()[0].split("-")[0]
     return rec
 
 
@@ -98,6 +109,15 @@ def blas_file(rec):
 def describe(rec):
     """One-line label without commas (CSV / table cell): the BLAS, its variant, kernels and threads,
     file."""
+    libs = rec.get("libs", [])
+    if rec.get("torch_blas_info") == "mkl" and not any("mkl" in os.path.basename(p) for p in libs):
+        # PyPI's torch: MKL linked into libtorch_cpu.so, so no MKL file is mapped; a mapped
+        # OpenBLAS there is another module's (numpy's libscipy_openblas), not torch's BLAS.
+        others = [os.path.basename(p) for p in libs if "gomp" not in os.path.basename(p)]
+        return "MKL %s linked into torch %s / ATen %s kernels / %s threads%s" % (
+            rec.get("torch_mkl_version") or "(version not reported)", rec.get("torch_version"),
+            rec.get("torch_cpu_capability") or "unknown", rec.get("torch_threads"),
+            (" (also mapped: %s)" % " ".join(others)) if others else "")
     path = blas_file(rec) or "no BLAS mapped"
     if any("cublas" in os.path.basename(p) for p in rec.get("libs", [])):
         path += " + cuBLAS mapped (CUDA build)"
@@ -117,12 +137,25 @@ def libblas_alternative():
     return os.path.realpath(LIBBLAS)
 
 
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
+SIMD_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "avx2", "fma", "avx")
+
+
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The first CPU's model name with its family / model / stepping and the SIMD flags that pick
+    BLAS kernels (a VM's model name alone, "Intel Xeon Processor", says nothing)."""
+    info = {}
+    with open(cpuinfo) as f:
         for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
+            if not line.strip():
+                break
+            k, _, v = line.partition(":")
+            info[k.strip()] = v.strip()
+    if "model name" not in info:
+        return "unknown"
+    flags = info.get("flags", "").split()
+    return "%s (family %s model %s stepping %s; %s)" % (
+        info["model name"], info.get("cpu family"), info.get("model"), info.get("stepping"),
+        " ".join(x for x in SIMD_FLAGS if x in flags) or "no AVX")
 
 
 def loadavg():

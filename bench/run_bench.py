@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """pelab — side-by-side training benchmark driver (called by bench/run.sh).
 
-For every configuration and scheme it runs bench_train (pelab) and bench_torch.py (PyTorch eager)
-ALTERNATELY, each measurement in its own process (so peak RSS is per process), REPS times, and
-reports medians: ms/step (wall and CPU), the ratio torch/pelab, tokens/s, achieved GFLOP/s of the
-analytic matmul FLOPs against a cblas_sgemm peak measured in the same run, and peak RSS.
+For every configuration and scheme it runs bench_train (pelab) and bench_torch.py under every PyTorch
+peer (--peers, PEERS below: Debian's torch eager, PyPI's torch eager, PyPI's torch with
+torch.compile) ALTERNATELY, each measurement in its own process (so peak RSS is per process), REPS
+times, and reports medians: ms/step (wall and CPU), the ratio peer/pelab for each peer, tokens/s,
+achieved GFLOP/s of the analytic matmul FLOPs against a cblas_sgemm peak measured in the same run at
+the config's thread count, peak RSS, and the compile peer's compile time (its warm-up, not timed).
 It also records the conditions (bench/blas_info.py): the BLAS each side actually loaded (every
 measurement's process reports its mapped BLAS / OpenMP files and OpenBLAS's config, variant and
-threads; PyTorch's version, threads and build settings), Debian's libblas.so.3 alternative, the
+threads; each peer's torch version, python, threads, BLAS_INFO / MKL version, ATen CPU kernels and
+build settings), Debian's libblas.so.3 alternative, the
 thread settings, the CPU model and the load average at the start and end of the run and before
 every measurement. Writes a markdown table, a CSV and a JSON with every measurement.
 """
@@ -53,6 +56,20 @@ POLICIES = {
 }
 
 
+# The PyTorch peers: name -> (which python runs bench_torch.py, its extra arguments). "debian" is
+# --python (Debian's python3-torch); the PyPI ones are --venv-python (bench/torch_venv.sh's venv).
+PEERS = {
+    "debian": ("python", []),
+    "pypi-eager": ("venv_python", []),
+    "pypi-compile": ("venv_python", ["--compile"]),
+}
+
+
+def col(peer):
+    """A peer's column prefix in the CSV / JSON rows (pypi-eager -> pypi_eager)."""
+    return peer.replace("-", "_")
+
+
 def policy_env(name):
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env.update(POLICIES[name])
@@ -90,14 +107,18 @@ def labels(records):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
-    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--python", default="/usr/bin/python3", help="the debian peer's python")
+    ap.add_argument("--venv-python", default="",
+                    help="the pypi-* peers' python (bench/torch_venv.sh prints it)")
+    ap.add_argument("--peers", default="debian",
+                    help="comma-separated PyTorch peers: " + ",".join(PEERS))
     ap.add_argument("--out", required=True, help="output prefix (.md and .csv)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="threads (the tiny config uses 1)")
     ap.add_argument("--schemes", default="", help="comma-separated; default: every registered scheme")
-    ap.add_argument("--configs", default="ref,large,sweep")
+    ap.add_argument("--configs", default="ref,tiny,large,sweep")
     ap.add_argument("--policies", default="passive,spin1000,default",
                     help="OpenMP wait settings to try for both sides: " + ",".join(POLICIES))
     ap.add_argument("--sweep", default="32,64,128,256,512")
@@ -112,104 +133,141 @@ def main():
     for p in policies:
         if p not in POLICIES:
             raise SystemExit("unknown policy %s (known: %s)" % (p, ", ".join(POLICIES)))
+    peers = a.peers.split(",")
+    for p in peers:
+        if p not in PEERS:
+            raise SystemExit("run_bench.py: unknown peer '%s' in --peers (known: %s)"
+                             % (p, ", ".join(PEERS)))
+        if PEERS[p][0] == "venv_python" and not a.venv_python:
+            raise SystemExit("run_bench.py: peer %s needs --venv-python (bench/torch_venv.sh "
+                             "makes the venv and prints its python; bench/run.sh --peers does both)"
+                             % p)
+    config_names = a.configs.split(",")
+    for n in config_names:
+        if n not in ("ref", "tiny", "large", "sweep"):
+            raise SystemExit("run_bench.py: unknown config '%s' in --configs (known: ref, tiny, "
+                             "large, sweep)" % n)
+
+    def peer_cmd(peer):
+        return [getattr(a, PEERS[peer][0]), os.path.join(here, "bench_torch.py"),
+                "--pelab", pelab] + PEERS[peer][1]
 
     conditions = {"command": sys.argv, "python": a.python, "threads": a.threads,
                   "thread_env": blas_info.thread_env(), "policies": {p: POLICIES[p] for p in policies},
                   "libblas_alternative": blas_info.libblas_alternative(),
+                  "peers": {p: {"python": getattr(a, PEERS[p][0]), "args": PEERS[p][1]}
+                            for p in peers},
                   "start": blas_info.host_state()}
     measurements = []  # every process's JSON line, with what was run and the load before it
 
     configs = []  # (name, dict)
     ref = dict(d_model=128, heads=4, d_ff=512, layers=2, batch=32, len=32, vocab=32)
-    if "ref" in a.configs:
+    if "ref" in config_names:
         configs += [("ref", dict(ref))]
-    if "large" in a.configs:
+    if "tiny" in config_names:  # the size of the lab's own comparisons, one thread
+        configs += [("tiny", dict(ref, d_model=64, d_ff=256, len=8, threads=1))]
+    if "large" in config_names:
         configs += [("large", dict(ref, d_model=256, d_ff=1024, len=128, batch=16))]
-    if "sweep" in a.configs:
+    if "sweep" in config_names:
         for L in [int(x) for x in a.sweep.split(",")]:
             b = max(1, a.sweep_tokens // L) if a.sweep_tokens > 0 else 32
             configs += [("L%d" % L, dict(ref, len=L, batch=b))]
 
-    def sgemm():
-        m = run_json([a.bin, "--sgemm", "1024", "--threads", str(a.threads)])
-        measurements.append(dict(m, impl="pelab", what="sgemm"))
-        return m["gflops"]
+    sg = {}  # threads -> cblas_sgemm GFLOP/s samples
 
-    sg = [sgemm()]
+    def sgemm(threads):
+        m = run_json([a.bin, "--sgemm", "1024", "--threads", str(threads)])
+        measurements.append(dict(m, impl="pelab", what="sgemm", threads=threads))
+        sg.setdefault(threads, []).append(m["gflops"])
+
+    sides = ["pelab"] + peers
     rows = []
     for cname, c in configs:
+        c = dict(c)
+        threads = c.pop("threads", a.threads)
+        if threads not in sg:
+            sgemm(threads)
         for s in schemes:
             args = ["--scheme", s, "--steps", str(a.steps), "--warmup", str(a.warmup),
-                    "--threads", str(a.threads)]
+                    "--threads", str(threads)]
             for k, v in c.items():
                 args += ["--" + k, str(v)]
-            res = {(i, p): [] for i in ("pelab", "torch") for p in policies}
+            res = {(i, p): [] for i in sides for p in policies}
             for r in range(a.reps):  # alternate implementations and policies
-                order = [(i, p) for p in policies for i in ("pelab", "torch")]
+                order = [(i, p) for p in policies for i in sides]
                 if r % 2 == 1:
                     order.reverse()
                 for impl, pol in order:
-                    cmd = [a.bin] + args if impl == "pelab" else \
-                        [a.python, os.path.join(here, "bench_torch.py"), "--pelab", pelab] + args
+                    cmd = [a.bin] + args if impl == "pelab" else peer_cmd(impl) + args
                     load = blas_info.loadavg()[0]
                     m = run_json(cmd, policy_env(pol))
-                    m.update(impl=impl, what="train", config=cname, policy=pol, rep=r, load1=load,
-                             thread_env=blas_info.thread_env(policy_env(pol)))
+                    m.update(impl="pelab" if impl == "pelab" else "torch", peer=impl,
+                             what="train", config=cname, policy=pol, rep=r, load1=load,
+                             threads=threads, thread_env=blas_info.thread_env(policy_env(pol)))
                     measurements.append(m)
                     res[(impl, pol)].append(m)
-            sg.append(sgemm())
+            sgemm(threads)
             allmed = {k: {m: statistics.median(x[m] for x in v)
                           for m in ("median_ms", "cpu_ms", "peak_rss_kb")} for k, v in res.items()}
             med, best_pol = {}, {}
-            for impl in ("pelab", "torch"):
+            for impl in sides:
                 pol = min(policies, key=lambda p: allmed[(impl, p)]["median_ms"])
                 med[impl], best_pol[impl] = allmed[(impl, pol)], pol
-            # Paired speedup: within each rep the two sides ran back to back, so the host's slow
-            # and fast phases (minutes long on a shared VM) hit both; the median of the per-rep
-            # ratios (each side under its chosen setting) is the steadier figure.
-            per_rep = [res[("torch", best_pol["torch"])][r]["median_ms"] /
-                       res[("pelab", best_pol["pelab"])][r]["median_ms"] for r in range(a.reps)]
-            paired = statistics.median(per_rep)
             loads = [m["load1"] for v in res.values() for m in v]
             fl = train_flops(c["vocab"], c["d_model"], c["heads"], c["d_ff"], c["layers"],
                              c["batch"], c["len"])
             tokens = c["batch"] * c["len"] * 2  # source + target tokens
-            p, t = med["pelab"], med["torch"]
+            p = med["pelab"]
             row = dict(config=cname, scheme=s, B=c["batch"], L=c["len"], D=c["d_model"],
-                       pelab_ms=p["median_ms"], torch_ms=t["median_ms"],
-                       speedup=t["median_ms"] / p["median_ms"], paired_speedup=paired,
-                       paired_min=min(per_rep), paired_max=max(per_rep),
-                       pelab_cpu_ms=p["cpu_ms"], torch_cpu_ms=t["cpu_ms"],
-                       cpu_speedup=t["cpu_ms"] / p["cpu_ms"],
+                       threads=threads, pelab_ms=p["median_ms"], pelab_cpu_ms=p["cpu_ms"],
                        pelab_tok_s=tokens / p["median_ms"] * 1e3,
-                       torch_tok_s=tokens / t["median_ms"] * 1e3,
                        pelab_gflops=fl / p["median_ms"] / 1e6,
-                       torch_gflops=fl / t["median_ms"] / 1e6,
-                       pelab_rss_mb=p["peak_rss_kb"] / 1024, torch_rss_mb=t["peak_rss_kb"] / 1024,
-                       rss_ratio=p["peak_rss_kb"] / t["peak_rss_kb"],
-                       pelab_policy=best_pol["pelab"], torch_policy=best_pol["torch"],
-                       load_min=min(loads), load_max=max(loads),
-                       pelab_blas=labels(v for (i, _), vs in res.items() if i == "pelab" for v in vs),
-                       torch_blas=labels(v for (i, _), vs in res.items() if i == "torch" for v in vs))
+                       pelab_rss_mb=p["peak_rss_kb"] / 1024, pelab_policy=best_pol["pelab"],
+                       pelab_blas=labels(res[("pelab", q)][i] for q in policies
+                                         for i in range(a.reps)))
+            for peer in peers:
+                t, k = med[peer], col(peer)
+                # Paired speedup: within each rep the sides ran back to back, so the host's slow
+                # and fast phases (minutes long on a shared VM) hit both; the median of the
+                # per-rep ratios (each side under its chosen setting) is the steadier figure.
+                per_rep = [res[(peer, best_pol[peer])][r]["median_ms"] /
+                           res[("pelab", best_pol["pelab"])][r]["median_ms"] for r in range(a.reps)]
+                runs = [m for q in policies for m in res[(peer, q)]]
+                row.update({
+                    k + "_ms": t["median_ms"], k + "_speedup": t["median_ms"] / p["median_ms"],
+                    k + "_paired_speedup": statistics.median(per_rep),
+                    k + "_paired_min": min(per_rep), k + "_paired_max": max(per_rep),
+                    k + "_cpu_ms": t["cpu_ms"], k + "_cpu_speedup": t["cpu_ms"] / p["cpu_ms"],
+                    k + "_tok_s": tokens / t["median_ms"] * 1e3,
+                    k + "_gflops": fl / t["median_ms"] / 1e6,
+                    k + "_rss_mb": t["peak_rss_kb"] / 1024,
+                    k + "_rss_ratio": p["peak_rss_kb"] / t["peak_rss_kb"],
+                    k + "_policy": best_pol[peer],
+                    k + "_compile_s": statistics.median(m.get("compile_s", 0.0) for m in runs),
+                    k + "_torch": runs[0]["blas"].get("torch_version"),
+                    k + "_optimizer": runs[0].get("optimizer", "AdamW"),
+                    k + "_blas": labels(runs)})
+            row.update(load_min=min(loads), load_max=max(loads))
             for (impl, pol), m in sorted(allmed.items()):
-                row["%s_ms_%s" % (impl, pol)] = m["median_ms"]
+                row["%s_ms_%s" % (col(impl), pol)] = m["median_ms"]
             rows.append(row)
-            print("%-6s %-10s pelab %8.1f ms (cpu %8.1f)  torch %8.1f ms (cpu %8.1f)  x%.2f (paired x%.2f) "
-                  "(cpu x%.2f)  rss %.0f/%.0f MB  wait %s/%s  load %.1f-%.1f  [%s]" % (
-                      cname, s, row["pelab_ms"], row["pelab_cpu_ms"], row["torch_ms"],
-                      row["torch_cpu_ms"], row["speedup"], row["paired_speedup"], row["cpu_speedup"], row["pelab_rss_mb"],
-                      row["torch_rss_mb"], row["pelab_policy"], row["torch_policy"],
-                      row["load_min"], row["load_max"],
-                      " ".join("%s/%s %.1f" % (i, p, m["median_ms"])
-                               for (i, p), m in sorted(allmed.items()))),
-                  flush=True)
+            print("%-6s %-10s pelab %8.1f ms (cpu %8.1f, rss %.0f MB, wait %s)  %s  load %.1f-%.1f" % (
+                cname, s, row["pelab_ms"], row["pelab_cpu_ms"], row["pelab_rss_mb"],
+                row["pelab_policy"],
+                "  ".join("%s %.1f ms x%.2f (paired x%.2f, cpu x%.2f, rss %.0f MB, wait %s%s)" % (
+                    peer, row[col(peer) + "_ms"], row[col(peer) + "_speedup"],
+                    row[col(peer) + "_paired_speedup"], row[col(peer) + "_cpu_speedup"],
+                    row[col(peer) + "_rss_mb"], row[col(peer) + "_policy"],
+                    (", compile %.1f s" % row[col(peer) + "_compile_s"])
+                    if row[col(peer) + "_compile_s"] else "") for peer in peers),
+                row["load_min"], row["load_max"]), flush=True)
 
-    peak = max(sg)
+    peak = {th: max(v) for th, v in sg.items()}
     for r in rows:
-        r["pelab_pct_peak"] = 100.0 * r["pelab_gflops"] / peak
+        r["sgemm_peak"] = peak[r["threads"]]
+        r["pelab_pct_peak"] = 100.0 * r["pelab_gflops"] / peak[r["threads"]]
     conditions["end"] = blas_info.host_state()
     pelab_blas = labels(m for m in measurements if m["impl"] == "pelab")
-    torch_blas = labels(m for m in measurements if m["impl"] == "torch")
     keys = list(rows[0].keys()) if rows else []
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -221,17 +279,25 @@ def main():
         {"conditions": conditions, "sgemm_gflops": sg, "rows": rows,
          "measurements": measurements}, indent=1) + "\n")
     st, en = conditions["start"], conditions["end"]
-    cond = ("Command: `%s`. BLAS loaded (from each process's /proc/self/maps and OpenBLAS itself): "
-            "pelab: %s; PyTorch: %s (torch %s, %s intra-op threads, BLAS_INFO=%s, parallel backend "
-            "%s); libblas.so.3 alternative: %s. Thread settings in the environment: %s (each "
-            "measurement adds its wait setting). CPU: %s (%s CPUs) at the start, %s at the end. "
+
+    def peer_facts(peer):
+        ms = [m for m in measurements if m.get("peer") == peer]
+        b = ms[0]["blas"] if ms else {}
+        return ("PyTorch %s (%s): %s (torch %s, python %s, %s intra-op threads, BLAS_INFO=%s, "
+                "ATen CPU kernels %s, parallel backend %s, optimizer %s)" % (
+                    peer, "torch.compile" if "--compile" in PEERS[peer][1] else "eager", labels(ms),
+                    b.get("torch_version"), b.get("torch_python"), b.get("torch_threads"),
+                    b.get("torch_blas_info"), b.get("torch_cpu_capability") or "not reported",
+                    b.get("torch_parallel_backend"),
+                    ms[0].get("optimizer", "AdamW") if ms else None))
+    cond = ("Command: `%s`. BLAS loaded (from each process's /proc/self/maps, OpenBLAS itself and "
+            "torch.__config__): pelab: %s; %s; libblas.so.3 alternative: %s. Thread settings in "
+            "the environment: %s (each measurement adds its wait setting; threads per config in "
+            "the table). CPU: %s (%s CPUs) at the start, %s at the end. "
             "Load average (1/5/15 min): %s at %s, %s at %s; 1-min load before the measurements: "
             "%.2f-%.2f.\n\n" % (
-                " ".join(["bench/run_bench.py"] + sys.argv[1:]), pelab_blas, torch_blas,
-                *(next((m["blas"].get(k) for m in measurements if m["impl"] == "torch"), None)
-                  for k in ("torch_version", "torch_threads", "torch_blas_info",
-                            "torch_parallel_backend")),
-                conditions["libblas_alternative"],
+                " ".join(["bench/run_bench.py"] + sys.argv[1:]), pelab_blas,
+                "; ".join(peer_facts(p) for p in peers), conditions["libblas_alternative"],
                 ", ".join("%s=%s" % kv for kv in conditions["thread_env"].items() if kv[1]) or "none set",
                 st["cpu_model"], st["cpus"], en["cpu_model"],
                 " ".join("%.2f" % x for x in st["loadavg"]), st["time"],
@@ -239,39 +305,53 @@ def main():
                 min(m["load1"] for m in measurements if "load1" in m),
                 max(m["load1"] for m in measurements if "load1" in m)))
     f = io.StringIO()
-    f.write("Measured %s, %d threads, %d reps x %d steps (after %d warm-up), alternating "
-            "pelab / PyTorch %s. OpenMP wait settings tried for both: %s; each side is shown under its "
-            "fastest (the `wait` columns; every setting's time is in the CSV). Speedup = torch / pelab "
-            "of those medians; paired speedup = median over reps of the same ratio within each rep "
-            "(both sides ran back to back, so slow phases of the host hit both), with its range over "
-            "the reps.\n\n" % (
-                datetime.datetime.now().isoformat(timespec="minutes"), a.threads, a.reps,
-                a.steps, a.warmup, "eager", ", ".join(policies)))
+    f.write("Measured %s, %d reps x %d steps (after %d warm-up; the compile peer's warm-up "
+            "compiles, its time is the `compile s` column), alternating pelab / %s. OpenMP wait "
+            "settings tried for all: %s; each side is shown under its fastest (every setting's time "
+            "and wait are in the CSV). Speedup = peer / pelab of those medians (> 1: pelab is "
+            "faster); paired = median over reps of the same ratio within each rep (the sides ran "
+            "back to back, so slow phases of the host hit all), with its range over the reps.\n\n" % (
+                datetime.datetime.now().isoformat(timespec="minutes"), a.reps, a.steps, a.warmup,
+                " / ".join(peers), ", ".join(policies)))
     f.write(cond)
-    f.write("cblas_sgemm peak (1024^3, best of the run): %.1f GFLOP/s (samples: %s)\n\n"
-            % (peak, ", ".join("%.1f" % x for x in sg)))
-    f.write("| config | scheme | B | L | pelab ms/step | torch ms/step | speedup | paired speedup "
-            "(range) | pelab cpu-ms | torch cpu-ms | cpu speedup | pelab tok/s | torch tok/s | "
-            "pelab GFLOP/s | % sgemm peak | pelab RSS MB | torch RSS MB | RSS ratio | pelab wait | "
-            "torch wait | load |\n")
-    f.write("|" + "---|" * 21 + "\n")
+    f.write("cblas_sgemm peak (1024^3, best of the run): %s\n\n" % "; ".join(
+        "%d threads %.1f GFLOP/s (samples: %s)" % (th, peak[th], ", ".join("%.1f" % x for x in v))
+        for th, v in sorted(sg.items())))
+    head = ["config", "scheme", "B", "L", "threads", "pelab ms/step"]
+    for peer in peers:
+        head += ["%s ms/step" % peer, "%s / pelab (paired, range)" % peer]
+        if "--compile" in PEERS[peer][1]:
+            head += ["%s compile s" % peer]
+    head += ["pelab GFLOP/s", "% sgemm peak", "pelab RSS MB"] + \
+        ["%s RSS MB" % peer for peer in peers] + ["load"]
+    f.write("| " + " | ".join(head) + " |\n")
+    f.write("|" + "---|" * len(head) + "\n")
     for r in rows:
-        f.write("| %s | %s | %d | %d | %.1f | %.1f | %.2f | %.2f (%.2f-%.2f) | %.1f | %.1f | %.2f | "
-                "%.0f | %.0f | %.1f | %.0f%% | %.0f | %.0f | %.2f | %s | %s | %.1f-%.1f |\n" % (
-                    r["config"], r["scheme"], r["B"], r["L"], r["pelab_ms"], r["torch_ms"],
-                    r["speedup"], r["paired_speedup"], r["paired_min"], r["paired_max"],
-                    r["pelab_cpu_ms"], r["torch_cpu_ms"], r["cpu_speedup"],
-                    r["pelab_tok_s"], r["torch_tok_s"], r["pelab_gflops"], r["pelab_pct_peak"],
-                    r["pelab_rss_mb"], r["torch_rss_mb"], r["rss_ratio"], r["pelab_policy"],
-                    r["torch_policy"], r["load_min"], r["load_max"]))
+        cells = [r["config"], r["scheme"], "%d" % r["B"], "%d" % r["L"], "%d" % r["threads"],
+                 "%.1f" % r["pelab_ms"]]
+        for peer in peers:
+            k = col(peer)
+            cells += ["%.1f" % r[k + "_ms"], "%.2f (%.2f, %.2f-%.2f)" % (
+                r[k + "_speedup"], r[k + "_paired_speedup"], r[k + "_paired_min"],
+                r[k + "_paired_max"])]
+            if "--compile" in PEERS[peer][1]:
+                cells += ["%.1f" % r[k + "_compile_s"]]
+        cells += ["%.1f" % r["pelab_gflops"], "%.0f%%" % r["pelab_pct_peak"],
+                  "%.0f" % r["pelab_rss_mb"]] + ["%.0f" % r[col(peer) + "_rss_mb"] for peer in peers]
+        cells += ["%.1f-%.1f" % (r["load_min"], r["load_max"])]
+        f.write("| " + " | ".join(cells) + " |\n")
     write_atomic(a.out + ".md", f.getvalue())
     print(cond.strip())
-    if rows:
-        print("speedup %.2f-%.2f, paired per rep %.2f-%.2f, RSS ratio %.2f-%.2f over %d schemes" % (
-            min(r["speedup"] for r in rows), max(r["speedup"] for r in rows),
-            min(r["paired_min"] for r in rows), max(r["paired_max"] for r in rows),
-            min(r["rss_ratio"] for r in rows), max(r["rss_ratio"] for r in rows), len(rows)))
-    print("wrote %s.md, %s.csv and %s.json (sgemm peak %.1f GFLOP/s)" % (a.out, a.out, a.out, peak))
+    for peer in peers if rows else []:
+        k = col(peer)
+        print("%s / pelab: %.2f-%.2f, paired per rep %.2f-%.2f, RSS pelab/%s %.2f-%.2f over %d rows"
+              % (peer, min(r[k + "_speedup"] for r in rows), max(r[k + "_speedup"] for r in rows),
+                 min(r[k + "_paired_min"] for r in rows), max(r[k + "_paired_max"] for r in rows),
+                 peer, min(r[k + "_rss_ratio"] for r in rows),
+                 max(r[k + "_rss_ratio"] for r in rows), len(rows)))
+    print("wrote %s.md, %s.csv and %s.json (sgemm peak %s)" % (
+        a.out, a.out, a.out, ", ".join("%.1f GFLOP/s at %d threads" % (peak[th], th)
+                                       for th in sorted(peak))))
 
 
 if __name__ == "__main__":

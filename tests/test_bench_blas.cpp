@@ -5,7 +5,9 @@
 // the same. The PyTorch tests skip when torch cannot be imported.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -155,11 +157,11 @@ TEST_F(BenchBlas, DriverWritesEachSidesBLASAndTheLoad) {
   EXPECT_NE(r.out.find("BLAS loaded"), std::string::npos) << r.out;
   const std::string csv = slurp(out + ".csv");
   EXPECT_NE(csv.find("pelab_blas"), std::string::npos) << csv;
-  EXPECT_NE(csv.find("torch_blas"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("debian_blas"), std::string::npos) << csv;  // the default peer
   EXPECT_NE(csv.find("load_min"), std::string::npos) << csv;
   const std::string md = slurp(out + ".md");
   EXPECT_NE(md.find("pelab: OpenBLAS "), std::string::npos) << md;
-  EXPECT_NE(md.find("PyTorch: "), std::string::npos) << md;
+  EXPECT_NE(md.find("PyTorch debian (eager): "), std::string::npos) << md;
   EXPECT_NE(md.find("Load average"), std::string::npos) << md;
   const std::string json = slurp(out + ".json");
   // Both sides' measurements carry a record naming a mapped file; the conditions the load and CPU.
@@ -175,6 +177,80 @@ TEST_F(BenchBlas, DriverWritesEachSidesBLASAndTheLoad) {
       std::regex_search(csv, m, std::regex("/ (/[^,\\n ]*openblas[^,\\n ]*\\.so[^,\\n ]*)")))
       << csv;
   EXPECT_TRUE(fs::is_regular_file(std::string(m[1]))) << m[1];
+}
+
+// bench/run_bench.py's peers (issue 31 item 3): a peer name it does not know, or a PyPI peer without
+// the venv's python, is one error line before anything runs.
+TEST_F(BenchBlas, UnknownOrVenvlessPeerIsOneClearError) {
+  const std::string driver = quote(pelab::testing::source_dir() + "/bench/run_bench.py");
+  const std::string base = pelab::testing::python3() + " " + driver + " --bin " +
+                           quote(bench_train()) + " --out " + quote((dir_ / "tb").string());
+  const auto u = run(base + " --peers debian,pytorch-nightly");
+  EXPECT_NE(u.rc, 0);
+  EXPECT_EQ(u.err,
+            "run_bench.py: unknown peer 'pytorch-nightly' in --peers (known: debian, pypi-eager, "
+            "pypi-compile)\n");
+  const auto v = run(base + " --peers debian,pypi-compile");
+  EXPECT_NE(v.rc, 0);
+  EXPECT_EQ(v.err.find("run_bench.py: peer pypi-compile needs --venv-python"), 0u) << v.err;
+  EXPECT_EQ(std::count(v.err.begin(), v.err.end(), '\n'), 1) << v.err;
+  EXPECT_FALSE(fs::exists(dir_ / "tb.csv"));
+}
+
+// The tiny config (the lab's own model size) runs on one thread whatever --threads says, and its
+// row says so; the sgemm peak it is compared with is measured at that thread count.
+TEST_F(BenchBlas, TinyConfigRunsOnOneThread) {
+  if (!torch_present()) GTEST_SKIP() << "torch cannot be imported by " << pelab::testing::python3();
+  const std::string out = (dir_ / "tb").string();
+  const auto r = run(pelab::testing::python3() + " " +
+                     quote(pelab::testing::source_dir() + "/bench/run_bench.py") + " --bin " +
+                     quote(bench_train()) + " --python " + quote(pelab::testing::python3()) +
+                     " --configs tiny --schemes none --reps 1 --steps 1 --warmup 0"
+                     " --policies passive --threads 2 --out " + quote(out));
+  ASSERT_EQ(r.rc, 0) << r.err << r.out;
+  const std::string csv = slurp(out + ".csv");
+  EXPECT_EQ(csv.rfind("config,scheme,B,L,D,threads,", 0), 0u) << csv;
+  EXPECT_NE(csv.find("\ntiny,none,32,8,64,1,"), std::string::npos) << csv;
+  const std::string json = slurp(out + ".json");
+  EXPECT_NE(json.find("\"sgemm_gflops\": {\n  \"1\": ["), std::string::npos) << json;
+  EXPECT_EQ(json.find("\n  \"2\": ["), std::string::npos) << json;  // no 2-thread sgemm
+}
+
+// PyPI's torch links MKL into libtorch_cpu.so (no MKL file mapped) while numpy maps its own
+// OpenBLAS: the label must name torch's MKL and its kernels, not numpy's OpenBLAS as torch's BLAS.
+TEST_F(BenchBlas, LinkedInMKLIsTheLabelNotAnotherModulesOpenBLAS) {
+  const fs::path script = dir_ / "label.py";
+  {
+    std::ofstream f(script);
+    f << "import sys\nsys.path.insert(0, sys.argv[1])\nimport blas_info\n"
+         "print(blas_info.describe({'libs': ['/v/numpy.libs/libscipy_openblas64_-32a4b2a6.so', "
+         "'/v/torch/lib/libgomp.so.1'], 'openblas_config': None, 'torch_version': '2.15.0', "
+         "'torch_threads': 2, 'torch_blas_info': 'mkl', 'torch_mkl_version': '2024.2', "
+         "'torch_cpu_capability': 'AVX512'}))\n";
+  }
+  const auto r = run(pelab::testing::python3() + " " + quote(script.string()) + " " +
+                     quote(pelab::testing::source_dir() + "/bench"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "MKL 2024.2 linked into torch 2.15.0 / ATen AVX512 kernels / 2 threads (also mapped: "
+            "libscipy_openblas64_-32a4b2a6.so)\n");
+}
+
+// --compile needs torch.compile (torch >= 2): under a torch without it (Debian's 1.13) it is one
+// error line, not a traceback or an eager run labelled compiled.
+TEST_F(BenchBlas, CompileWithoutTorchCompileIsOneError) {
+  if (!torch_present()) GTEST_SKIP() << "torch cannot be imported by " << pelab::testing::python3();
+  if (pelab::testing::python_has_module("torch._dynamo"))
+    GTEST_SKIP() << pelab::testing::python3() << "'s torch has torch.compile";
+  const auto r = run(pelab::testing::python3() + " " +
+                     quote(pelab::testing::source_dir() + "/bench/bench_torch.py") +
+                     " --compile --steps 1 --warmup 0 --pelab " +
+                     quote(pelab::testing::pelab_binary()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_EQ(r.err.find("bench_torch.py: --compile needs torch >= 2 (torch.compile); this is torch "),
+            0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.out, "");
 }
 
 }  // namespace
