@@ -359,6 +359,25 @@ TEST_F(CompareJobsTest, ConfigEditedWhileTheComparisonRunsTrainsNothingInThePlan
   EXPECT_NE(err_.find("--expect-config needs exactly one --only run"), std::string::npos) << err_;
 }
 
+// A row with its own train.steps or depth (compare.schemes' set:) is named where the plan, the log
+// and the report state the comparison's steps and layers, instead of hiding behind the base's.
+TEST_F(CompareJobsTest, RowsWithTheirOwnStepsOrLayersAreNamed) {
+  const std::string cfg = config(
+      "    - {name: t5deep, set: {pe.scheme: t5, train.steps: 16, model.decoder_layers: 2}}\n");
+  const CompareSpec spec = load_compare(cfg, {});
+  const std::string plan = compare_plan_text(spec, "rep");
+  EXPECT_EQ(plan.rfind("# 6 runs of 12-16 steps in ", 0), 0u) << plan;
+  run_compare(spec, quiet("rep"));
+  EXPECT_NE(log_.str().find("= 6 runs of 12-16 steps;"), std::string::npos) << log_.str();
+  const std::string md = slurp(dir_ / "rep" / "report.md");
+  EXPECT_NE(md.find("1+1 layers (t5deep: 1+2); 12 steps (t5deep: 16) of batch 8"),
+            std::string::npos)
+      << md.substr(0, 600);
+  // Rows that share the base's keep the line as it was.
+  const CompareSpec plain = load_compare(config("", 12, "plain.yaml"), {});
+  EXPECT_EQ(compare_plan_text(plain, "rep").rfind("# 4 runs of 12 steps in ", 0), 0u);
+}
+
 // A run that cannot be started (its directory cannot be created: a file is in the way) fails the
 // comparison naming it, after the children already running were stopped and waited for.
 TEST_F(CompareJobsTest, RunThatCannotStartStopsTheRunningChildrenFirst) {

@@ -369,12 +369,24 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
   return plan;
 }
 
+std::string compare_detail::plan_steps_text(const std::vector<ComparePlanRun>& plan,
+                                            int64_t base_steps) {
+  int64_t fewest = plan.empty() ? base_steps : plan[0].cfg.train.steps, most = fewest;
+  for (const auto& r : plan) {
+    fewest = std::min(fewest, r.cfg.train.steps);
+    most = std::max(most, r.cfg.train.steps);
+  }
+  return most == fewest ? std::to_string(fewest)
+                        : std::to_string(fewest) + "-" + std::to_string(most);
+}
+
 std::string compare_plan_text(const CompareSpec& spec, const std::string& out_dir) {
   const std::vector<ComparePlanRun> plan = compare_plan(spec, out_dir);
   size_t w = 3;
   for (const auto& r : plan) w = std::max(w, r.cfg.train.run_name.size());
   std::ostringstream os;
-  os << "# " << plan.size() << " runs of " << spec.base.train.steps << " steps in " << out_dir
+  os << "# " << plan.size() << " runs of " << plan_steps_text(plan, spec.base.train.steps)
+     << " steps in " << out_dir
      << "/runs (pelab compare CONFIG --only I trains run I; config = digest of the run's "
         "resolved config)\n";
   char buf[512];

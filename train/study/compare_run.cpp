@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -37,7 +38,36 @@ std::string load_average() {
   return v;
 }
 
-std::string task_summary(const Config& c) {
+// " (row, row: value; ...)" for the rows whose `value` differs from the base config's, grouped by
+// value in order of appearance; "" when every row has the base's. The report's first line states the
+// base's steps and layers, and a row with its own (compare.schemes' set:) must not hide behind it.
+std::string rows_differing(const std::vector<ComparePlanRun>& plan, const std::string& base,
+                           const std::function<std::string(const Config&)>& value) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // value -> rows
+  for (const auto& r : plan) {
+    const std::string v = value(r.cfg);
+    if (v == base) continue;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
+    if (g == groups.end()) g = groups.insert(groups.end(), {v, {}});
+    if (std::find(g->second.begin(), g->second.end(), r.scheme) == g->second.end())
+      g->second.push_back(r.scheme);
+  }
+  std::string out;
+  for (const auto& [v, rows] : groups) {
+    out += out.empty() ? " (" : "; ";
+    for (size_t i = 0; i < rows.size(); ++i) out += (i ? ", " : "") + rows[i];
+    out += ": " + v;
+  }
+  return out.empty() ? out : out + ")";
+}
+
+std::string layers_text(const Config& c) {
+  if (c.model.arch == "seq2seq")
+    return std::to_string(c.model.encoder_layers) + "+" + std::to_string(c.model.decoder_layers);
+  return std::to_string(c.model.decoder_layers);
+}
+
+std::string task_summary(const Config& c, const std::vector<ComparePlanRun>& plan) {
   const TaskConfig& t = c.task;
   std::ostringstream os;
   os << "Task **" << t.name << "** (" << (is_lm(c) ? "decoder-only language model" : t.formulation)
@@ -47,7 +77,11 @@ std::string task_summary(const Config& c) {
     os << c.model.encoder_layers << "+" << c.model.decoder_layers << " layers";
   else
     os << count_text(c.model.decoder_layers, "layer");
-  os << "; " << count_text(c.train.steps, "step") << " of batch " << c.train.batch_size << " ("
+  os << rows_differing(plan, layers_text(c), layers_text);
+  os << "; " << count_text(c.train.steps, "step")
+     << rows_differing(plan, std::to_string(c.train.steps),
+                       [](const Config& r) { return std::to_string(r.train.steps); })
+     << " of batch " << c.train.batch_size << " ("
      << c.train.optimizer << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
   if (is_lm(c)) {
     os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : t.corpus)
@@ -267,7 +301,7 @@ ReportInput report_input(const CompareSpec& spec, const CompareOptions& opt,
   const Config& b = spec.base;
   ReportInput in;
   in.title = spec.title;
-  in.task_summary = task_summary(b);
+  in.task_summary = task_summary(b, plan);
   in.primary_metric = spec.metric != "auto" ? spec.metric : is_lm(b) ? "perplexity" : "exact_match";
   in.length_name = is_lm(b) ? "context length (tokens)" : "task length";
   if (is_lm(b)) {
@@ -391,7 +425,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
            : count_text(static_cast<int64_t>(candidates.size()), "search candidate") + " x ") +
       count_text(static_cast<int64_t>(spec.seeds.size()), "seed") + " = " +
       count_text(static_cast<int64_t>(N), "run") + " of " +
-      count_text(spec.base.train.steps, "step");
+      plan_steps_text(plan, spec.base.train.steps) + " steps";
   if (opt.only.empty())
     log << "pelab compare: " << runs_text << "; report in " << res.out_dir << "\n" << std::flush;
 
