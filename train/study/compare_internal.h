@@ -56,7 +56,8 @@ bool reusable_difference(const std::string& k, bool stops);
 std::string task_key(const Config& c);
 // FNV-1a 64, hex.
 std::string fingerprint(const std::string& s);
-// The plan's train.steps for a message: "8000", or "8000-24000" when rows set their own.
+// The plan's train.steps for a message: "1 step", "8000 steps", or "8000-24000 steps" when rows
+// set their own.
 std::string plan_steps_text(const std::vector<ComparePlanRun>& plan, int64_t base_steps);
 std::string eval_identity(const Config& c);
 // "KEY was A, the plan has B" for the first key in which two configs differ after

@@ -376,8 +376,8 @@ std::string compare_detail::plan_steps_text(const std::vector<ComparePlanRun>& p
     fewest = std::min(fewest, r.cfg.train.steps);
     most = std::max(most, r.cfg.train.steps);
   }
-  return most == fewest ? std::to_string(fewest)
-                        : std::to_string(fewest) + "-" + std::to_string(most);
+  return most == fewest ? count_text(fewest, "step")
+                        : std::to_string(fewest) + "-" + std::to_string(most) + " steps";
 }
 
 std::string compare_plan_text(const CompareSpec& spec, const std::string& out_dir) {
@@ -386,7 +386,7 @@ std::string compare_plan_text(const CompareSpec& spec, const std::string& out_di
   for (const auto& r : plan) w = std::max(w, r.cfg.train.run_name.size());
   std::ostringstream os;
   os << "# " << plan.size() << " runs of " << plan_steps_text(plan, spec.base.train.steps)
-     << " steps in " << out_dir
+     << " in " << out_dir
      << "/runs (pelab compare CONFIG --only I trains run I; config = digest of the run's "
         "resolved config)\n";
   char buf[512];

@@ -425,7 +425,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
            : count_text(static_cast<int64_t>(candidates.size()), "search candidate") + " x ") +
       count_text(static_cast<int64_t>(spec.seeds.size()), "seed") + " = " +
       count_text(static_cast<int64_t>(N), "run") + " of " +
-      plan_steps_text(plan, spec.base.train.steps) + " steps";
+      plan_steps_text(plan, spec.base.train.steps);
   if (opt.only.empty())
     log << "pelab compare: " << runs_text << "; report in " << res.out_dir << "\n" << std::flush;
 
