@@ -417,6 +417,94 @@ TEST_F(LiteratureConfig, SuiteMeanMrrAndGainsOverTasks) {
   EXPECT_EQ(bad.rfind("suite.yaml:", 0), 0u) << bad;
 }
 
+// The MRR entry also names the pairs of schemes our data resolves (the paired difference of
+// reciprocal ranks over the tasks excludes 0) and the agreement with their order over those.
+TEST_F(LiteratureConfig, SuiteMrrNamesThePairsOurDataResolves) {
+  const std::string y = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
+                        "    - rope\n    - t5\n    - none\nsuite:\n  out: " +
+                        (dir_ / "suite").string() +
+                        "\n  tasks:\n    - parity_check\n    - {name: rev, set: {task.name: "
+                        "reverse}}\n    - {name: rev2, set: {task.name: reverse}}\nliterature:\n"
+                        "  - {paper: K, setting: S, figure: MRR, higher_is_better: true,\n"
+                        "     theirs: {none: 0.69, t5: 0.55, rope: 0.33}, statistic: mrr}\n";
+  const SuiteSpec spec = load_suite_string(y, "suite.yaml");
+  // none first at every task; t5 above rope at two tasks, below at one: none − t5 and none −
+  // rope are resolved (1/2, 1/2, 2/3 and 2/3, 2/3, 1/2), t5 − rope (1/6, 1/6, −1/6) is not.
+  std::vector<std::vector<ResultRow>> rows(3);
+  for (int64_t s : {1, 2}) {
+    for (size_t t = 0; t < 3; ++t) {
+      rows[t].push_back(row("none", s, 6, 0, 1.0));
+      rows[t].push_back(row("t5", s, 6, 0, t < 2 ? 0.5 : 0.0));
+      rows[t].push_back(row("rope", s, 6, 0, t < 2 ? 0.0 : 0.5));
+    }
+  }
+  const SuiteSummary sum = suite_summary(spec, rows, {"a.md", "b.md", "c.md"}, 1.0, "cmd");
+  const std::string& md = sum.markdown;
+  EXPECT_TRUE(has(md, "Pairs our data resolves: of the 3 pairs of schemes, those whose paired "
+                      "difference of reciprocal ranks over the tasks has a 95 % t-interval "
+                      "excluding 0: 2 (none > t5 (+0.56 [")) << md;
+  EXPECT_TRUE(has(md, "none > rope (+0.61 [")) << md;
+  EXPECT_TRUE(has(md, "= 1.00 (2 concordant, 0 discordant)")) << md;
+  EXPECT_TRUE(has(sum.literature_csv, "K,tau_resolved_pairs,pairs resolved at our scale,,1.0,,,2,"))
+      << sum.literature_csv;
+}
+
+// Per task: with − without and its Welch interval; the tasks where `without` fails (below
+// fails_below) and the gain's interval is above 0 are counted.
+TEST_F(LiteratureConfig, SuitePerTaskGainsUseWelchAndCountTheTasksWhereWithoutFails) {
+  const std::string y = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
+                        "    - rope\n    - t5\nsuite:\n  out: " + (dir_ / "suite").string() +
+                        "\n  tasks:\n    - parity_check\n    - {name: rev, set: {task.name: "
+                        "reverse}}\nliterature:\n"
+                        "  - {paper: G, setting: S, figure: F, theirs: 12.0, pairs: {rope: t5},\n"
+                        "     fails_below: 50}\n";
+  const SuiteSpec spec = load_suite_string(y, "suite.yaml");
+  ASSERT_EQ(spec.literature.size(), 1u);
+  EXPECT_DOUBLE_EQ(spec.literature[0].fails_below, 50.0);
+  // Task A: t5 0, 10, 20 % (fails), rope 50, 60, 70 %: +50 points; each side's variance of the
+  // mean 100/3, so se = sqrt(200/3) = 8.165, Welch df = 4, t = 2.7764: half-width 22.67.
+  // Task B: both 90 % in every seed: +0 with no spread, interval [0, 0], t5 does not fail.
+  std::vector<ResultRow> a, b;
+  for (int64_t s : {1, 2, 3}) {
+    a.push_back(row("t5", s, 6, 0, 0.1 * static_cast<double>(s - 1)));
+    a.push_back(row("rope", s, 6, 0, 0.5 + 0.1 * static_cast<double>(s - 1)));
+    b.push_back(row("t5", s, 6, 0, 0.9));
+    b.push_back(row("rope", s, 6, 0, 0.9));
+  }
+  const SuiteSummary sum = suite_summary(spec, {a, b}, {"a.md", "b.md"}, 1.0, "cmd");
+  const std::string& md = sum.markdown;
+  EXPECT_TRUE(has(md, "| task | t5 | rope − t5 |")) << md;
+  EXPECT_TRUE(has(md, "| parity_check | 10.0 | **+50.0 [+27.3, +72.7]** |")) << md;
+  EXPECT_TRUE(has(md, "| rev | 90.0 | +0.0 [+0.0, +0.0] |")) << md;
+  EXPECT_TRUE(has(md, "- rope − t5: positive with the interval above 0 on 1 of 2 tasks; on 1 of "
+                      "the 1 tasks where t5 fails (below 50 %).")) << md;
+  EXPECT_TRUE(has(sum.literature_csv, "G,task_gain,parity_check: rope - t5,,50.0,27.33"))
+      << sum.literature_csv;
+  EXPECT_TRUE(has(sum.literature_csv, "G,tasks_won_where_fails,rope - t5,,1.0,,,1,tasks,"))
+      << sum.literature_csv;
+
+  // fails_below is for suites' gains on an accuracy metric, in [0, 100].
+  auto bad = [&](const std::string& extra, const std::string& needle) {
+    const std::string e = error_text([&] {
+      (void)load_suite_string(pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
+                                  "    - rope\n    - t5\nsuite:\n  out: x\n  tasks:\n"
+                                  "    - parity_check\nliterature:\n  - {paper: G, setting: S, "
+                                  "figure: F, " + extra + "}\n",
+                              "suite.yaml");
+    });
+    EXPECT_EQ(e.rfind("suite.yaml:", 0), 0u) << e;
+    EXPECT_TRUE(has(e, needle)) << e;
+  };
+  bad("theirs: 12.0, pairs: {rope: t5}, fails_below: 150", "expected a number in [0, 100]");
+  bad("higher_is_better: true, theirs: {rope: 1, t5: 2}, fails_below: 50",
+      "fails_below is for suites with pairs");
+  bad("theirs: 12.0, pairs: {rope: t5}, metric: loss, fails_below: 50",
+      "fails_below is for suites with pairs");
+  EXPECT_TRUE(has(load_error("  - {paper: G, setting: S, figure: F, theirs: 12.0, pairs: {rope: "
+                             "t5}, fails_below: 50}\n"),
+                  "fails_below is for suites with pairs"));
+}
+
 // ---------------- a report-only run on a tiny finished comparison ----------------
 
 // Sets exact match at `length` in a run's cached evaluation (compare_eval/base.csv), keeping the

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -309,6 +310,179 @@ void gains_section(const LiteratureEntry& e, const std::vector<PairGain>& pairs,
      << "_\n\n";
 }
 
+// With − without at one task: the difference of the two rows' means over seeds and its 95 %
+// Welch interval (the runs of the two rows are independent: each seed initialises each scheme
+// differently). Both samples without spread give the point difference as the interval.
+Stat welch_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  Stat s;
+  const Stat sa = stat_of_range(a, -1e300, 1e300), sb = stat_of_range(b, -1e300, 1e300);
+  if (sa.n == 0 || sb.n == 0) return s;
+  s.n = std::min(sa.n, sb.n);
+  s.mean = sa.mean - sb.mean;
+  if (sa.n < 2 || sb.n < 2) return s;
+  const double va = sa.std * sa.std / static_cast<double>(sa.n);
+  const double vb = sb.std * sb.std / static_cast<double>(sb.n);
+  if (va + vb <= 0) {
+    s.half = 0;
+  } else {
+    const double df = (va + vb) * (va + vb) /
+                      (va * va / static_cast<double>(sa.n - 1) +
+                       vb * vb / static_cast<double>(sb.n - 1));
+    s.half = student_t_quantile(0.975, std::max(1.0, df)) * std::sqrt(va + vb);
+  }
+  s.ci_low = s.mean - s.half;
+  s.ci_high = s.mean + s.half;
+  return s;
+}
+
+// The per-task gains of a suite entry: one row per task, one column per pair (with − without:
+// mean over seeds and Welch interval), and per pair the count of tasks where `without` fails and
+// the gain is positive with its interval above 0.
+void per_task_gains_section(const LiteratureEntry& e, const std::vector<LiteratureTask>& tasks,
+                            const std::string& m, const OursKind& k,
+                            const std::function<bool(const LiteratureTask&, const std::string&)>&
+                                excluded,
+                            std::ostringstream& md, std::ostringstream& csv) {
+  const bool percent = is_percent(m);
+  auto values = [&](const LiteratureTask& t, const std::string& label) {
+    std::vector<double> v;
+    const bool ex = excluded(t, label);
+    bool flagged = false;
+    for (const auto& r : run_means(t.rows, label, 0, m)) {
+      if (ex && r.converged == 0) continue;
+      v.push_back(k.scale * r.value);
+      flagged = flagged || r.converged == 0;
+    }
+    return std::make_pair(v, flagged);
+  };
+  md << "Per task (the summary's cells; n = seeds per row): with − without, the difference of "
+        "the two rows' means over seeds with its 95 % Welch interval (each scheme's runs are "
+        "independent), and the `without` row's cell. **Bold**: positive with the interval above "
+        "0."
+     << (percent ? " A task counts as one where the `without` row fails when its cell is below " +
+                       printf_number("%g", e.fails_below) + " % (`fails_below`)."
+                 : "")
+     << "\n\n| task |";
+  for (const auto& [a, b] : e.pairs) md << " " << b << " | " << a << " − " << b << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < e.pairs.size(); ++i) md << "---:|---:|";
+  md << "\n";
+  struct Count {
+    int fails = 0, fails_won = 0, tasks = 0, won = 0;
+  };
+  std::vector<Count> counts(e.pairs.size());
+  bool any_dagger = false;
+  for (const auto& t : tasks) {
+    md << "| " << t.name << " |";
+    for (size_t i = 0; i < e.pairs.size(); ++i) {
+      const auto& [a, b] = e.pairs[i];
+      const auto [va, fa] = values(t, a);
+      const auto [vb, fb] = values(t, b);
+      const Stat base = stat_of_range(vb, -1e300, 1e300);
+      const Stat d = welch_difference(va, vb);
+      if (d.n == 0) {
+        md << " – | – |";
+        continue;
+      }
+      const bool dagger = fa || fb;
+      any_dagger = any_dagger || dagger;
+      const bool fails = percent && base.mean < e.fails_below;
+      const bool won = std::isfinite(d.ci_low) && d.ci_low > 0;
+      Count& c = counts[i];
+      ++c.tasks;
+      c.won += won;
+      c.fails += fails;
+      c.fails_won += fails && won;
+      const char* f = percent ? "%+.1f" : "%+.3g";
+      std::string cell = printf_number(f, d.mean);
+      if (std::isfinite(d.ci_low))
+        cell += " [" + printf_number(f, d.ci_low) + ", " + printf_number(f, d.ci_high) + "]";
+      if (won) cell = "**" + cell + "**";
+      md << " " << printf_number(percent ? "%.1f" : "%.3g", base.mean) << " | " << cell
+         << (dagger ? " †" : "") << " |";
+      csv << csv_row(e.paper, "task_gain", t.name + ": " + a + " - " + b, "", d.mean, d.ci_low,
+                     d.ci_high, d.n, "seeds", unit_of(k, true), std::nan(""), std::nan(""),
+                     dagger ? "true" : "false",
+                     std::string("without: ") + printf_number("%.6g", base.mean) +
+                         (percent ? (fails ? "; fails" : "; does not fail") : ""));
+    }
+    md << "\n";
+  }
+  md << "\n";
+  for (size_t i = 0; i < e.pairs.size(); ++i) {
+    const auto& [a, b] = e.pairs[i];
+    const Count& c = counts[i];
+    md << "- " << a << " − " << b << ": positive with the interval above 0 on " << c.won
+       << " of " << c.tasks << " tasks";
+    if (percent)
+      md << "; on " << c.fails_won << " of the " << c.fails << " tasks where " << b
+         << " fails (below " << printf_number("%g", e.fails_below) << " %)";
+    md << ".\n";
+    if (percent)
+      csv << csv_row(e.paper, "tasks_won_where_fails", a + " - " + b, "", c.fails_won,
+                     std::nan(""), std::nan(""), c.fails, "tasks", "tasks", std::nan(""),
+                     std::nan(""), "false",
+                     "tasks where without fails and the gain's 95 % Welch interval is above 0");
+  }
+  md << "\n_Differences in " << unit_of(k, true)
+     << "; n < 2 on a side has no interval."
+     << (any_dagger ? " † includes a run that missed its stop criterion (train.stop_when)." : "")
+     << "_\n\n";
+}
+
+// The MRR ranking's pairs that our data resolves: per pair of schemes, the paired difference of
+// their reciprocal ranks over the tasks both have, resolved when its 95 % t-interval excludes 0;
+// over the resolved pairs, (concordant − discordant) / resolved against their order.
+void resolved_pairs_section(const LiteratureEntry& e,
+                            const std::map<std::string, std::map<std::string, double>>& rr_task,
+                            std::ostringstream& md, std::ostringstream& csv) {
+  int64_t pairs = 0, resolved = 0, concordant = 0, discordant = 0;
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < e.theirs.size(); ++i)
+    for (size_t j = i + 1; j < e.theirs.size(); ++j) {
+      const auto& [a, ta] = e.theirs[i];
+      const auto& [b, tb] = e.theirs[j];
+      auto ia = rr_task.find(a), ib = rr_task.find(b);
+      if (ia == rr_task.end() || ib == rr_task.end() || same_value(ta, tb)) continue;
+      std::vector<double> d;
+      for (const auto& [task, x] : ia->second) {
+        auto it = ib->second.find(task);
+        if (it != ib->second.end()) d.push_back(x - it->second);
+      }
+      const Stat s = difference_stat(d);
+      if (s.n < 2) continue;
+      ++pairs;
+      if (!(s.ci_low > 0 || s.ci_high < 0)) continue;
+      ++resolved;
+      const bool they_a = e.higher_is_better ? ta > tb : ta < tb;  // they rank a first
+      const bool we_a = s.mean > 0;
+      (they_a == we_a ? concordant : discordant) += 1;
+      const std::string first = we_a ? a : b, second = we_a ? b : a;
+      lines.push_back(first + " > " + second + " (" + printf_number("%+.2f", std::fabs(s.mean)) +
+                      " [" + printf_number("%+.2f", we_a ? s.ci_low : -s.ci_high) + ", " +
+                      printf_number("%+.2f", we_a ? s.ci_high : -s.ci_low) + "], n = " +
+                      std::to_string(s.n) + "; " + (they_a == we_a ? "theirs too" : "theirs: the reverse") +
+                      ")");
+    }
+  md << "Pairs our data resolves: of the " << pairs
+     << " pairs of schemes, those whose paired difference of reciprocal ranks over the tasks has "
+        "a 95 % t-interval excluding 0: "
+     << resolved;
+  if (resolved > 0) {
+    const double agree = static_cast<double>(concordant - discordant) / static_cast<double>(resolved);
+    md << " (" << join(lines, "; ") << "). Over them, (concordant − discordant) / resolved = "
+       << tau_number(agree) << " (" << concordant << " concordant, " << discordant
+       << " discordant).\n\n";
+    csv << csv_row(e.paper, "tau_resolved_pairs", "pairs resolved at our scale", "", agree,
+                   std::nan(""), std::nan(""), resolved, "pairs", "tau", std::nan(""),
+                   std::nan(""), "false",
+                   std::to_string(concordant) + " concordant, " + std::to_string(discordant) +
+                       " discordant of " + std::to_string(pairs) + " pairs");
+  } else {
+    md << " — no order to compare at this scale.\n\n";
+  }
+}
+
 const char* kCsvHeader =
     "paper,kind,name,theirs,ours,ours_ci_low,ours_ci_high,n,over,unit,their_rank,our_rank,"
     "unconverged,note\n";
@@ -357,6 +531,11 @@ const std::vector<ConfigKey>& literature_schema() {
               "over seeds (the summary's average column); mrr = the mean reciprocal rank over "
               "the tasks (each task ranks this entry's schemes by their summary cells), with "
               "the interval over tasks"),
+      lit_key("fails_below", ConfigType::Float, {}, "90",
+              "Suites, gains form (pairs), accuracy metrics: the per-task table of the gains "
+              "counts, per pair, the tasks where the `without` row fails (its summary cell, "
+              "in %, is below this) and where the gain is positive with its 95 % Welch "
+              "interval above 0; range [0, 100]"),
   };
   return keys;
 }
@@ -536,6 +715,19 @@ std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::st
       if (le.statistic == "mrr" && le.gains())
         fail_at(yaml_where(source, st),
                 what + ".statistic: mrr ranks schemes; it needs theirs as a map");
+    }
+    if (k.count("fails_below")) {
+      const YAML::Node fb = k.at("fails_below");
+      double v = 0;
+      if (!scalar_number(fb, v) || v < 0 || v > 100)
+        fail_at(yaml_where(source, fb),
+                what + ".fails_below: expected a number in [0, 100] (percent), got '" +
+                    (fb.IsScalar() ? fb.Scalar() : "?") + "'");
+      if (!ctx.suite || !le.gains() || !is_percent(le.metric))
+        fail_at(yaml_where(source, fb),
+                what + ".fails_below is for suites with pairs (gains) on exact_match or "
+                       "token_accuracy; remove it here");
+      le.fails_below = v;
     }
     out.push_back(std::move(le));
   }
@@ -733,9 +925,11 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
         pairs.push_back(p);
       }
       gains_section(e, pairs, k, md, csv);
+      per_task_gains_section(e, tasks, m, k, excluded, md, csv);
       continue;
     }
     std::vector<OursRow> ours;
+    std::map<std::string, std::map<std::string, double>> rr_task;  // name -> task -> 1/rank
     if (e.statistic == "mrr") {
       k.metric = "mrr";
       k.over = "tasks";
@@ -759,7 +953,10 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
           means.push_back(s.mean);
         }
         const std::vector<double> r = reciprocal_ranks(means, is_percent(m));
-        for (size_t i = 0; i < names.size(); ++i) rr[names[i]].push_back(r[i]);
+        for (size_t i = 0; i < names.size(); ++i) {
+          rr[names[i]].push_back(r[i]);
+          rr_task[names[i]][t.name] = r[i];
+        }
       }
       for (const auto& th : e.theirs) {
         OursRow o;
@@ -803,6 +1000,7 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
       }
     }
     ranking_section(e, ours, k, md, csv);
+    if (e.statistic == "mrr") resolved_pairs_section(e, rr_task, md, csv);
   }
   sec.markdown = md.str();
   sec.csv = csv.str();

@@ -61,6 +61,9 @@ struct LiteratureEntry {
   std::string metric;
   int64_t length = 0;
   std::string statistic = "mean";
+  // Suites, gains form: the per-task table counts the tasks where the `without` row fails, i.e.
+  // its cell (mean over seeds, display units: % for accuracies) is below this.
+  double fails_below = 90;
   bool gains() const { return !pairs.empty(); }
 };
 
