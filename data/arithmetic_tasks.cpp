@@ -167,6 +167,14 @@ class AdditionReversedTask : public ArithmeticTask {
       if (std::max(la, lb) == length) return sample_pair(rng, la, lb);
     }
   }
+  // Revision 2 of one-length batches over a range of lengths (at one training length both
+  // operands have it, before and after).
+  std::vector<DataChange> data_changes(bool one_length_batches) const override {
+    if (!one_length_batches || spec_.train_min_len >= spec_.train_max_len) return {};
+    return {{"2026-11-26", "f995bd6",
+             "one-length batches draw both operands' lengths as training does (before, both "
+             "operands had the batch's length)"}};
+  }
   Example sample(Rng& rng, int64_t length) const override {
     return sample_pair(rng, length, length);
   }

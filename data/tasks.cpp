@@ -56,6 +56,12 @@ Example Task::example_of_length(uint64_t seed, int64_t k, int64_t length, int64_
   return example_at(seed, k, length, length);
 }
 
+std::vector<DataChange> Task::data_changes(bool /*one_length_batches*/) const { return {}; }
+
+int Task::data_revision(bool one_length_batches) const {
+  return 1 + static_cast<int>(data_changes(one_length_batches).size());
+}
+
 std::vector<Example> Task::make_split(uint64_t seed, int64_t count, int64_t min_len,
                                       int64_t max_len) const {
   PELAB_DATA_CHECK(count >= 0, "task '", name(), "': split size ", count, " must be >= 0");

@@ -29,6 +29,16 @@ struct Example {
   bool operator!=(const Example& o) const { return !(*this == o); }
 };
 
+// A change of a task's data generator that altered the examples a run draws (its training
+// batches, fixed training set, validation or test examples). docs/experiments.md, "Data
+// revisions": a run records the revision of the data it trained on in its resolved config, and a
+// comparison retrains (a merge refuses, a resume refuses) a run whose revision is not the current.
+struct DataChange {
+  std::string date;    // "2026-11-26"
+  std::string commit;  // the commit that made it, "f995bd6"
+  std::string what;    // what changed, for the line that retrains a run from before it
+};
+
 struct TaskSpec {
   std::string name = "copy";
   // Alphabet size: symbols "0".."N-1" for copy/reverse/sort/duplicate; the number base (2..10)
@@ -85,6 +95,13 @@ class Task {
   // (addition_reversed: each operand's digits) overrides it.
   virtual Example example_of_length(uint64_t seed, int64_t k, int64_t length, int64_t min_len,
                                     int64_t max_len) const;
+  // The changes of this task's generator that altered the examples a run of this spec draws
+  // (with one-length training batches or not), oldest first; none by default. Whoever changes what
+  // a task generates appends one here (never edits or removes one), and only for the runs whose
+  // examples change: pelab compare retrains the runs trained before it and no other run.
+  virtual std::vector<DataChange> data_changes(bool one_length_batches) const;
+  // The revision of the examples a run of this spec draws: 1 + data_changes(one_length_batches).
+  int data_revision(bool one_length_batches) const;
   // Examples 0..count-1 of the stream `seed` (deterministic; use a fixed length with min == max).
   std::vector<Example> make_split(uint64_t seed, int64_t count, int64_t min_len,
                                   int64_t max_len) const;

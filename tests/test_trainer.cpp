@@ -208,6 +208,50 @@ TEST_F(TrainerTest, ResumeRefusesARandomizedRunFromMixedBatches) {
   EXPECT_EQ(checkpoint_step(ck), 3);  // nothing written
 }
 
+// A randomized-positions addition run (one-length batches over operand lengths 1-3) checkpointed
+// by a pelab from before its data changed (2026-11-26, f995bd6: data revision 2) trained on other
+// examples than this pelab draws; --resume refuses it (injected: the checkpoint's config without
+// task.data_revision, as that pelab wrote it). The same run as this pelab checkpoints it resumes.
+TEST_F(TrainerTest, ResumeRefusesARunFromBeforeItsDataChanged) {
+  const std::vector<std::string> sets = {
+      "task.name=addition_reversed", "task.formulation=decoder", "task.train_max_len=3",
+      "task.test_lengths=[3, 5]",    "task.num_symbols=10",      "model.arch=decoder",
+      "pe.scheme=rope",              "pe.randomized_positions=true",
+      "pe.randomized_max_position=16"};
+  TrainOptions stop = quiet_train();
+  stop.stop_after = 3;
+  TrainResult part = train(tiny("old", sets), stop);
+  ASSERT_FALSE(part.finished);
+  const std::string ck = (fs::path(part.run_dir) / "checkpoints" / "step_3.h5").string();
+  CheckpointData data = load_checkpoint(ck);
+  const std::string line = "  data_revision: 2\n";
+  EXPECT_NE(data.config_yaml.find(line), std::string::npos) << data.config_yaml;
+  EXPECT_NE(slurp(fs::path(part.run_dir) / "config.yaml").find("  data_revision: 2  #"),
+            std::string::npos);
+  const CheckpointData as_trained = data;
+  if (const size_t at = data.config_yaml.find(line); at != std::string::npos)
+    data.config_yaml.erase(at, line.size());
+  save_checkpoint(ck, data);
+  TrainOptions resume = quiet_train();
+  resume.resume = ck;
+  try {
+    train(tiny("old", sets), resume);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  ": the run was trained on data revision 1 of task addition_reversed (one-length "
+                  "batches), from before 2026-11-26 (f995bd6): one-length batches draw both "
+                  "operands' lengths"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("train it afresh"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(checkpoint_step(ck), 3);  // nothing written
+  save_checkpoint(ck, as_trained);
+  TrainResult done = train(tiny("old", sets), resume);
+  EXPECT_TRUE(done.finished);
+}
+
 TEST_F(TrainerTest, ResumeRejectsAChangedModelAndMissingRuns) {
   TrainOptions stop = quiet_train();
   stop.stop_after = 2;

@@ -59,6 +59,11 @@ struct TaskConfig {
   std::string position_ids = "sequential";
   int max_position_id = 0;
   int index_hints = 0;
+  // Not a key: the revision of the task's examples a run trained on (data::Task::data_revision),
+  // recorded by pelab in the run's resolved config (config.yaml, checkpoints) as
+  // task.data_revision only where it is not 1, so the configs of runs on unchanged data read as
+  // before (docs/experiments.md, "Data revisions"). record_data_revision() sets it.
+  int data_revision = 1;
 };
 
 // train.stop_when: train until a validation metric meets a criterion for `patience` consecutive

@@ -377,6 +377,8 @@ namespace {
 // Where each key was set: 0-based line in the file, or -2 for --set. Absent = default.
 using Origins = std::map<std::string, int>;
 constexpr int kFromSet = -2;
+// TaskConfig::data_revision as a resolved config records it (not a key: no --set, no reference).
+constexpr const char* kDataRevisionKey = "task.data_revision";
 
 void check_rules(const Config& c, const std::string& source, const Origins& origins) {
   for (const auto& rule : rules()) {
@@ -465,6 +467,18 @@ Config load_node(const YAML::Node& root, const std::string& file,
           fail(ctx.at(kk), "keys in '" + section + "' must be plain words, got " + describe(kk));
         const std::string name = kk.Scalar(), full = section + "." + name;
         const Entry* e = find_entry(section, name);
+        if (!e && full == kDataRevisionKey) {  // what pelab recorded in a run's resolved config
+          if (origins.count(full))
+            fail(ctx.at(kk), "key '" + full + "' appears twice (first at line " +
+                                 std::to_string(origins[full] + 1) + ")");
+          ConfigRange r;
+          r.has_min = true;
+          r.min = 1;
+          cfg.task.data_revision =
+              static_cast<int>(get_int<int>(kit->second, full, r, ctx.at(kit->second)));
+          origins[full] = kk.Mark().line;
+          continue;
+        }
         if (!e) fail(ctx.at(kk), unknown_key_msg(section, name));
         if (origins.count(full))
           fail(ctx.at(kk), "key '" + full + "' appears twice (first at line " +
@@ -578,6 +592,13 @@ std::string config_to_yaml(const Config& cfg, bool with_docs) {
       em << YAML::Key << e.key.name << YAML::Value;
       e.emit(cfg, em);
       if (with_docs) em << YAML::Comment(e.key.doc);
+    }
+    // Only where it is not 1: the configs of runs on data that never changed read as before.
+    if (sec.first == "task" && cfg.task.data_revision != 1) {
+      em << YAML::Key << "data_revision" << YAML::Value << cfg.task.data_revision;
+      if (with_docs)
+        em << YAML::Comment("the revision of the task's examples this run trained on, recorded by "
+                            "pelab (docs/experiments.md, \"Data revisions\")");
     }
     em << YAML::EndMap;
   }

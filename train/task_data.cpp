@@ -269,4 +269,36 @@ std::vector<int64_t> TaskData::encode_line(const std::string& line) const {
   return ids;
 }
 
+// ---------------- data revisions ----------------
+
+namespace {
+
+// The task's changes that a run of cfg sees (none for textfile and lm).
+std::vector<data::DataChange> data_changes(const Config& cfg) {
+  if (cfg.task.name == "lm" || cfg.task.name == "textfile") return {};
+  return data::make_task(task_spec(cfg))->data_changes(one_length_batches(cfg));
+}
+
+}  // namespace
+
+int data_revision(const Config& cfg) { return 1 + static_cast<int>(data_changes(cfg).size()); }
+
+void record_data_revision(Config& cfg) { cfg.task.data_revision = data_revision(cfg); }
+
+std::string data_revision_change(const Config& run) {
+  const std::vector<data::DataChange> changes = data_changes(run);
+  const int now = 1 + static_cast<int>(changes.size()), was = run.task.data_revision;
+  if (was == now) return "";
+  const std::string head = "trained on data revision " + std::to_string(was) + " of task " +
+                           run.task.name + (one_length_batches(run) ? " (one-length batches)" : "");
+  if (was > now)
+    return head + ", newer than this pelab's revision " + std::to_string(now) +
+           " (a newer pelab trained it)";
+  std::string since;
+  for (size_t i = static_cast<size_t>(was - 1); i < changes.size(); ++i)
+    since += (since.empty() ? "" : "; then ") + changes[i].date + " (" + changes[i].commit +
+             "): " + changes[i].what;
+  return head + ", from before " + since + "; this pelab draws revision " + std::to_string(now);
+}
+
 }  // namespace pelab

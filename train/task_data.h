@@ -89,4 +89,17 @@ class TaskData {
 // Seed of the training batch stream: depends on task.seed and train.seed.
 uint64_t train_stream_seed(const Config& cfg);
 
+// ---- data revisions (docs/experiments.md, "Data revisions")
+// The revision of the examples a run of cfg draws now: its task's data_revision with or without
+// one-length batches (data::Task::data_changes); 1 for textfile and lm. Throws as make_task.
+int data_revision(const Config& cfg);
+// Sets cfg.task.data_revision to data_revision(cfg): the config of a run that trains now, which
+// its resolved config (config.yaml, checkpoints) records.
+void record_data_revision(Config& cfg);
+// "" when the run whose resolved config is `run` trained on the examples such a run draws now (its
+// recorded task.data_revision, 1 when it has none, is data_revision(run)); else why not, one line:
+// "trained on data revision 1 of task addition_reversed (one-length batches), from before
+// 2026-11-26 (f995bd6): <what changed>; this pelab draws revision 2".
+std::string data_revision_change(const Config& run);
+
 }  // namespace pelab

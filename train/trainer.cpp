@@ -203,6 +203,7 @@ void Trainer::open_run() {
   std::error_code ec;
   if (resume.empty()) {
     setup_model({});  // data and model first: a config or data error leaves no run directory
+    record_data_revision(cfg_);  // the revision of the examples it trains on, in config.yaml
     const fs::path dir = run_directory(cfg_);
     fs::create_directories(dir, ec);
     PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
@@ -239,6 +240,10 @@ void Trainer::open_run() {
   PELAB_CHECK(mixed.empty(), "--resume ", run_dir.string(), ": the run was ", mixed,
               "; it cannot be continued as it was trained: train it afresh");
   const Config run_cfg = load_config_string(ck.config_yaml, ckpt_path + ": config");
+  const std::string data_change = data_revision_change(run_cfg);
+  PELAB_CHECK(data_change.empty(), "--resume ", run_dir.string(), ": the run was ", data_change,
+              "; it cannot be continued on other examples than it trained on: train it afresh");
+  record_data_revision(cfg_);
   for (const auto& key : config_schema()) {
     const std::string k = key.full_name();
     if (resume_may_change(k) || run_location_key(k)) continue;

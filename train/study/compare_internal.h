@@ -61,7 +61,8 @@ std::string fingerprint(const std::string& s);
 std::string plan_steps_text(const std::vector<ComparePlanRun>& plan, int64_t base_steps);
 std::string eval_identity(const Config& c);
 // "KEY was A, the plan has B" for the first key in which two configs differ after
-// eval_normalized(); "" when none does.
+// eval_normalized(); when none does, why `had` trained on other data (data_revision_change);
+// else "".
 std::string first_config_difference(const Config& had, const Config& want);
 // N of the newest checkpoint's file name step_<N>.h5 (following last.h5), -1 if none. From the
 // name only: checkpoint.h's checkpoint_step opens the file and reads /step.

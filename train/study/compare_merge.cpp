@@ -9,6 +9,7 @@
 #include "train/metrics.h"
 #include "train/study/compare_internal.h"
 #include "train/study/run_record.h"
+#include "train/task_data.h"
 #include "train/text_file.h"
 #include "train/trainer.h"
 
@@ -126,10 +127,15 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
         else if (rec.config_digest != digest)
           why = rec_path + ": config digest " + rec.config_digest +
                 " is not that of its config.yaml (" + digest + ")";
-        else if (digest != planned)
-          why = src + ": a record of another config (digest " + digest + ", the plan's " +
-                planned + "): " + first_config_difference(cfg, run.cfg);
-        else {
+        else if (digest != planned) {
+          const std::string diff = first_config_difference(cfg, run.cfg);
+          // The plan's config on data that changed since the run trained (its data revision).
+          if (!diff.empty() && diff == data_revision_change(cfg))
+            why = src + ": " + diff + ": retrain it with this pelab";
+          else
+            why = src + ": a record of another config (digest " + digest + ", the plan's " +
+                  planned + "): " + diff;
+        } else {
           const Convergence c = read_convergence(stage.string());
           const bool finished =
               rec.step == run.cfg.train.steps || (c.met && c.step == rec.step);

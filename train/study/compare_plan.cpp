@@ -147,7 +147,7 @@ std::string first_config_difference(const Config& had, const Config& want) {
     const std::string x = config_value_text(a, k), y = config_value_text(b, k);
     if (x != y) return k + " was " + x + ", the plan has " + y;
   }
-  return "";
+  return data_revision_change(had);  // the same config: on the data it draws now?
 }
 
 // N of the newest checkpoint's file name step_<N>.h5 (following last.h5), -1 if none. From the
@@ -197,6 +197,12 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
       r.reason = "config changed: " + k + " was " + a + ", now " + b;
       return r;
     }
+  }
+  // The same config on changed data (the task's generator changed since it trained).
+  if (std::string why = data_revision_change(r.stored); !why.empty()) {
+    r.state = RunState::Stale;
+    r.reason = why;
+    return r;
   }
   const std::string ck = latest_checkpoint(dir);
   r.step = checkpoint_file_step(ck);
@@ -356,7 +362,9 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       check_run_path(spec, s, cand, r.cfg, variants, limit);
       r.cfg.train.resume = "";
       validate_config(r.cfg);
+      record_data_revision(r.cfg);  // the data it trains on, in its digest and config.yaml
       for (ComparePlanVariant v : variants) {
+        v.cfg.task.data_revision = r.cfg.task.data_revision;
         v.cfg.train.seed = seed;
         v.cfg.train.run_dir = r.cfg.train.run_dir;
         v.cfg.train.run_name = r.cfg.train.run_name;
