@@ -307,10 +307,17 @@ TEST_F(CompareMergeTest, SuiteSlicesMergeIntoTheWholeSummary) {
                       "reverse_string: t5_seed2)"),
             std::string::npos)
       << err_;
+  // The summary of the finished runs says first that it is partial, and how much is missing.
+  EXPECT_NE(slurp(dir_ / "merged" / "summary.md")
+                .find("\n\n**Partial: 2 of 8 runs are not finished** (per task: reverse_string "
+                      "2). Every cell"),
+            std::string::npos)
+      << slurp(dir_ / "merged" / "summary.md");
   ASSERT_EQ(compare(cfg, {"--out", at("s3"), "--task", "reverse_string", "--only", "3,4"}), 0)
       << err_;
   ASSERT_EQ(compare(cfg, {"--merge", at("s1"), at("s2"), at("s3"), "--out", at("merged")}), 0)
       << err_;
+  EXPECT_EQ(slurp(dir_ / "merged" / "summary.md").find("Partial"), std::string::npos);
   EXPECT_EQ(slurp(dir_ / "merged" / "summary.csv"), slurp(dir_ / "whole" / "summary.csv"));
   for (const char* task : {"parity_check", "reverse_string"})
     EXPECT_EQ(results_csv(results_without_timing(dir_ / "merged" / task / "results.csv")),

@@ -482,6 +482,28 @@ SuiteResult run_suite(const SuiteSpec& spec, const CompareOptions& opt,
   std::string why;
   if (opt.plots) res.summary_png = write_summary_plot(out, spec, s, &why);
   std::string md = s.markdown;
+  if (!res.missing.empty()) {
+    // Say so where a reader of the summary looks first: cells and the literature section then
+    // cover the finished runs only.
+    std::map<std::string, int> per_task;  // "task: run" -> count per task, in task order
+    std::vector<std::string> order;
+    for (const auto& m : res.missing) {
+      const std::string t = m.substr(0, m.find(':'));
+      if (per_task[t]++ == 0) order.push_back(t);
+    }
+    int64_t planned = 0;
+    for (const auto& t : spec.tasks)
+      planned += static_cast<int64_t>(t.spec.schemes.size() * t.spec.seeds.size());
+    std::vector<std::string> parts;
+    for (const auto& t : order) parts.push_back(t + " " + std::to_string(per_task[t]));
+    const std::string note =
+        "**Partial: " + std::to_string(res.missing.size()) + " of " + std::to_string(planned) +
+        " runs are not finished** (per task: " + join(parts, ", ") +
+        "). Every cell, average and literature figure below covers the finished runs only; a "
+        "cell with fewer runs than seeds shows (n = k), one with none –.\n\n";
+    const size_t title_end = md.find("\n\n");
+    md.insert(title_end == std::string::npos ? 0 : title_end + 2, note);
+  }
   if (!res.summary_png.empty())
     md += "\n![summary](summary.png)\n";
   else if (opt.plots)
