@@ -331,13 +331,13 @@ void attention_fwd(const AttentionArgs& a) {
         T m = x[0];
 #pragma omp simd reduction(max : m)
         for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+        // exp and the double sum in two loops: together (float exp, double accumulator) GCC left
+        // the loop scalar, which made the exp pass most of the forward at short lengths
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) x[j] = cpu::vexp(x[j] - m);
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < n; ++j) {
-          const T e = cpu::vexp(x[j] - m);
-          x[j] = e;
-          s += static_cast<double>(e);
-        }
+        for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]);
         const T inv = static_cast<T>(1.0 / s);
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) x[j] *= inv;
