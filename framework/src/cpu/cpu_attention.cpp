@@ -291,6 +291,43 @@ struct Heads {
   T* at(int64_t bh, int64_t H) const { return base + bh / H * sb + bh % H * sh; }
 };
 
+// Row reductions of the softmax and its backward. `omp simd` reductions keep their lanes in a stack
+// array that a short row (n = 8 at L = 8) reads back right after the scalar tail wrote it, a
+// store-forwarding stall per row that made these loops the fused attention's hottest lines at small
+// lengths; rows shorter than one 512-bit vector take a plain loop instead.
+constexpr int64_t kShortRow = 16;
+
+template <class T>
+inline T row_max(const T* x, int64_t n) {
+  T m = x[0];
+  if (n < kShortRow) {
+    for (int64_t j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
+    return m;
+  }
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// Σ_j x_j y_j (y == nullptr: Σ_j x_j), accumulated in double.
+template <class T>
+inline double row_sum(const T* x, const T* y, int64_t n) {
+  double s = 0;
+  if (n < kShortRow) {
+    for (int64_t j = 0; j < n; ++j)
+      s += y ? static_cast<double>(x[j]) * static_cast<double>(y[j]) : static_cast<double>(x[j]);
+    return s;
+  }
+  if (!y) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]);
+    return s;
+  }
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]) * static_cast<double>(y[j]);
+  return s;
+}
+
 // The sizes, constants and operand pointers both passes start from.
 template <class T>
 struct Operands {
@@ -338,16 +375,12 @@ void attention_fwd(const AttentionArgs& a) {
                       masked, rel, rkp, wbuf.data());
       for (int64_t r = 0; r < rows; ++r) {  // softmax in place; max and log-sum for the backward
         T* x = S + r * Lk;
-        T m = x[0];
-#pragma omp simd reduction(max : m)
-        for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+        const T m = row_max(x, n);
         // exp and the double sum in two loops: together (float exp, double accumulator) GCC left
         // the loop scalar, which made the exp pass most of the forward at short lengths
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) x[j] = cpu::vexp(x[j] - m);
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]);
+        const double s = row_sum<T>(x, nullptr, n);
         const T inv = static_cast<T>(1.0 / s);
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) x[j] *= inv;
@@ -446,10 +479,7 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
         // D_i = Σ_j P_ij dP_ij (= dO_i·O_i, but summed like the softmax backward's, so that each
         // row of dS sums to zero up to rounding: the gradient of a per-row shift, e.g. the key
         // bias's, stays at noise level)
-        double dd = 0;
-#pragma omp simd reduction(+ : dd)
-        for (int64_t j = 0; j < n; ++j) dd += static_cast<double>(p[j]) * static_cast<double>(ds[j]);
-        const T D = static_cast<T>(dd);
+        const T D = static_cast<T>(row_sum(p, static_cast<const T*>(ds), n));
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - D);
         if (mask.any)  // masked_fill's backward: no gradient there
