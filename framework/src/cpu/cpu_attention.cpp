@@ -76,8 +76,8 @@ struct RowRuns {
   template <class RowOf, class Keep>
   void build(int64_t rows, int64_t n, RowOf row_of, Keep keep) {
     std::vector<int64_t> count(static_cast<size_t>(rows));
-#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {  // pass 1, branch-free: kept runs start where values change
+    // pass 1, branch-free: kept runs start where values change
+    cpu::parallel_for(rows, rows * n > kParallelGrain, [&](int64_t r) {
       const auto at = row_of(r);
       int64_t c = 0, prev = n > 0 ? at(0) : 0;
       if (n > 0) c += keep(prev);
@@ -87,12 +87,11 @@ struct RowRuns {
         prev = v;
       }
       count[r] = c;
-    }
+    });
     first.assign(static_cast<size_t>(rows + 1), 0);
     for (int64_t r = 0; r < rows; ++r) first[r + 1] = first[r] + count[r];
     run.resize(static_cast<size_t>(first[rows]));
-#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {  // pass 2: the kept runs themselves
+    cpu::parallel_for(rows, rows * n > kParallelGrain, [&](int64_t r) {  // pass 2: the runs
       const auto at = row_of(r);
       int64_t m = first[r];
       for (int64_t j = 0; j < n;) {
@@ -101,7 +100,7 @@ struct RowRuns {
         }
         if (keep(v)) run[m++] = {a, j, v};
       }
-    }
+    });
   }
   int64_t count(int64_t r) const { return first[r + 1] - first[r]; }
   // f(start, end, value) for row r's runs clipped to [0, end).
