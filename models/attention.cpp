@@ -58,7 +58,9 @@ Tensor MultiHeadAttention::project(const Linear& lin, const Tensor& x) const {
               d_model, "], got ", shape_str(x.shape()));
   const int64_t B = x.size(0), L = x.size(1);
   Tensor y = reshape(lin.forward(x), {B, L, heads, head_dim});
-  return permute(y, {0, 2, 1, 3}).contiguous();
+  // a view: the fused attention reads the heads in this token-major layout without a copy (and
+  // writes its output in it, so the permute back in attend() is free)
+  return permute(y, {0, 2, 1, 3});
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh,

@@ -60,7 +60,8 @@ class MultiHeadAttention : public Module {
                  const AttnSite& site, Generator& gen, const CachedKV* cache = nullptr);
 
   // The pieces forward() is made of (start_cache calls project for the cross-attention cache):
-  // x [B, L, D] through `lin`, split into heads: [B, H, L, dh] (contiguous).
+  // x [B, L, D] through `lin`, split into heads: [B, H, L, dh] (a permuted view of the [B, L, H, dh]
+  // projection: the fused attention reads it in place).
   Tensor project(const Linear& lin, const Tensor& x) const;
   // q [B, H, Lq, dh] and k, v [B, H, Lk, dh] (k already through transform_qk): scores, score term,
   // mask, softmax, dropout, value term, merge heads, output projection -> [B, Lq, D].

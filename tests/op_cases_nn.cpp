@@ -475,6 +475,9 @@ TEST(OpsNN, LayerNormMatchesReference) {
 // do a shared relative key table and a per-head relative value table; the probabilities both kept
 // and recomputed. Masks: causal with a gap and a fully blocked row (every
 // block sees all keys), and causal plus key padding, whose first block skips the keys it cannot see.
+// The fused op runs on contiguous q, k, v and again on token-major ones (permuted views of
+// [B, L, H, dh] leaves, as multi-head attention passes them: read in place, rows H·dh apart, with
+// the output and the gradients written in that layout).
 TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
   const int64_t B = 2, H = 3, Lq = 70, Lk = 75;
   std::vector<double> gappy(static_cast<size_t>(Lq * Lk)), padded(static_cast<size_t>(B * Lq * Lk));
@@ -501,10 +504,21 @@ TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
                                    randn({B, H, Lk, dh}, 82), randn({1, H, Lq, Lk}, 83),
                                    randn({R, dh}, 85),        randn({H, R, dh}, 86)};
         const Tensor w = randn({B, H, Lq, dh}, 84);  // loss = sum(out * w)
-        std::vector<std::vector<double>> got, want;
-        for (const bool fused : {true, false}) {
-          std::vector<Tensor> x;
-          for (const Tensor& t : ins) x.push_back(t.detach().set_requires_grad(true));
+        std::vector<std::vector<double>> got, got_tm, want;
+        for (const int run : {0, 1, 2}) {  // fused, fused on token-major views, composite
+          const bool fused = run < 2, token_major = run == 1;
+          std::vector<Tensor> x, leaves;
+          for (size_t i = 0; i < ins.size(); ++i) {
+            if (token_major && i < 3) {  // a [B, L, H, dh] leaf seen as [B, H, L, dh]
+              leaves.push_back(
+                  permute(ins[i], {0, 2, 1, 3}).contiguous().detach().set_requires_grad(true));
+              x.push_back(permute(leaves.back(), {0, 2, 1, 3}));
+              EXPECT_FALSE(x.back().is_contiguous());
+            } else {
+              leaves.push_back(ins[i].detach().set_requires_grad(true));
+              x.push_back(leaves.back());
+            }
+          }
           Tensor out;
           if (fused) {
             const int64_t saved = set_attention_keep_limit(recompute ? 0 : int64_t(1) << 30);
@@ -518,14 +532,19 @@ TEST(OpsNN, ScaledDotAttentionMatchesComposite) {
             out = add(matmul(p, x[2]), relative_values(p, rel, x[5]));
           }
           sum(mul(out, w)).backward();
-          auto& dst = fused ? got : want;
+          auto& dst = run == 0 ? got : run == 1 ? got_tm : want;
           dst.push_back(out.to_vector());
-          for (const Tensor& t : x) dst.push_back(t.grad().to_vector());
+          for (size_t i = 0; i < leaves.size(); ++i)
+            dst.push_back(token_major && i < 3
+                              ? permute(leaves[i].grad(), {0, 2, 1, 3}).to_vector()
+                              : leaves[i].grad().to_vector());
         }
         const char* names[] = {"out",       "grad q",    "grad k",     "grad v",
                                "grad bias", "grad keys", "grad values"};
-        for (size_t i = 0; i < got.size(); ++i)
+        for (size_t i = 0; i < got.size(); ++i) {
           expect_close(got[i], want[i], 1e-11, what + " " + names[i]);
+          expect_close(got_tm[i], want[i], 1e-11, what + ", token-major " + names[i]);
+        }
       }
   // errors name the op and the shapes
   const Tensor q = randn({2, 3, 4, 5}, 85), k = randn({2, 3, 6, 5}, 86);

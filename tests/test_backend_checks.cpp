@@ -211,18 +211,30 @@ TEST(BackendChecks, RotatePairsAndAttention) {
   expect_error([] { cpu().rotate_pairs(v(f32({2, 4})), v(f32({2, 4})), v(f64({2, 2})), v(f32({2, 2})), 1, 2, 4, 2, false, false); },
                "rotate_pairs: cos has dtype float64, expected float32");
   AttentionArgs a;
-  a.q = v(f32({2, 3, 4}));
-  a.k = v(f32({2, 5, 4}));
-  a.v = v(f32({2, 5, 4}));
-  a.out = v(f32({2, 3, 4}));
+  a.q = v(f32({1, 2, 3, 4}));
+  a.k = v(f32({1, 2, 5, 4}));
+  a.v = v(f32({1, 2, 5, 4}));
+  a.out = v(f32({1, 2, 3, 4}));
   a.stats = v(f32({2, 3, 2}));
   a.B = 1;
   a.H = 2;
   AttentionArgs bad = a;
-  bad.v = v(f32({2, 5, 3}));
-  expect_error([&] { cpu().attention(bad); }, "attention: expected q [2, Lq, dh] and k = v [2, Lk, dh]");
+  bad.v = v(f32({1, 2, 5, 3}));
+  expect_error([&] { cpu().attention(bad); },
+               "attention: expected q [1, 2, Lq, dh] and k = v [1, 2, Lk, dh]");
   bad = a;
   bad.stats = v(f32({2, 3}));
   expect_error([&] { cpu().attention(bad); }, "attention: stats [2, 3] must be contiguous [2, 3, 2]");
+  // q, k, v, out may interleave the heads (token-major [B, L, H, dh] memory), not the dh axis
+  const Tensor tok = f32({1, 5, 2, 4});
+  bad = a;
+  bad.k = v(tok);
+  bad.k.shape = {1, 2, 5, 4};
+  bad.k.strides = {40, 4, 8, 1};
+  EXPECT_NO_THROW(cpu().attention(bad));
+  bad.k.strides = {40, 20, 1, 5};
+  expect_error([&] { cpu().attention(bad); },
+               "attention: k [1, 2, 5, 4] must be a view of [B, H, L, dh] = [1, 2, 5, 4] with unit "
+               "stride along dh");
   EXPECT_NO_THROW(cpu().attention(a));
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/cpu_small_gemm.h"
 #include "pelab/backend.h"
 #include "pelab/parallel.h"
 #include "pelab/random.h"
@@ -698,6 +699,13 @@ TEST(CpuBackendBlas, GemmTransposesAndBatchStridesMatchNaive) {
       check_gemm<float>(DType::Float32, ta, tb, 32, 32, 32, 4, false, false, 1e-5);
       check_gemm<float>(DType::Float32, ta, tb, 64, 64, 64, 2, false, true, 1e-4);
       check_gemm<double>(DType::Float64, ta, tb, 64, 17, 65, 2, true, false, 1e-12);
+      // the 512-bit kernel of AVX-512 builds (N >= one wide tile: 12-row blocks with 1 .. 11 row
+      // tails, a partial column tile), and the small models' weight gradients it takes with a
+      // transposed A (M <= 256, N <= 64, K <= 256; the other transposes take their own routes)
+      check_gemm<float>(DType::Float32, ta, tb, 47, 45, 29, 2, false, false, 1e-5);
+      check_gemm<double>(DType::Float64, ta, tb, 25, 37, 20, 2, false, false, 1e-12);
+      check_gemm<float>(DType::Float32, ta, tb, 203, 64, 130, 1, false, false, 1e-4);
+      check_gemm<double>(DType::Float64, ta, tb, 256, 33, 256, 1, false, false, 1e-12);
     }
   // A small output with a long K is cut along K across threads (3 threads: uneven chunks), with
   // beta applied once; the result must not depend on that split beyond rounding.
@@ -725,6 +733,30 @@ TEST(CpuBackendBlas, GemmTransposesAndBatchStridesMatchNaive) {
   be.gemm(DType::Float64, false, false, 2, 2, 0, 1.0, nullptr, 1, 0, nullptr, 2, 0, 3.0, c.data(),
           2, 0, 1);
   EXPECT_EQ(c, (std::vector<double>{3, 6, 9, 12}));
+}
+
+// Both widths of the small-product kernel accumulate each entry over k in order, so the 512-bit
+// kernel's result is the 256-bit one's bit for bit (gemm routes by shape, and a changed route must
+// not change a result), for every transpose, row tail and partial column tile.
+TEST(CpuBackendBlas, SmallGemmWidthsAgreeBitForBit) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const auto& s : std::vector<std::array<int64_t, 3>>{
+               {1, 1, 1}, {11, 32, 7}, {23, 45, 64}, {36, 64, 256}, {203, 64, 130}, {7, 100, 3}}) {
+        const int64_t M = s[0], N = s[1], K = s[2];
+        const int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+        const auto A = randv((ta ? K : M) * lda, 71), B = randv((tb ? N : K) * ldb, 72),
+                   C0 = randv(M * ldc, 73);
+        std::vector<float> a(A.begin(), A.end()), b(B.begin(), B.end()), c32(C0.begin(), C0.end());
+        std::vector<float> c64 = c32;
+        cpu::small_gemm_width<float, 32>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, -1.25f,
+                                         c32.data(), ldc);
+        cpu::small_gemm_width<float, 64>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, -1.25f,
+                                         c64.data(), ldc);
+        for (size_t i = 0; i < c32.size(); ++i)
+          ASSERT_EQ(c32[i], c64[i]) << "ta=" << ta << " tb=" << tb << " M=" << M << " N=" << N
+                                    << " K=" << K << " at " << i;
+      }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -289,12 +289,26 @@ void check_attention(const char* op, const AttentionArgs& a, const View* grad_ou
                      const AttentionGrads* g) {
   const int64_t B = a.B, H = a.H;
   const View &q = a.q, &k = a.k, &v = a.v;
-  PELAB_CHECK(B >= 0 && H >= 0 && q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape &&
-                  q.shape[0] == B * H && k.shape[0] == B * H && q.shape[2] == k.shape[2],
-              op, ": expected q [", B * H, ", Lq, dh] and k = v [", B * H, ", Lk, dh], got q ",
-              shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape));
-  const int64_t Lq = q.shape[1], Lk = k.shape[1], dh = q.shape[2];
+  PELAB_CHECK(B >= 0 && H >= 0 && q.shape.size() == 4 && k.shape.size() == 4 && k.shape == v.shape &&
+                  q.shape[0] == B && q.shape[1] == H && k.shape[0] == B && k.shape[1] == H &&
+                  q.shape[3] == k.shape[3],
+              op, ": expected q [", B, ", ", H, ", Lq, dh] and k = v [", B, ", ", H,
+              ", Lk, dh], got q ", shape_str(q.shape), ", k ", shape_str(k.shape), ", v ",
+              shape_str(v.shape));
+  const int64_t Lq = q.shape[2], Lk = k.shape[2], dh = q.shape[3];
   const Shape scores = {B, H, Lq, Lk};
+  // q, k, v, out and the gradients: [B, H, L, dh] views whose rows are dh contiguous elements (the
+  // heads may be interleaved, e.g. a token-major [B, L, H, dh] buffer seen through a permute)
+  auto rows_view = [&](const View& t, const Shape& want, const char* what) {
+    PELAB_CHECK(t.data != nullptr && t.shape == want && t.strides.size() == 4 &&
+                    (want[3] <= 1 || t.strides[3] == 1) && t.strides[0] >= 0 &&
+                    t.strides[1] >= 0 && t.strides[2] >= 0,
+                op, ": ", what, " ", shape_str(t.shape),
+                " must be a view of [B, H, L, dh] = ", shape_str(want),
+                " with unit stride along dh");
+    PELAB_CHECK(t.dtype == q.dtype, op, ": ", what, " has dtype ", dtype_name(t.dtype),
+                ", expected ", dtype_name(q.dtype));
+  };
   auto dense = [&](const View& t, const Shape& want, const char* what, bool optional) {
     if (optional && t.data == nullptr) return;
     PELAB_CHECK(t.data != nullptr && t.shape == want && t.contiguous(), op, ": ", what, " ",
@@ -302,10 +316,10 @@ void check_attention(const char* op, const AttentionArgs& a, const View* grad_ou
     PELAB_CHECK(t.dtype == q.dtype, op, ": ", what, " has dtype ", dtype_name(t.dtype),
                 ", expected ", dtype_name(q.dtype));
   };
-  dense(q, q.shape, "q", false);
-  dense(k, k.shape, "k", false);
-  dense(v, k.shape, "v", false);
-  dense(a.out, q.shape, "out", false);
+  rows_view(q, q.shape, "q");
+  rows_view(k, k.shape, "k");
+  rows_view(v, k.shape, "v");
+  rows_view(a.out, q.shape, "out");
   dense(a.stats, {B * H, Lq, 2}, "stats", false);
   dense(a.probs, scores, "probs", true);
   for (const auto& [t, what] : {std::pair<const View*, const char*>{&a.bias, "bias"}, {&a.mask, "mask"}}) {
@@ -337,10 +351,10 @@ void check_attention(const char* op, const AttentionArgs& a, const View* grad_ou
                 dtype_name(a.rel_index.dtype), " must be contiguous int64 [", Lq, ", ", Lk, "]");
   if (!g) return;
   PELAB_CHECK(grad_out != nullptr, op, ": no grad_out");
-  dense(*grad_out, q.shape, "grad_out", false);
-  dense(g->q, q.shape, "grad q", false);
-  dense(g->k, k.shape, "grad k", false);
-  dense(g->v, k.shape, "grad v", false);
+  rows_view(*grad_out, q.shape, "grad_out");
+  rows_view(g->q, q.shape, "grad q");
+  rows_view(g->k, k.shape, "grad k");
+  rows_view(g->v, k.shape, "grad v");
   dense(g->scores, scores, "grad scores", true);
   PELAB_CHECK((!g->rel_keys.data || a.rel_keys.data) && (!g->rel_values.data || a.rel_values.data),
               op, ": a relative-table gradient without its table");

@@ -53,11 +53,13 @@ enum class BinaryOp {
 
 enum class ReduceOp { Sum, Max };
 
-// The operands of Backend::attention. Dense views are contiguous; optional ones have data ==
-// nullptr when absent. BH = B·H.
+// The operands of Backend::attention. q, k, v, out (and the gradients below) are [B, H, L, dh]
+// views with unit stride along dh and any other strides (a token-major [B, L, H, dh] buffer seen
+// through a permute, as multi-head attention's projections are, needs no copy); the other dense
+// views are contiguous; optional ones have data == nullptr when absent. BH = B·H.
 struct AttentionArgs {
-  View q, k, v;       // [BH, Lq, dh], [BH, Lk, dh], [BH, Lk, dh]
-  View out, stats;    // [BH, Lq, dh], [BH, Lq, 2] (written by the forward)
+  View q, k, v;       // [B, H, Lq, dh], [B, H, Lk, dh], [B, H, Lk, dh]
+  View out, stats;    // [B, H, Lq, dh], [BH, Lq, 2] (written by the forward)
   View probs;         // [B, H, Lq, Lk] contiguous, or none
   View bias, mask;    // [B, H, Lq, Lk] views, stride 0 on broadcast axes; mask != 0 blocks
   View rel_index;     // Int64 [Lq, Lk] with values in [0, R), or none (then no tables)

@@ -76,8 +76,8 @@ struct RowRuns {
   template <class RowOf, class Keep>
   void build(int64_t rows, int64_t n, RowOf row_of, Keep keep) {
     std::vector<int64_t> count(static_cast<size_t>(rows));
-#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {  // pass 1, branch-free: kept runs start where values change
+    // pass 1, branch-free: kept runs start where values change
+    cpu::parallel_for(rows, rows * n > kParallelGrain, [&](int64_t r) {
       const auto at = row_of(r);
       int64_t c = 0, prev = n > 0 ? at(0) : 0;
       if (n > 0) c += keep(prev);
@@ -87,12 +87,11 @@ struct RowRuns {
         prev = v;
       }
       count[r] = c;
-    }
+    });
     first.assign(static_cast<size_t>(rows + 1), 0);
     for (int64_t r = 0; r < rows; ++r) first[r + 1] = first[r] + count[r];
     run.resize(static_cast<size_t>(first[rows]));
-#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {  // pass 2: the kept runs themselves
+    cpu::parallel_for(rows, rows * n > kParallelGrain, [&](int64_t r) {  // pass 2: the runs
       const auto at = row_of(r);
       int64_t m = first[r];
       for (int64_t j = 0; j < n;) {
@@ -101,7 +100,7 @@ struct RowRuns {
         }
         if (keep(v)) run[m++] = {a, j, v};
       }
-    }
+    });
   }
   int64_t count(int64_t r) const { return first[r + 1] - first[r]; }
   // f(start, end, value) for row r's runs clipped to [0, end).
@@ -230,15 +229,16 @@ inline void add_lookup(T* x, const T* t, const IndexRuns& runs, int64_t i, int64
 // head's kᵀ panel; rkp: its relative keys' panel; qr: a [rows, R] buffer), with the bias added and the blocked entries set to
 // `masked`. n = the block's live keys.
 template <class T>
-void block_scores(T* S, int64_t rows, int64_t i0, int64_t b, int64_t h, const T* q,
+void block_scores(T* S, int64_t rows, int64_t i0, int64_t b, int64_t h, const T* q, int64_t ldq,
                   const HeadPanel<T>& kp, int64_t Lk, int64_t n, int64_t dh, T scale,
                   const Rows& bias, const MaskRuns& mask, T masked, const RelTables<T>& rel,
                   const HeadPanel<T>& rkp, T* qr) {
-  cpu::small_gemm_packed<T>(false, rows, n, dh, scale, q + i0 * dh, dh, kp.p, kp.np, T(0), S, Lk);
+  cpu::small_gemm_packed<T>(false, rows, n, dh, scale, q + i0 * ldq, ldq, kp.p, kp.np, T(0), S,
+                            Lk);
   if (rel.keys) {  // scale · q_i·keys[r_ij]: [rows, R] products, then one lookup per score
     const int64_t R = rel.R;
-    cpu::small_gemm_packed<T>(false, rows, R, dh, scale, q + i0 * dh, dh, rkp.p, rkp.np, T(0), qr,
-                              R);
+    cpu::small_gemm_packed<T>(false, rows, R, dh, scale, q + i0 * ldq, ldq, rkp.p, rkp.np, T(0),
+                              qr, R);
     for (int64_t r = 0; r < rows; ++r)
       add_lookup<T>(S + r * Lk, qr + r * R, rel.runs, i0 + r, n);
   }
@@ -279,17 +279,63 @@ void bin_block(T* w, const T* P, int64_t rows, int64_t n, int64_t Lk, int64_t R,
   }
 }
 
+// A [B, H, L, dh] operand with unit stride along dh: head (b, h) starts at at(b, h), its rows are
+// ld apart (dh when head-major, H·dh for the token-major layout of the heads' projections).
+template <class T>
+struct Heads {
+  T* base = nullptr;
+  int64_t sb = 0, sh = 0, ld = 0;
+  explicit Heads(const View& v)
+      : base(static_cast<T*>(v.data)), sb(v.strides[0]), sh(v.strides[1]), ld(v.strides[2]) {}
+  T* at(int64_t bh, int64_t H) const { return base + bh / H * sb + bh % H * sh; }
+};
+
+// Row reductions of the softmax and its backward. `omp simd` reductions keep their lanes in a stack
+// array that a short row (n = 8 at L = 8) reads back right after the scalar tail wrote it, a
+// store-forwarding stall per row that made these loops the fused attention's hottest lines at small
+// lengths; rows shorter than one 512-bit vector take a plain loop instead.
+constexpr int64_t kShortRow = 16;
+
+template <class T>
+inline T row_max(const T* x, int64_t n) {
+  T m = x[0];
+  if (n < kShortRow) {
+    for (int64_t j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
+    return m;
+  }
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// Σ_j x_j y_j (y == nullptr: Σ_j x_j), accumulated in double.
+template <class T>
+inline double row_sum(const T* x, const T* y, int64_t n) {
+  double s = 0;
+  if (n < kShortRow) {
+    for (int64_t j = 0; j < n; ++j)
+      s += y ? static_cast<double>(x[j]) * static_cast<double>(y[j]) : static_cast<double>(x[j]);
+    return s;
+  }
+  if (!y) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]);
+    return s;
+  }
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]) * static_cast<double>(y[j]);
+  return s;
+}
+
 // The sizes, constants and operand pointers both passes start from.
 template <class T>
 struct Operands {
   int64_t B, H, BH, Lq, Lk, dh;
   T scale, masked;
-  const T *Q, *K, *V;
+  Heads<const T> Q, K, V;
   explicit Operands(const AttentionArgs& a)
-      : B(a.B), H(a.H), BH(a.B * a.H), Lq(a.q.shape[1]), Lk(a.k.shape[1]), dh(a.q.shape[2]),
-        scale(static_cast<T>(a.scale)), masked(static_cast<T>(a.masked)),
-        Q(static_cast<const T*>(a.q.data)), K(static_cast<const T*>(a.k.data)),
-        V(static_cast<const T*>(a.v.data)) {}
+      : B(a.B), H(a.H), BH(a.B * a.H), Lq(a.q.shape[2]), Lk(a.k.shape[2]), dh(a.q.shape[3]),
+        scale(static_cast<T>(a.scale)), masked(static_cast<T>(a.masked)), Q(a.q), K(a.k), V(a.v) {}
 };
 
 template <class T>
@@ -297,8 +343,8 @@ void attention_fwd(const AttentionArgs& a) {
   const Operands<T> o(a);
   const int64_t B = o.B, H = o.H, BH = o.BH, Lq = o.Lq, Lk = o.Lk, dh = o.dh;
   const T scale = o.scale, masked = o.masked;
-  const T *Q = o.Q, *K = o.K, *Vp = o.V;
-  T* O = static_cast<T*>(a.out.data);
+  const Heads<const T>&Q = o.Q, &K = o.K, &Vp = o.V;
+  const Heads<T> O(a.out);
   T* ST = static_cast<T*>(a.stats.data);
   T* PR = static_cast<T*>(a.probs.data);
   const RelTables<T> rel(a);
@@ -314,8 +360,8 @@ void attention_fwd(const AttentionArgs& a) {
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t bh = t / nqb, i0 = (t % nqb) * QB, rows = std::min(QB, Lq - i0);
       const int64_t b = bh / H, h = bh % H, n = mask.block_end(b, h, i0, rows, Lk);
-      kp.get(bh, true, Lk, dh, K + bh * Lk * dh, dh);
-      vp.get(bh, false, dh, Lk, Vp + bh * Lk * dh, dh);
+      kp.get(bh, true, Lk, dh, K.at(bh, H), K.ld);
+      vp.get(bh, false, dh, Lk, Vp.at(bh, H), Vp.ld);
       if (rel.keys) rkp.get(rel.keys_heads == 1 ? 0 : h, true, R, dh, rel.keys_of(h), dh);
       thread_local std::vector<T> buf, wbuf;  // scores; [rows, R] relative-table weights
       T* S = PR ? PR + (bh * Lq + i0) * Lk : nullptr;  // kept probabilities: work in place there
@@ -324,20 +370,16 @@ void attention_fwd(const AttentionArgs& a) {
         S = buf.data();
       }
       if (wbuf.size() < static_cast<size_t>(QB * R)) wbuf.resize(static_cast<size_t>(QB * R));
-      block_scores<T>(S, rows, i0, b, h, Q + bh * Lq * dh, kp, Lk, n, dh, scale, bias, mask,
+      block_scores<T>(S, rows, i0, b, h, Q.at(bh, H), Q.ld, kp, Lk, n, dh, scale, bias, mask,
                       masked, rel, rkp, wbuf.data());
       for (int64_t r = 0; r < rows; ++r) {  // softmax in place; max and log-sum for the backward
         T* x = S + r * Lk;
-        T m = x[0];
-#pragma omp simd reduction(max : m)
-        for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < n; ++j) {
-          const T e = cpu::vexp(x[j] - m);
-          x[j] = e;
-          s += static_cast<double>(e);
-        }
+        const T m = row_max(x, n);
+        // exp and the double sum in two loops: together (float exp, double accumulator) GCC left
+        // the loop scalar, which made the exp pass most of the forward at short lengths
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) x[j] = cpu::vexp(x[j] - m);
+        const double s = row_sum<T>(x, nullptr, n);
         const T inv = static_cast<T>(1.0 / s);
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) x[j] *= inv;
@@ -346,12 +388,12 @@ void attention_fwd(const AttentionArgs& a) {
         st[0] = m;
         st[1] = static_cast<T>(std::log(s));
       }
-      T* o_blk = O + (bh * Lq + i0) * dh;
-      cpu::small_gemm_packed<T>(false, rows, dh, n, T(1), S, Lk, vp.p, vp.np, T(0), o_blk, dh);
+      T* o_blk = O.at(bh, H) + i0 * O.ld;
+      cpu::small_gemm_packed<T>(false, rows, dh, n, T(1), S, Lk, vp.p, vp.np, T(0), o_blk, O.ld);
       if (rel.values) {  // + Σ_j p_ij values[r_ij] = w · values, w the block's bin weights
         bin_block<T>(wbuf.data(), S, rows, n, Lk, R, rel.runs, i0);
         cpu::small_gemm<T>(false, false, rows, dh, R, T(1), wbuf.data(), R, rel.values_of(h), dh,
-                           T(1), o_blk, dh);
+                           T(1), o_blk, O.ld);
       }
     }
   }
@@ -362,15 +404,13 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
   const Operands<T> o(a);
   const int64_t B = o.B, H = o.H, BH = o.BH, Lq = o.Lq, Lk = o.Lk, dh = o.dh;
   const T scale = o.scale, masked = o.masked;
-  const T *Q = o.Q, *K = o.K, *Vp = o.V;
-  const T* GO = static_cast<const T*>(go.data);
+  const Heads<const T>&Q = o.Q, &K = o.K, &Vp = o.V;
+  const Heads<const T> GO(go);
   const T* ST = static_cast<const T*>(a.stats.data);
   const T* PR = static_cast<const T*>(a.probs.data);
   const RelTables<T> rel(a);
   const int64_t R = rel.R;
-  T* GQ = static_cast<T*>(g.q.data);
-  T* GK = static_cast<T*>(g.k.data);
-  T* GV = static_cast<T*>(g.v.data);
+  const Heads<T> GQ(g.q), GK(g.k), GV(g.v);
   T* GS = static_cast<T*>(g.scores.data);
   T* GRK = static_cast<T*>(g.rel_keys.data);
   T* GRV = static_cast<T*>(g.rel_values.data);
@@ -384,11 +424,11 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
     // kᵀ (recomputing), vᵀ (for dO vᵀ), k (for dS k); the relative tables' transposes
     thread_local HeadPanel<T> kp, vp, kn, rkp, rvp;
     kp.key = vp.key = kn.key = rkp.key = rvp.key = -1;
-    if (!PR) kp.get(bh, true, Lk, dh, K + bh * Lk * dh, dh);
+    if (!PR) kp.get(bh, true, Lk, dh, K.at(bh, H), K.ld);
     if (!PR && rel.keys) rkp.get(0, true, R, dh, rel.keys_of(h), dh);
     if (rel.values) rvp.get(0, true, R, dh, rel.values_of(h), dh);
-    vp.get(bh, true, Lk, dh, Vp + bh * Lk * dh, dh);
-    kn.get(bh, false, dh, Lk, K + bh * Lk * dh, dh);
+    vp.get(bh, true, Lk, dh, Vp.at(bh, H), Vp.ld);
+    kn.get(bh, false, dh, Lk, K.at(bh, H), K.ld);
     thread_local std::vector<T> buf, wbuf;
     if (buf.size() < static_cast<size_t>(2 * QB * Lk)) buf.resize(static_cast<size_t>(2 * QB * Lk));
     if (wbuf.size() < static_cast<size_t>(2 * QB * R)) wbuf.resize(static_cast<size_t>(2 * QB * R));
@@ -396,11 +436,14 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
     T* dS = Pbuf + QB * Lk;
     T* w = wbuf.data();   // [rows, R]: bin weights, or q·keysᵀ when recomputing
     T* wt = w + QB * R;   // [rows, R]: dO · valuesᵀ
-    const T* q_bh = Q + bh * Lq * dh;
-    T* gk_bh = GK + bh * Lk * dh;
-    T* gv_bh = GV + bh * Lk * dh;
-    std::fill(gk_bh, gk_bh + Lk * dh, T(0));  // blocks add their shares of the keys they see
-    std::fill(gv_bh, gv_bh + Lk * dh, T(0));
+    const T* q_bh = Q.at(bh, H);
+    const int64_t ldq = Q.ld, ldgo = GO.ld, ldgq = GQ.ld, ldgk = GK.ld, ldgv = GV.ld;
+    T* gk_bh = GK.at(bh, H);
+    T* gv_bh = GV.at(bh, H);
+    for (int64_t j = 0; j < Lk; ++j) {  // blocks add their shares of the keys they see
+      std::fill(gk_bh + j * ldgk, gk_bh + j * ldgk + dh, T(0));
+      std::fill(gv_bh + j * ldgv, gv_bh + j * ldgv + dh, T(0));
+    }
     T* grk_bh = GRK ? GRK + bh * R * dh : nullptr;
     T* grv_bh = GRV ? GRV + bh * R * dh : nullptr;
     if (grk_bh) std::fill(grk_bh, grk_bh + R * dh, T(0));
@@ -408,11 +451,11 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
     for (int64_t qb = 0; qb < nqb; ++qb) {
       const int64_t i0 = qb * QB, rows = std::min(QB, Lq - i0);
       const int64_t n = mask.block_end(b, h, i0, rows, Lk);
-      const T* go_blk = GO + (bh * Lq + i0) * dh;
+      const T* go_blk = GO.at(bh, H) + i0 * ldgo;
       const T* P = PR ? PR + (bh * Lq + i0) * Lk : Pbuf;
       if (!PR) {  // recompute the block's probabilities: exp((x - max) - log-sum)
-        block_scores<T>(Pbuf, rows, i0, b, h, q_bh, kp, Lk, n, dh, scale, bias, mask, masked, rel,
-                        rkp, w);
+        block_scores<T>(Pbuf, rows, i0, b, h, q_bh, ldq, kp, Lk, n, dh, scale, bias, mask, masked,
+                        rel, rkp, w);
         for (int64_t r = 0; r < rows; ++r) {
           T* p = Pbuf + r * Lk;
           const T m = ST[2 * (bh * Lq + i0 + r)], l = ST[2 * (bh * Lq + i0 + r) + 1];
@@ -421,9 +464,10 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
         }
       }
       // dP = dO (v + values[r])ᵀ
-      cpu::small_gemm_packed<T>(false, rows, n, dh, T(1), go_blk, dh, vp.p, vp.np, T(0), dS, Lk);
+      cpu::small_gemm_packed<T>(false, rows, n, dh, T(1), go_blk, ldgo, vp.p, vp.np, T(0), dS, Lk);
       if (rel.values) {
-        cpu::small_gemm_packed<T>(false, rows, R, dh, T(1), go_blk, dh, rvp.p, rvp.np, T(0), wt, R);
+        cpu::small_gemm_packed<T>(false, rows, R, dh, T(1), go_blk, ldgo, rvp.p, rvp.np, T(0), wt,
+                                  R);
         for (int64_t r = 0; r < rows; ++r)
           add_lookup<T>(dS + r * Lk, wt + r * R, rel.runs, i0 + r, n);
       }
@@ -434,10 +478,7 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
         // D_i = Σ_j P_ij dP_ij (= dO_i·O_i, but summed like the softmax backward's, so that each
         // row of dS sums to zero up to rounding: the gradient of a per-row shift, e.g. the key
         // bias's, stays at noise level)
-        double dd = 0;
-#pragma omp simd reduction(+ : dd)
-        for (int64_t j = 0; j < n; ++j) dd += static_cast<double>(p[j]) * static_cast<double>(ds[j]);
-        const T D = static_cast<T>(dd);
+        const T D = static_cast<T>(row_sum(p, static_cast<const T*>(ds), n));
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - D);
         if (mask.any)  // masked_fill's backward: no gradient there
@@ -448,21 +489,21 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
           std::fill(gsr + n, gsr + Lk, T(0));
         }
       }
-      cpu::small_gemm<T>(true, false, n, dh, rows, T(1), P, Lk, go_blk, dh, T(1), gv_bh, dh);
+      cpu::small_gemm<T>(true, false, n, dh, rows, T(1), P, Lk, go_blk, ldgo, T(1), gv_bh, ldgv);
       if (grv_bh) {  // d values[b] += Σ_i w[i, b] dO_i, w the bin weights of P
         bin_block<T>(w, P, rows, n, Lk, R, rel.runs, i0);
-        cpu::small_gemm<T>(true, false, R, dh, rows, T(1), w, R, go_blk, dh, T(1), grv_bh, dh);
+        cpu::small_gemm<T>(true, false, R, dh, rows, T(1), w, R, go_blk, ldgo, T(1), grv_bh, dh);
       }
-      T* gq_blk = GQ + (bh * Lq + i0) * dh;
-      cpu::small_gemm_packed<T>(false, rows, dh, n, scale, dS, Lk, kn.p, kn.np, T(0), gq_blk, dh);
-      cpu::small_gemm<T>(true, false, n, dh, rows, scale, dS, Lk, q_bh + i0 * dh, dh, T(1), gk_bh,
-                         dh);
+      T* gq_blk = GQ.at(bh, H) + i0 * ldgq;
+      cpu::small_gemm_packed<T>(false, rows, dh, n, scale, dS, Lk, kn.p, kn.np, T(0), gq_blk, ldgq);
+      cpu::small_gemm<T>(true, false, n, dh, rows, scale, dS, Lk, q_bh + i0 * ldq, ldq, T(1), gk_bh,
+                         ldgk);
       if (rel.keys) {  // u = the bins of dS: dq += scale · u keys, d keys += scale · uᵀ q
         bin_block<T>(w, dS, rows, n, Lk, R, rel.runs, i0);
         cpu::small_gemm<T>(false, false, rows, dh, R, scale, w, R, rel.keys_of(h), dh, T(1), gq_blk,
-                           dh);
+                           ldgq);
         if (grk_bh)
-          cpu::small_gemm<T>(true, false, R, dh, rows, scale, w, R, q_bh + i0 * dh, dh, T(1),
+          cpu::small_gemm<T>(true, false, R, dh, rows, scale, w, R, q_bh + i0 * ldq, ldq, T(1),
                              grk_bh, dh);
       }
     }
@@ -474,7 +515,7 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
 void CpuBackend::attention(const AttentionArgs& a) {
   check_attention("attention", a);
   if (a.out.numel() == 0) return;
-  PELAB_CHECK(a.k.shape[1] > 0, "attention: no keys for ", a.q.shape[1], " queries");
+  PELAB_CHECK(a.k.shape[2] > 0, "attention: no keys for ", a.q.shape[2], " queries");
   if (a.rel_index.data)  // the kernels index the tables with it unchecked
     cpu::check_indices(static_cast<const int64_t*>(a.rel_index.data), a.rel_index.numel(),
                        (a.rel_keys.data ? a.rel_keys : a.rel_values).shape[1],

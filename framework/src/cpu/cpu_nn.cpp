@@ -256,8 +256,7 @@ void CpuBackend::layer_norm(const View& y, const View& mean, const View& rstd, c
     T* rp = static_cast<T*>(rstd.data);
     const T* w = static_cast<const T*>(weight.data);
     const T* b = static_cast<const T*>(bias.data);
-#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    cpu::parallel_for(rows, rows * n > kParallelGrain, [&](int64_t r) {
       const T* xr = xp + r * n;
       T* yr = yp + r * n;
       double s = 0;
@@ -287,7 +286,7 @@ void CpuBackend::layer_norm(const View& y, const View& mean, const View& rstd, c
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * k;
       }
-    }
+    });
   });
 }
 
@@ -313,8 +312,7 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
     const int64_t rb = std::max<int64_t>(8, ceil_div(rows, 64));
     const int64_t nb = ceil_div(rows, rb);
     std::vector<double> pw(want_params ? nb * n : 0), pb(want_params ? nb * n : 0);
-#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
-    for (int64_t blk = 0; blk < nb; ++blk) {
+    cpu::parallel_for(nb, rows * n > kParallelGrain, [&](int64_t blk) {
       double* bw = want_params ? pw.data() + blk * n : nullptr;
       double* bb = want_params ? pb.data() + blk * n : nullptr;
       if (want_params)
@@ -360,10 +358,9 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
           for (int64_t i = 0; i < n; ++i) out[i] = k * (gr[i] - a - (xr[i] - m) * k * c);
         }
       }
-    }
+    });
     if (want_params) {
-#pragma omp parallel for schedule(static) if (nb * n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
+      cpu::parallel_for(n, nb * n > kParallelGrain, [&](int64_t i) {
         double sw = 0, sb = 0;
         for (int64_t blk = 0; blk < nb; ++blk) {
           sw += pw[blk * n + i];
@@ -371,7 +368,7 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
         }
         if (gw) gw[i] = static_cast<T>(sw);
         if (gb) gb[i] = static_cast<T>(sb);
-      }
+      });
     }
   });
 }
@@ -694,8 +691,7 @@ void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, 
     const T e = static_cast<T>(eps);
     constexpr int64_t kChunk = 512;
     const int64_t nc = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
-    for (int64_t c = 0; c < nc; ++c) {
+    cpu::parallel_for(nc, n > kParallelGrain, [&](int64_t c) {
       const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
       T* pc = p + i0;
       T* mc = mp + i0;
@@ -714,7 +710,7 @@ void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, 
 #pragma omp simd
       for (int64_t i = 0; i < len; ++i)
         pc[i] = pc[i] * decay - step * mc[i] / (den[i] * inv_bc2_sqrt + e);
-    }
+    });
   });
 }
 

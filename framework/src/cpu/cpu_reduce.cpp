@@ -42,17 +42,16 @@ void reduce_sum(T* out, const T* in, int64_t outer, int64_t n, int64_t inner) {
   if (inner == 1) {
     const int64_t nb = ceil_div(n, kBlock1);
     if (nb <= 1) {
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-      for (int64_t o = 0; o < outer; ++o) out[o] = static_cast<T>(sum_run<T, A>(in + o * n, n));
+      cpu::parallel_for(outer, total > kParallelGrain,
+                        [&](int64_t o) { out[o] = static_cast<T>(sum_run<T, A>(in + o * n, n)); });
       return;
     }
     std::vector<A> part(outer * nb);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nb; ++t) {
+    cpu::parallel_for(outer * nb, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nb, b = t % nb;
       const int64_t j0 = b * kBlock1, len = std::min(kBlock1, n - j0);
       part[t] = sum_run<T, A>(in + o * n + j0, len);
-    }
+    });
     for (int64_t o = 0; o < outer; ++o) {
       A s = 0;
       for (int64_t b = 0; b < nb; ++b) s += part[o * nb + b];
@@ -65,8 +64,7 @@ void reduce_sum(T* out, const T* in, int64_t outer, int64_t n, int64_t inner) {
   const int64_t nb = ceil_div(n, bj);
   const int64_t nic = ceil_div(inner, kInnerChunk);
   std::vector<A> part(nb > 1 ? outer * nb * inner : 0);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-  for (int64_t t = 0; t < outer * nb * nic; ++t) {
+  cpu::parallel_for(outer * nb * nic, total > kParallelGrain, [&](int64_t t) {
     const int64_t o = t / (nb * nic), b = (t / nic) % nb, c = t % nic;
     const int64_t i0 = c * kInnerChunk, ilen = std::min(kInnerChunk, inner - i0);
     const int64_t j0 = b * bj, j1 = std::min(n, j0 + bj);
@@ -83,16 +81,15 @@ void reduce_sum(T* out, const T* in, int64_t outer, int64_t n, int64_t inner) {
       A* dst = part.data() + (o * nb + b) * inner + i0;
       for (int64_t i = 0; i < ilen; ++i) dst[i] = acc[i];
     }
-  }
+  });
   if (nb > 1) {
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t o = 0; o < outer; ++o) {
+    cpu::parallel_for(outer, total > kParallelGrain, [&](int64_t o) {
       for (int64_t i = 0; i < inner; ++i) {
         A s = 0;
         for (int64_t b = 0; b < nb; ++b) s += part[(o * nb + b) * inner + i];
         out[o * inner + i] = static_cast<T>(s);
       }
-    }
+    });
   }
 }
 

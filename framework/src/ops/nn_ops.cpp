@@ -17,6 +17,7 @@ namespace pelab {
 using detail::check_float_arg;
 using detail::contig;
 using detail::flat_view;
+using detail::make_view;
 using detail::plain;
 using detail::split_at;
 
@@ -341,7 +342,21 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     Tensor out = matmul(p, v);
     return rel_values.defined() ? add(out, relative_values(p, rel_index, rel_values)) : out;
   }
-  const Tensor qc = contig(q), kc = contig(k), vc = contig(v);
+  // q, k, v as the kernel reads them: any [B, H, L, dh] view with unit stride along dh (multi-head
+  // attention's permuted projections need no copy); only other strides are copied.
+  auto rows4 = [](const Tensor& t) {
+    return t.size(3) <= 1 || t.strides()[3] == 1 ? plain(t) : contig(t);
+  };
+  // A new [B, H, L, dh] tensor in the layout of x: token-major ([B, L, H, dh] memory, what the
+  // caller's permute back to [B, L, H, dh] and its reshape to [B, L, H·dh] read without a copy)
+  // when x's heads are interleaved within a token's row or x is the output, else contiguous.
+  auto like = [=](const Tensor& x, bool token_major) {
+    const int64_t L = x.size(2);
+    if (!token_major && !(x.strides()[1] < x.strides()[2])) return Tensor::empty(x.shape(), dt, dev);
+    const Tensor buf = Tensor::empty({B, L, H, dh}, dt, dev);
+    return make_view(buf, x.shape(), {L * H * dh, dh, H * dh, 1}, 0);
+  };
+  const Tensor qc = rows4(q), kc = rows4(k), vc = rows4(v);
   const Tensor bc = bias.defined() ? contig(bias) : Tensor();
   const Tensor mc = !blocked.defined()        ? Tensor()
                     : blocked.dtype() == dt   ? contig(blocked)
@@ -351,8 +366,7 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     return t.defined() ? reshape(contig(t), {t.dim() == 3 ? H : 1, R, dh}) : Tensor();
   };
   const Tensor rkc = table3(rel_keys), rvc = table3(rel_values);
-  const Shape qs3 = {B * H, Lq, dh}, ks3 = {B * H, Lk, dh};
-  Tensor out = Tensor::empty(q.shape(), dt, dev);
+  Tensor out = like(q, true);
   Tensor stats = Tensor::empty({B * H, Lq, 2}, dt, dev);  // row max and log-sum-exp
   // Keeping the probabilities for the backward beats recomputing them (0.75x the fwd+bwd time at
   // L = 128-1024 on the benchmark machine) while they fit the budget; past it memory stays O(L).
@@ -364,10 +378,10 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   // axes); rebuilt in the backward from the tensors the closure keeps alive.
   auto args = [=]() {
     AttentionArgs a;
-    a.q = flat_view(qc, qs3);
-    a.k = flat_view(kc, ks3);
-    a.v = flat_view(vc, ks3);
-    a.out = flat_view(out, qs3);
+    a.q = view_of(qc);
+    a.k = view_of(kc);
+    a.v = view_of(vc);
+    a.out = view_of(out);
     a.stats = view_of(stats);
     a.probs.dtype = a.bias.dtype = a.mask.dtype = a.rel_keys.dtype = a.rel_values.dtype = dt;
     a.rel_index.dtype = DType::Int64;
@@ -387,29 +401,27 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   const bool bias_grad = bias.defined() && bias.requires_grad();
   const bool keys_grad = rel_keys.defined() && rel_keys.requires_grad();
   const bool values_grad = rel_values.defined() && rel_values.requires_grad();
-  const Shape qshape = q.shape(), kshape = k.shape(),
-              bias_shape = bc.defined() ? bc.shape() : Shape{},
+  const Shape bias_shape = bc.defined() ? bc.shape() : Shape{},
               keys_shape = rel_keys.defined() ? rel_keys.shape() : Shape{},
               values_shape = rel_values.defined() ? rel_values.shape() : Shape{};
   Tensor result = plain(out);
   return record(op, {q, k, v, bias, rel_keys, rel_values}, result,
                 [=](const Tensor& g) -> std::vector<Tensor> {
-    const Tensor gc = contig(g);
-    Tensor gq = Tensor::empty(qshape, dt, dev), gk = Tensor::empty(kshape, dt, dev),
-           gv = Tensor::empty(kshape, dt, dev);
+    const Tensor gc = rows4(g);
+    Tensor gq = like(qc, false), gk = like(kc, false), gv = like(vc, false);
     // dL/dx over the whole [B, H, Lq, Lk] only when the bias needs it; the tables' per-head shares
     Tensor gs = bias_grad ? Tensor::empty(scores, dt, dev) : Tensor();
     Tensor grk = keys_grad ? Tensor::empty({B, H, R, dh}, dt, dev) : Tensor();
     Tensor grv = values_grad ? Tensor::empty({B, H, R, dh}, dt, dev) : Tensor();
     AttentionGrads grads;
-    grads.q = flat_view(gq, qs3);
-    grads.k = flat_view(gk, ks3);
-    grads.v = flat_view(gv, ks3);
+    grads.q = view_of(gq);
+    grads.k = view_of(gk);
+    grads.v = view_of(gv);
     grads.scores.dtype = grads.rel_keys.dtype = grads.rel_values.dtype = dt;
     if (bias_grad) grads.scores = view_of(gs);
     if (keys_grad) grads.rel_keys = flat_view(grk, {B * H, R, dh});
     if (values_grad) grads.rel_values = flat_view(grv, {B * H, R, dh});
-    backend_for(dev).attention_backward(args(), flat_view(gc, qs3), grads);
+    backend_for(dev).attention_backward(args(), view_of(gc), grads);
     return {gq, gk, gv, bias_grad ? sum_to(gs, bias_shape) : Tensor(),
             keys_grad ? sum_to(grk, keys_shape) : Tensor(),
             values_grad ? sum_to(grv, values_shape) : Tensor()};
