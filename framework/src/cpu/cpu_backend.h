@@ -1,9 +1,9 @@
 // pelab — the CPU backend (internal header): OpenMP kernels, OpenBLAS GEMM, a caching allocator,
 // plus the small vectorisable float math helpers the kernels share.
 #pragma once
+#include <omp.h>
 #ifdef __AVX__
 #include <immintrin.h>
-#include <omp.h>
 #endif
 
 #include <algorithm>
