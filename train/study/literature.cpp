@@ -315,7 +315,7 @@ void gains_section(const LiteratureEntry& e, const std::vector<PairGain>& pairs,
 // differently). Both samples without spread give the point difference as the interval.
 Stat welch_difference(const std::vector<double>& a, const std::vector<double>& b) {
   Stat s;
-  const Stat sa = stat_of_range(a, -1e300, 1e300), sb = stat_of_range(b, -1e300, 1e300);
+  const Stat sa = difference_stat(a), sb = difference_stat(b);
   if (sa.n == 0 || sb.n == 0) return s;
   s.n = std::min(sa.n, sb.n);
   s.mean = sa.mean - sb.mean;
@@ -378,7 +378,7 @@ void per_task_gains_section(const LiteratureEntry& e, const std::vector<Literatu
       const auto& [a, b] = e.pairs[i];
       const auto [va, fa] = values(t, a);
       const auto [vb, fb] = values(t, b);
-      const Stat base = stat_of_range(vb, -1e300, 1e300);
+      const Stat base = difference_stat(vb);
       const Stat d = welch_difference(va, vb);
       if (d.n == 0) {
         md << " – | – |";
