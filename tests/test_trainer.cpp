@@ -53,6 +53,29 @@ class TrainerTest : public pelab::testing::TempDirTest {
         "eval.batch_size=4"};
     return pelab::testing::tiny_run_config(std::move(all), dir_, name, sets);
   }
+
+  // Trains tiny("old", sets) for 3 of its 6 steps; returns its step-3 checkpoint.
+  std::string checkpoint_at_step_3(const std::vector<std::string>& sets) {
+    TrainOptions stop = quiet_train();
+    stop.stop_after = 3;
+    TrainResult part = train(tiny("old", sets), stop);
+    EXPECT_FALSE(part.finished);
+    return (fs::path(part.run_dir) / "checkpoints" / "step_3.h5").string();
+  }
+
+  // Resumes tiny("old", sets) from checkpoint ck, expecting a refusal: returns its message
+  // ("" and a test failure if it trained).
+  std::string resume_refusal(const std::vector<std::string>& sets, const std::string& ck) {
+    TrainOptions resume = quiet_train();
+    resume.resume = ck;
+    try {
+      train(tiny("old", sets), resume);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected --resume from " << ck << " to be refused";
+    return "";
+  }
 };
 
 // metrics.jsonl rows without the timing fields.
@@ -183,11 +206,7 @@ TEST_F(TrainerTest, ResumedRunWithTaskIdOffsetsEqualsUninterruptedRun) {
 TEST_F(TrainerTest, ResumeRefusesARandomizedRunFromMixedBatches) {
   const std::vector<std::string> sets = {"pe.scheme=rope", "pe.randomized_positions=true",
                                          "pe.randomized_max_position=16"};
-  TrainOptions stop = quiet_train();
-  stop.stop_after = 3;
-  TrainResult part = train(tiny("old", sets), stop);
-  ASSERT_FALSE(part.finished);
-  const std::string ck = (fs::path(part.run_dir) / "checkpoints" / "step_3.h5").string();
+  const std::string ck = checkpoint_at_step_3(sets);
   CheckpointData data = load_checkpoint(ck);
   std::string& y = data.config_yaml;
   EXPECT_EQ(mixed_randomized_batches(y), "");  // as the run itself wrote it, it resumes
@@ -196,15 +215,9 @@ TEST_F(TrainerTest, ResumeRefusesARandomizedRunFromMixedBatches) {
   y.erase(at, std::string("  batch_lengths: auto\n").size());
   save_checkpoint(ck, data);
   EXPECT_NE(mixed_randomized_batches(y), "");
-  TrainOptions resume = quiet_train();
-  resume.resume = ck;
-  try {
-    train(tiny("old", sets), resume);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("mixed-length batches"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("train it afresh"), std::string::npos) << e.what();
-  }
+  const std::string err = resume_refusal(sets, ck);
+  EXPECT_NE(err.find("mixed-length batches"), std::string::npos) << err;
+  EXPECT_NE(err.find("train it afresh"), std::string::npos) << err;
   EXPECT_EQ(checkpoint_step(ck), 3);  // nothing written
 }
 
@@ -218,36 +231,27 @@ TEST_F(TrainerTest, ResumeRefusesARunFromBeforeItsDataChanged) {
       "task.test_lengths=[3, 5]",    "task.num_symbols=10",      "model.arch=decoder",
       "pe.scheme=rope",              "pe.randomized_positions=true",
       "pe.randomized_max_position=16"};
-  TrainOptions stop = quiet_train();
-  stop.stop_after = 3;
-  TrainResult part = train(tiny("old", sets), stop);
-  ASSERT_FALSE(part.finished);
-  const std::string ck = (fs::path(part.run_dir) / "checkpoints" / "step_3.h5").string();
+  const std::string ck = checkpoint_at_step_3(sets);
   CheckpointData data = load_checkpoint(ck);
   const std::string line = "  data_revision: 2\n";
   EXPECT_NE(data.config_yaml.find(line), std::string::npos) << data.config_yaml;
-  EXPECT_NE(slurp(fs::path(part.run_dir) / "config.yaml").find("  data_revision: 2  #"),
+  EXPECT_NE(slurp(fs::path(ck).parent_path().parent_path() / "config.yaml").find("  data_revision: 2  #"),
             std::string::npos);
   const CheckpointData as_trained = data;
   if (const size_t at = data.config_yaml.find(line); at != std::string::npos)
     data.config_yaml.erase(at, line.size());
   save_checkpoint(ck, data);
-  TrainOptions resume = quiet_train();
-  resume.resume = ck;
-  try {
-    train(tiny("old", sets), resume);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  ": the run was trained on data revision 1 of task addition_reversed (one-length "
-                  "batches), from before 2026-11-26 (f995bd6): one-length batches draw both "
-                  "operands' lengths"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("train it afresh"), std::string::npos) << e.what();
-  }
+  const std::string err = resume_refusal(sets, ck);
+  EXPECT_NE(err.find(": the run was trained on data revision 1 of task addition_reversed (one-length "
+                     "batches), from before 2026-11-26 (f995bd6): one-length batches draw both "
+                     "operands' lengths"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("train it afresh"), std::string::npos) << err;
   EXPECT_EQ(checkpoint_step(ck), 3);  // nothing written
   save_checkpoint(ck, as_trained);
+  TrainOptions resume = quiet_train();
+  resume.resume = ck;
   TrainResult done = train(tiny("old", sets), resume);
   EXPECT_TRUE(done.finished);
 }
