@@ -240,6 +240,13 @@ class LiteratureConfig : public pelab::testing::TempDirTest {
     literature_line_ = static_cast<int>(std::count(y.begin(), y.end(), '\n')) + 1;
     return y + literature;
   }
+  // A tiny suite of the given schemes ("    - rope\n...") over the given tasks ("    - parity_check\n
+  // ..."), written to <dir>/suite, with a literature section.
+  std::string suite_yaml(const std::string& schemes, const std::string& tasks,
+                         const std::string& literature) {
+    return pelab::testing::tiny_compare_yaml("[3, 6]", 4) + schemes + "suite:\n  out: " +
+           (dir_ / "suite").string() + "\n  tasks:\n" + tasks + "literature:\n" + literature;
+  }
   std::string load_error(const std::string& literature) {
     return error_text([&] { (void)load_compare_string(yaml(literature), "cfg.yaml"); });
   }
@@ -351,16 +358,13 @@ TEST_F(LiteratureConfig, ReferenceDocumentsEveryKey) {
 // ---------------- suites ----------------
 
 TEST_F(LiteratureConfig, SuiteMeanMrrAndGainsOverTasks) {
-  const std::string y = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
-                        "    - rope\n    - t5\n    - none\nsuite:\n  out: " +
-                        (dir_ / "suite").string() +
-                        "\n  tasks:\n    - parity_check\n    - {name: rev, set: {task.name: "
-                        "reverse}}\nliterature:\n"
-                        "  - {paper: K, setting: S, figure: MRR, higher_is_better: true,\n"
-                        "     theirs: {none: 0.69, t5: 0.55, rope: 0.33}, statistic: mrr}\n"
-                        "  - {paper: M, setting: S, figure: F, higher_is_better: true,\n"
-                        "     theirs: {none: 3, t5: 2, rope: 1}}\n"
-                        "  - {paper: G, setting: S, figure: F, theirs: 12.0, pairs: {rope: t5}}\n";
+  const std::string y = suite_yaml("    - rope\n    - t5\n    - none\n",
+                                "    - parity_check\n    - {name: rev, set: {task.name: reverse}}\n",
+                                "  - {paper: K, setting: S, figure: MRR, higher_is_better: true,\n"
+                                "     theirs: {none: 0.69, t5: 0.55, rope: 0.33}, statistic: mrr}\n"
+                                "  - {paper: M, setting: S, figure: F, higher_is_better: true,\n"
+                                "     theirs: {none: 3, t5: 2, rope: 1}}\n"
+                                "  - {paper: G, setting: S, figure: F, theirs: 12.0, pairs: {rope: t5}}\n");
   const SuiteSpec spec = load_suite_string(y, "suite.yaml");
   ASSERT_EQ(spec.literature.size(), 3u);
   // The tasks' comparisons do not see the section.
@@ -420,13 +424,11 @@ TEST_F(LiteratureConfig, SuiteMeanMrrAndGainsOverTasks) {
 // The MRR entry also names the pairs of schemes our data resolves (the paired difference of
 // reciprocal ranks over the tasks excludes 0) and the agreement with their order over those.
 TEST_F(LiteratureConfig, SuiteMrrNamesThePairsOurDataResolves) {
-  const std::string y = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
-                        "    - rope\n    - t5\n    - none\nsuite:\n  out: " +
-                        (dir_ / "suite").string() +
-                        "\n  tasks:\n    - parity_check\n    - {name: rev, set: {task.name: "
-                        "reverse}}\n    - {name: rev2, set: {task.name: reverse}}\nliterature:\n"
-                        "  - {paper: K, setting: S, figure: MRR, higher_is_better: true,\n"
-                        "     theirs: {none: 0.69, t5: 0.55, rope: 0.33}, statistic: mrr}\n";
+  const std::string y = suite_yaml("    - rope\n    - t5\n    - none\n",
+                                "    - parity_check\n    - {name: rev, set: {task.name: reverse}}\n"
+                                "    - {name: rev2, set: {task.name: reverse}}\n",
+                                "  - {paper: K, setting: S, figure: MRR, higher_is_better: true,\n"
+                                "     theirs: {none: 0.69, t5: 0.55, rope: 0.33}, statistic: mrr}\n");
   const SuiteSpec spec = load_suite_string(y, "suite.yaml");
   // none first at every task; t5 above rope at two tasks, below at one: none − t5 and none −
   // rope are resolved (1/2, 1/2, 2/3 and 2/3, 2/3, 1/2), t5 − rope (1/6, 1/6, −1/6) is not.
@@ -452,12 +454,10 @@ TEST_F(LiteratureConfig, SuiteMrrNamesThePairsOurDataResolves) {
 // Per task: with − without and its Welch interval; the tasks where `without` fails (below
 // fails_below) and the gain's interval is above 0 are counted.
 TEST_F(LiteratureConfig, SuitePerTaskGainsUseWelchAndCountTheTasksWhereWithoutFails) {
-  const std::string y = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
-                        "    - rope\n    - t5\nsuite:\n  out: " + (dir_ / "suite").string() +
-                        "\n  tasks:\n    - parity_check\n    - {name: rev, set: {task.name: "
-                        "reverse}}\nliterature:\n"
-                        "  - {paper: G, setting: S, figure: F, theirs: 12.0, pairs: {rope: t5},\n"
-                        "     fails_below: 50}\n";
+  const std::string y = suite_yaml("    - rope\n    - t5\n",
+                                "    - parity_check\n    - {name: rev, set: {task.name: reverse}}\n",
+                                "  - {paper: G, setting: S, figure: F, theirs: 12.0, pairs: {rope: t5},\n"
+                                "     fails_below: 50}\n");
   const SuiteSpec spec = load_suite_string(y, "suite.yaml");
   ASSERT_EQ(spec.literature.size(), 1u);
   EXPECT_DOUBLE_EQ(spec.literature[0].fails_below, 50.0);
@@ -483,13 +483,21 @@ TEST_F(LiteratureConfig, SuitePerTaskGainsUseWelchAndCountTheTasksWhereWithoutFa
   EXPECT_TRUE(has(sum.literature_csv, "G,tasks_won_where_fails,rope - t5,,1.0,,,1,tasks,"))
       << sum.literature_csv;
 
+  // With compare.unconverged: exclude, a run that missed its criterion leaves the per-task gain:
+  // t5's seed 3 (20 %) unconverged at task A gives t5 5.0 (n = 2) and rope − t5 +55.0.
+  SuiteSpec ex = spec;
+  for (auto& t : ex.tasks) t.spec.unconverged = "exclude";
+  std::vector<ResultRow> a2 = a;
+  for (auto& r : a2)
+    if (r.scheme == "t5") r.converged = r.seed == 3 ? 0 : 1;
+  const std::string md2 = suite_summary(ex, {a2, b}, {"a.md", "b.md"}, 1.0, "cmd").markdown;
+  EXPECT_TRUE(has(md2, "| parity_check | 5.0 | **+55.0 [")) << md2;
+
   // fails_below is for suites' gains on an accuracy metric, in [0, 100].
   auto bad = [&](const std::string& extra, const std::string& needle) {
     const std::string e = error_text([&] {
-      (void)load_suite_string(pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
-                                  "    - rope\n    - t5\nsuite:\n  out: x\n  tasks:\n"
-                                  "    - parity_check\nliterature:\n  - {paper: G, setting: S, "
-                                  "figure: F, " + extra + "}\n",
+      (void)load_suite_string(suite_yaml("    - rope\n    - t5\n", "    - parity_check\n",
+                                         "  - {paper: G, setting: S, figure: F, " + extra + "}\n"),
                               "suite.yaml");
     });
     EXPECT_EQ(e.rfind("suite.yaml:", 0), 0u) << e;

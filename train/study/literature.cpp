@@ -335,6 +335,18 @@ Stat welch_difference(const std::vector<double>& a, const std::vector<double>& b
   return s;
 }
 
+// Each run's mean of `metric` over the extrapolation columns of `label` (or over `length`'s only),
+// without the runs that missed their criterion when drop_unconverged (compare.unconverged: exclude).
+std::vector<RunMean> kept_runs(const std::vector<ResultRow>& rows, const std::string& label,
+                               const std::string& metric, bool drop_unconverged, int64_t length = 0) {
+  std::vector<RunMean> runs = run_means(rows, label, 0, metric, length);
+  if (drop_unconverged)
+    runs.erase(std::remove_if(runs.begin(), runs.end(),
+                              [](const RunMean& r) { return r.converged == 0; }),
+               runs.end());
+  return runs;
+}
+
 // The per-task gains of a suite entry: one row per task, one column per pair (with − without:
 // mean over seeds and Welch interval), and per pair the count of tasks where `without` fails and
 // the gain is positive with its interval above 0.
@@ -346,10 +358,8 @@ void per_task_gains_section(const LiteratureEntry& e, const std::vector<Literatu
   const bool percent = is_percent(m);
   auto values = [&](const LiteratureTask& t, const std::string& label) {
     std::vector<double> v;
-    const bool ex = excluded(t, label);
     bool flagged = false;
-    for (const auto& r : run_means(t.rows, label, 0, m)) {
-      if (ex && r.converged == 0) continue;
+    for (const auto& r : kept_runs(t.rows, label, m, excluded(t, label))) {
       v.push_back(k.scale * r.value);
       flagged = flagged || r.converged == 0;
     }
@@ -812,12 +822,7 @@ LiteratureSection literature_for_report(const std::vector<LiteratureEntry>& entr
   };
   // Each run's value of a row (runs left out by compare.unconverged: exclude removed).
   auto runs_of = [&](const LiteratureEntry& e, const std::string& label) {
-    std::vector<RunMean> runs = run_means(in.rows, label, 0, e.metric, e.length);
-    if (excluded(label))
-      runs.erase(std::remove_if(runs.begin(), runs.end(),
-                                [](const RunMean& r) { return r.converged == 0; }),
-                 runs.end());
-    return runs;
+    return kept_runs(in.rows, label, e.metric, excluded(label), e.length);
   };
   md << "Our values next to the figures the papers report, for the schemes both have (a "
         "different scale, budget and task form: agreement of the ORDER is the question, not of the "
@@ -981,9 +986,7 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
         std::map<int64_t, int> conv;
         for (const auto& t : tasks) {
           o.cannot_learn = o.cannot_learn || t.cannot_learn.count(scheme_of(t, th.first));
-          const bool ex = excluded(t, th.first);
-          for (const auto& r : run_means(t.rows, th.first, 0, m)) {
-            if (ex && r.converged == 0) continue;
+          for (const auto& r : kept_runs(t.rows, th.first, m, excluded(t, th.first))) {
             acc[r.seed].first += r.value;
             ++acc[r.seed].second;
             int& c = conv.emplace(r.seed, -1).first->second;
