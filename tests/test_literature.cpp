@@ -388,6 +388,11 @@ TEST_F(LiteratureConfig, SuiteMeanMrrAndGainsOverTasks) {
   EXPECT_TRUE(has(md, "| rope | 0.33 | 0.71 [")) << md;
   EXPECT_TRUE(has(md, "(n = 2) | 3 | 2 |")) << md;
   EXPECT_TRUE(has(md, "τ-b = 0.33 (n = 3; 2 concordant, 1 discordant pairs)")) << md;
+  // Per-task ranks (their order of rows; t5 and rope tie at task A: 2.5 each).
+  EXPECT_TRUE(has(md, "| scheme | parity_check | rev |\n|---|---:|---:|\n| none | 1 | 2 |\n"
+                      "| t5 | 2.5 | 3 |\n| rope | 2.5 | 1 |\n")) << md;
+  EXPECT_TRUE(has(sum.literature_csv, "K,task_rank,parity_check: t5,,2.5,,,,,rank,,,,\n"))
+      << sum.literature_csv;
   // Mean over tasks per seed: none 60.0, rope 65.0, t5 25.0.
   EXPECT_TRUE(has(md, "| none | 3 | 60.0 [60.0, 60.0] (n = 2) | 1 | 2 |")) << md;
   EXPECT_TRUE(has(md, "| rope | 1 | 65.0 [65.0, 65.0] (n = 2) | 3 | 1 |")) << md;

@@ -440,6 +440,39 @@ void per_task_gains_section(const LiteratureEntry& e, const std::vector<Literatu
      << "_\n\n";
 }
 
+// The MRR entry's per-task ranks: one row per scheme (their order), one column per task, the rank
+// (1 = best; ties share the mean of the ranks they span) the task's summary cells give it.
+void per_task_ranks_section(const LiteratureEntry& e, const std::vector<LiteratureTask>& tasks,
+                            const std::map<std::string, std::map<std::string, double>>& rank_task,
+                            std::ostringstream& md, std::ostringstream& csv) {
+  md << "Per task, our rank of each scheme (1 = best among these " << e.theirs.size()
+     << "; tied cells share the mean of the ranks they span; – where the task has no value):\n\n"
+        "| scheme |";
+  for (const auto& t : tasks) md << " " << t.name << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < tasks.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& th : e.theirs) {
+    md << "| " << th.first << " |";
+    const auto row = rank_task.find(th.first);
+    for (const auto& t : tasks) {
+      const double* found = nullptr;
+      if (row != rank_task.end())
+        if (const auto it = row->second.find(t.name); it != row->second.end()) found = &it->second;
+      if (!found) {
+        md << " – |";
+        continue;
+      }
+      const double rank = *found;
+      md << " " << printf_number("%g", std::round(rank * 100.0) / 100.0) << " |";
+      csv << csv_row(e.paper, "task_rank", t.name + ": " + th.first, "", rank, std::nan(""),
+                     std::nan(""), 0, "", "rank", std::nan(""), std::nan(""), "", "");
+    }
+    md << "\n";
+  }
+  md << "\n";
+}
+
 // The MRR ranking's pairs that our data resolves: per pair of schemes, the paired difference of
 // their reciprocal ranks over the tasks both have, resolved when its 95 % t-interval excludes 0;
 // over the resolved pairs, (concordant − discordant) / resolved against their order.
@@ -934,7 +967,8 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
       continue;
     }
     std::vector<OursRow> ours;
-    std::map<std::string, std::map<std::string, double>> rr_task;  // name -> task -> 1/rank
+    std::map<std::string, std::map<std::string, double>> rr_task;    // name -> task -> 1/rank
+    std::map<std::string, std::map<std::string, double>> rank_task;  // name -> task -> rank
     if (e.statistic == "mrr") {
       k.metric = "mrr";
       k.over = "tasks";
@@ -958,9 +992,11 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
           means.push_back(s.mean);
         }
         const std::vector<double> r = reciprocal_ranks(means, is_percent(m));
+        const std::vector<double> rank = literature_ranks(means, is_percent(m));
         for (size_t i = 0; i < names.size(); ++i) {
           rr[names[i]].push_back(r[i]);
           rr_task[names[i]][t.name] = r[i];
+          rank_task[names[i]][t.name] = rank[i];
         }
       }
       for (const auto& th : e.theirs) {
@@ -1003,7 +1039,10 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
       }
     }
     ranking_section(e, ours, k, md, csv);
-    if (e.statistic == "mrr") resolved_pairs_section(e, rr_task, md, csv);
+    if (e.statistic == "mrr") {
+      per_task_ranks_section(e, tasks, rank_task, md, csv);
+      resolved_pairs_section(e, rr_task, md, csv);
+    }
   }
   sec.markdown = md.str();
   sec.csv = csv.str();
