@@ -1,5 +1,5 @@
 set output (ARGC > 0 ? ARG1 : "summary.png")
-set terminal pngcairo size 1140,650 noenhanced
+set terminal pngcairo size 1020,650 noenhanced
 set title "Kazemnejad et al. tasks (decoder-only), train lengths 1-10, test to 2x: exact match (%) over the extrapolation lengths, mean and 95 % t-interval"
 set datafile missing '?'
 set style data histogram
