@@ -786,6 +786,11 @@ TEST(OpsNN, GatherLerpPositionOutOfRangeIsOneClearError) {
               gather_lerp(a, 1, Tensor::from_vector({4.0000001}, {1, 1}, DType::Float64));
             }).find("position 4.0000001000000003"),
             std::string::npos);
+  // An empty axis has no valid position (and no row the kernel may read).
+  EXPECT_NE(error_of([&] {
+              gather_lerp(Tensor::zeros({2, 0}), 1, Tensor::zeros({2, 1}));
+            }).find("gather_lerp: position 0 at flat index 0 is out of range [0, -1]"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { gather_lerp(a, 1, Tensor::zeros({2, 2}, DType::Float32)); })
                 .find("must have the dtype and device of the input"),
             std::string::npos);

@@ -731,6 +731,8 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
     const T* src = static_cast<const T*>(in.data);
     const T* ps = static_cast<const T*>(pos.data);
     T* dst = static_cast<T*>(out.data);
+    // No row to read (the fast path below reads row 0 before it reports a bad position).
+    if (n_in == 0) lerp_position_error(ps, total, n_in, op);
     const T hi = static_cast<T>(n_in - 1);
     const bool small = n_in <= INT32_MAX;
     const int32_t last = small ? static_cast<int32_t>(n_in - 1) : 0;
@@ -800,6 +802,7 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
     const T* go = static_cast<const T*>(grad_out.data);
     T* gi = static_cast<T*>(grad_in.data);
     T* gp = static_cast<T*>(grad_pos.data);
+    if (total > 0 && n_in == 0) lerp_position_error(ps, total, n_in, op);  // no row to read
     const T hi = static_cast<T>(n_in - 1);
     bool bad = false;
     if (inner == 1 && n_in <= kLerpRowsInL1) {
