@@ -128,6 +128,32 @@ const bool kUnaryCases = [] {
   return true;
 }();
 
+// clamp: values near a bound moved 0.05 off it, so the central differences never straddle the
+// kink (the bounds themselves are checked in OpsBasic.ClampBoundsPassTheGradientNaNStays).
+double off_bounds(double x, double lo, double hi) {
+  for (double b : {lo, hi})
+    if (std::fabs(x - b) < 0.05) return x < b ? b - 0.05 : b + 0.05;
+  return x;
+}
+
+const bool kClampCases = [] {
+  for (const Shape& s : kUnaryShapes) {
+    add_case(make(
+        "clamp", "[-0.5, 0.7] " + label_of(s), {s},
+        [](const V& in) { return clamp(in[0], -0.5, 0.7); },
+        [](size_t, double x) { return off_bounds(x, -0.5, 0.7); }));
+  }
+  add_case(make(
+      "clamp", "(-inf, 0.3] [3,4]", {{3, 4}},
+      [](const V& in) { return clamp(in[0], -INFINITY, 0.3); },
+      [](size_t, double x) { return off_bounds(x, 0.3, 0.3); }));
+  add_case(make(
+      "clamp", "[-0.2, inf) [2,3,4]", {{2, 3, 4}},
+      [](const V& in) { return clamp(in[0], -0.2, INFINITY); },
+      [](size_t, double x) { return off_bounds(x, -0.2, -0.2); }));
+  return true;
+}();
+
 const bool kCompareCases = [] {
   const std::vector<std::pair<std::string, Binary>> ops = {
       {"eq", eq}, {"ne", ne}, {"lt", lt}, {"gt", gt}};
@@ -218,6 +244,22 @@ const bool kReduceCases = [] {
         make("argmax", label, {mc.shape}, [=](const V& in) { return argmax(in[0], ax, kd); });
     c.grad = false;
     add_case(c);
+  }
+  struct CumsumCase {
+    Shape shape;
+    int64_t axis;
+    bool reverse;
+  };
+  const std::vector<CumsumCase> cumsum_cases = {
+      {{3, 4}, 1, false},  {{3, 4}, 1, true},    {{3, 4}, 0, true},  {{2, 3, 4}, 1, false},
+      {{2, 3, 4}, 1, true}, {{2, 3, 4}, -1, true}, {{7}, 0, false},   {{4, 1}, 1, true},
+      {{19, 5}, 1, true}};  // 19 rows: the CPU kernel's blocks of 8 rows and a partial one
+  for (const auto& cc : cumsum_cases) {
+    const int64_t ax = cc.axis;
+    const bool rev = cc.reverse;
+    add_case(make("cumsum",
+                  label_of(cc.shape) + " axis " + std::to_string(ax) + (rev ? " reverse" : ""),
+                  {cc.shape}, [=](const V& in) { return cumsum(in[0], ax, rev); }));
   }
   const std::vector<std::pair<Shape, Shape>> to_cases = {
       {{3, 4}, {1, 4}}, {{3, 4}, {3, 1}}, {{2, 3, 4}, {3, 1}},   {{2, 3, 4}, {}},
@@ -404,6 +446,41 @@ TEST(OpsBasic, ErrorsNameTheOpAndShapes) {
   EXPECT_NE(message([&] { sum_to(a, {2}); }).find("sum_to"), std::string::npos);
   EXPECT_NE(message([&] { max(Tensor::zeros({2, 0}), 1); }).find("max"), std::string::npos);
   EXPECT_NE(message([&] { exp(Tensor::from_ints({1}, {1})); }).find("exp"), std::string::npos);
+}
+
+// The bounds pass the gradient (the relu forms min(x, hi) = x - relu(x - hi) did so too), values
+// outside get none, NaN stays NaN with no gradient; lo > hi is an error.
+TEST(OpsBasic, ClampBoundsPassTheGradientNaNStays) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    Tensor x = Tensor::from_vector({-1.0, -0.5, 0.25, 0.75, 2.0, NAN}, {6}, dt);
+    x.set_requires_grad(true);
+    Tensor y = clamp(x, -0.5, 0.75);
+    const std::vector<double> yv = y.to_vector();
+    const std::vector<double> want = {-0.5, -0.5, 0.25, 0.75, 0.75};
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(yv[i], want[i]) << i;
+    EXPECT_TRUE(std::isnan(yv[5]));
+    sum(mul_scalar(y, 3.0)).backward();
+    const std::vector<double> gx = x.grad().to_vector();
+    const std::vector<double> want_g = {0.0, 3.0, 3.0, 3.0, 0.0, 0.0};
+    for (size_t i = 0; i < want_g.size(); ++i) EXPECT_EQ(gx[i], want_g[i]) << i;
+  }
+  EXPECT_THROW(clamp(Tensor::zeros({2}), 1.0, -1.0), Error);
+  EXPECT_THROW(clamp(Tensor::zeros({2}), NAN, 1.0), Error);
+}
+
+// Values, the reverse (suffix) direction, and Float32 sums accumulated in double: 1e8 + 1 is 1e8 in
+// float, so a float accumulator would end this row at 0 instead of 4.
+TEST(OpsBasic, CumsumValuesReverseAndFloat32Accumulation) {
+  const Tensor a = Tensor::from_vector({1, 2, 3, 4}, {4}, DType::Float64);
+  EXPECT_EQ(cumsum(a, 0).to_vector(), (std::vector<double>{1, 3, 6, 10}));
+  EXPECT_EQ(cumsum(a, 0, true).to_vector(), (std::vector<double>{10, 9, 7, 4}));
+  const Tensor m = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::Float32);
+  EXPECT_EQ(cumsum(m, 0).to_vector(), (std::vector<double>{1, 2, 3, 5, 7, 9}));
+  EXPECT_EQ(cumsum(m, 1, true).to_vector(), (std::vector<double>{6, 5, 3, 15, 11, 6}));
+  const Tensor f = Tensor::from_vector({1e8, 1, 1, 1, 1, -1e8}, {1, 6}, DType::Float32);
+  EXPECT_EQ(cumsum(f, 1).to_vector().back(), 4.0);
+  EXPECT_THROW(cumsum(Tensor::zeros({}), 0), Error);
+  EXPECT_THROW(cumsum(a, 1), Error);
 }
 
 TEST(OpsBasic, NoGradientRecordedWithoutRequiresGrad) {

@@ -239,6 +239,32 @@ PELAB_OP_CASE(make_case("gather", "dim 1 of [3,4], repeated", {{3, 4}}, [](const
 PELAB_OP_CASE(make_case("gather", "dim 0 of [4,5], smaller index [3,2]", {{4, 5}}, [](const V& in) {
   return gather(in[0], 0, ints({3, 0, 3, 3, 1, 0}, {3, 2}, in[0]));
 }));
+// gather_lerp: input 1 holds the positions, mapped into (0, n - 1) and kept 0.02 off the integers
+// (the kinks of the interpolation, where central differences do not see one derivative). The edges
+// and the range errors are checked in OpsNN.GatherLerp*.
+// `reach` < n keeps the positions below it (float32 resolves a position near 1000 only to 6e-5).
+OpCase lerp_case(std::string label, Shape a, Shape pos, int64_t dim, int64_t reach = 0) {
+  int64_t n = a[static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(a.size()) : dim)];
+  if (reach > 0) n = std::min(n, reach);
+  OpCase c = make_case("gather_lerp", std::move(label), {a, pos},
+                       [dim](const V& in) { return gather_lerp(in[0], dim, in[1]); });
+  c.domain = [n](size_t input, double x) {
+    if (input != 1) return x;
+    double u = static_cast<double>(n - 1) * 0.5 * (1.0 + std::tanh(x));
+    const double f = u - std::floor(u);
+    if (f < 0.02) u += 0.02;
+    if (f > 0.98) u -= 0.02;
+    return u;
+  };
+  return c;
+}
+PELAB_OP_CASE(lerp_case("dim 1 of [3,5] at [3,4]", {3, 5}, {3, 4}, 1));
+PELAB_OP_CASE(lerp_case("dim 0 of [4,3,2] at [6,3,2] (inner 6)", {4, 3, 2}, {6, 3, 2}, 0));
+PELAB_OP_CASE(lerp_case("dim 1 of [2,5,3] at a smaller window [2,2,2]", {2, 5, 3}, {2, 2, 2}, 1));
+PELAB_OP_CASE(lerp_case("dim -1 of [2,3,6] at [2,3,6]", {2, 3, 6}, {2, 3, 6}, -1));
+PELAB_OP_CASE(lerp_case("dim 1 of [2,1100] at [2,3] < 20 (rows past the CPU's last-axis path)",
+                        {2, 1100}, {2, 3}, 1, 20));
+
 PELAB_OP_CASE(make_case("embedding", "[6,4] with ids [2,3], repeated", {{6, 4}}, [](const V& in) {
   return embedding(in[0], ints({1, 5, 1, 0, 5, 5}, {2, 3}, in[0]));
 }));
@@ -696,6 +722,87 @@ TEST(OpsNN, IndexOpsMatchReference) {
     for (int64_t t : tok) count += (t == v);
     for (int64_t d = 0; d < 3; ++d) EXPECT_EQ(gw[v * 3 + d], count);
   }
+}
+
+// gather_lerp against a[k] + w (a[k+1] - a[k]) on the host, at fractional positions, at integers
+// (where ∂/∂u is the right derivative a[k+1] - a[k]) and at the upper edge n - 1, where the
+// result is a[n - 1], ∂/∂u is 0 and nothing beyond the row is read: the next row of the buffer
+// starts with NaN, which a read of a[n] would carry into the result (0 · NaN = NaN).
+TEST(OpsNN, GatherLerpMatchesReferenceAtEdgesAndIntegers) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<double> av = randn({2, 5}, 90).to_vector();
+    av[5] = NAN;  // a[1, 0]: directly after a[0, 4] in memory
+    const std::vector<double> uv = {4.0, 0.0, 2.0, 1.25, 3.5, 4.0, 1.0, 2.75};  // [2, 4]
+    Tensor a = Tensor::from_vector(av, {2, 5}, dt).set_requires_grad(true);
+    Tensor u = Tensor::from_vector(uv, {2, 4}, dt).set_requires_grad(true);
+    Tensor out = gather_lerp(a, 1, u);
+    ASSERT_EQ(out.shape(), (Shape{2, 4}));
+    const std::vector<double> ov = out.to_vector();
+    const std::vector<double> gv = {1.0, -2.0, 0.5, 3.0, 1.5, -1.0, 2.0, 0.25};
+    out.backward(Tensor::from_vector(gv, {2, 4}, dt));
+    const std::vector<double> ga = a.grad().to_vector(), gu = u.grad().to_vector();
+    std::vector<double> want_ga(10, 0.0);
+    const auto as_dt = [dt](double x) {
+      return dt == DType::Float32 ? static_cast<double>(static_cast<float>(x)) : x;
+    };
+    const double tol = dt == DType::Float32 ? 1e-6 : 1e-15;
+    for (int64_t o = 0; o < 2; ++o)
+      for (int64_t j = 0; j < 4; ++j) {
+        const double x = uv[o * 4 + j], g = gv[o * 4 + j];
+        const int64_t k = static_cast<int64_t>(std::floor(x)), k1 = std::min<int64_t>(k + 1, 4);
+        const double w = x - static_cast<double>(k);
+        const double a0 = as_dt(av[o * 5 + k]), a1 = as_dt(av[o * 5 + k1]);
+        const double want = k == 4 ? a0 : a0 + w * (a1 - a0);
+        EXPECT_NEAR(ov[o * 4 + j], want, tol) << "u = " << x;
+        EXPECT_NEAR(gu[o * 4 + j], g * (a1 - a0), tol) << "u = " << x;
+        want_ga[o * 5 + k] += g * (1.0 - w);
+        want_ga[o * 5 + k1] += g * w;
+      }
+    EXPECT_EQ(ov[0], as_dt(av[4]));  // the edge: exactly a[4]
+    EXPECT_EQ(gu[0], 0.0);
+    expect_close(ga, want_ga, tol, "gather_lerp input gradient");
+    // Only one input wanting a gradient gives that input the same one.
+    for (bool input : {true, false}) {
+      Tensor a1 = Tensor::from_vector(av, {2, 5}, dt).set_requires_grad(input);
+      Tensor u1 = Tensor::from_vector(uv, {2, 4}, dt).set_requires_grad(!input);
+      gather_lerp(a1, 1, u1).backward(Tensor::from_vector(gv, {2, 4}, dt));
+      expect_close((input ? a1 : u1).grad().to_vector(), input ? ga : gu, 0.0, "one input");
+    }
+  }
+}
+
+TEST(OpsNN, GatherLerpPositionOutOfRangeIsOneClearError) {
+  const Tensor a = Tensor::zeros({2, 5}, DType::Float64);
+  for (double bad : {-0.25, 4.5, std::nextafter(4.0, 5.0), static_cast<double>(NAN)}) {
+    SCOPED_TRACE(bad);
+    const Tensor u = Tensor::from_vector({1.0, 2.0, bad, 0.0}, {2, 2}, DType::Float64);
+    const std::string msg = error_of([&] { gather_lerp(a, 1, u); });
+    EXPECT_NE(msg.find("gather_lerp: position "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(" at flat index 2 is out of range [0, 4]"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  EXPECT_NE(error_of([&] {
+              gather_lerp(a, 1, Tensor::from_vector({4.0000001}, {1, 1}, DType::Float64));
+            }).find("position 4.0000001000000003"),
+            std::string::npos);
+  // An empty axis has no valid position (and no row the kernel may read).
+  EXPECT_NE(error_of([&] {
+              gather_lerp(Tensor::zeros({2, 0}), 1, Tensor::zeros({2, 1}));
+            }).find("gather_lerp: position 0 at flat index 0 is out of range [0, -1]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { gather_lerp(a, 1, Tensor::zeros({2, 2}, DType::Float32)); })
+                .find("must have the dtype and device of the input"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { gather_lerp(a, 1, Tensor::zeros({2}, DType::Float64)); })
+                .find("must have the same rank"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { gather_lerp(a, 1, Tensor::zeros({3, 2}, DType::Float64)); })
+                .find("are larger than input [2, 5] at dim 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { gather_lerp(a, 1, Tensor::from_ints({1, 2}, {1, 2})); })
+                .find("positions must be float32/float64"),
+            std::string::npos);
 }
 
 // ---------------- errors ----------------

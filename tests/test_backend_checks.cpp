@@ -181,6 +181,37 @@ TEST(BackendChecks, Indexing) {
                "scatter_add: source has dtype float64, expected float32");
 }
 
+TEST(BackendChecks, ClampCumsumGatherLerp) {
+  expect_error([] { cpu().clamp(v(f64({2})), v(f32({2})), 0.0, 1.0); },
+               "clamp: dtype mismatch, out float64 vs in float32");
+  expect_error([] { cpu().clamp(v(f32({2})), v(f32({2})), 1.0, 0.0); },
+               "clamp: lower bound 1 must not exceed the upper bound 0");
+  expect_error([] { cpu().clamp_backward(v(f32({2})), v(f32({2})), v(f64({2})), 0.0, 1.0); },
+               "clamp_backward: dtypes differ: grad_in float32, grad_out float32, x float64");
+  expect_error([] { cpu().clamp_backward(v(f32({2})), v(f32({2})), v(f32({2})), 2.0, 1.0); },
+               "clamp_backward: lower bound 2 must not exceed the upper bound 1");
+  expect_error([] { cpu().cumsum(v(f32({2, 3})), v(f32({2, 4})), 2, 3, 1, false); },
+               "cumsum: input [2, 4] should hold 6 elements");
+  expect_error([] { cpu().cumsum(v(f64({2, 3})), v(f32({2, 3})), 2, 3, 1, true); },
+               "cumsum: output has dtype float64, expected float32");
+  expect_error([] { cpu().gather_lerp(v(f32({2, 2})), v(f32({2, 4})), v(f32({2, 2})), 2, 3, 2, 1); },
+               "gather_lerp: input [2, 4] should hold 6 elements");
+  expect_error([] { cpu().gather_lerp(v(f32({2, 2})), v(f32({2, 3})), v(f64({2, 2})), 2, 3, 2, 1); },
+               "gather_lerp: positions has dtype float64, expected float32");
+  expect_error(
+      [] {
+        cpu().gather_lerp_backward(v(f32({2, 4})), View(), v(f32({2, 2})), v(f32({2, 3})),
+                                   v(f32({2, 2})), 2, 3, 2, 1);
+      },
+      "gather_lerp_backward: grad_in [2, 4] should hold 6 elements");
+  expect_error(
+      [] {
+        cpu().gather_lerp_backward(View(), v(f64({2, 2})), v(f32({2, 2})), v(f32({2, 3})),
+                                   v(f32({2, 2})), 2, 3, 2, 1);
+      },
+      "gather_lerp_backward: grad_pos has dtype float64, expected float32");
+}
+
 TEST(BackendChecks, RandomAndOptimizers) {
   expect_error([] { cpu().dropout_mask(v(f32({4})), 1.5, 1, 0); },
                "dropout_mask: probability must be in [0, 1], got 1.5");

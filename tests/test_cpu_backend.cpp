@@ -93,6 +93,8 @@ double ref_binary(BinaryOp op, double a, double b) {
       const double t = std::tanh(k0 * (b + k1 * b * b * b));
       return a * (0.5 * (1 + t) + 0.5 * b * (1 - t * t) * k0 * (1 + 3 * k1 * b * b));
     }
+    case BinaryOp::SigmoidGrad:
+      return a * b * (1 - b);
   }
   return 0;
 }
@@ -100,7 +102,7 @@ double ref_binary(BinaryOp op, double a, double b) {
 const BinaryOp kAllBinary[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul,     BinaryOp::Div,
                                BinaryOp::Max, BinaryOp::Min, BinaryOp::Eq,      BinaryOp::Ne,
                                BinaryOp::Lt,  BinaryOp::Gt,  BinaryOp::TanhGrad,
-                               BinaryOp::GeluGrad, BinaryOp::GeluTanhGrad};
+                               BinaryOp::GeluGrad, BinaryOp::GeluTanhGrad, BinaryOp::SigmoidGrad};
 
 // a: a permuted [4,3,5] buffer viewed as [5,3,4]... general strided view; b broadcast along axes.
 template <class T>

@@ -50,6 +50,26 @@ void check_where(const View& out, const View& a, const View& b) {
               dtype_name(out.dtype), ", a ", dtype_name(a.dtype), ", b ", dtype_name(b.dtype));
 }
 
+namespace {
+void check_bounds(const char* op, double lo, double hi) {
+  PELAB_CHECK(lo <= hi, op, ": lower bound ", lo, " must not exceed the upper bound ", hi);
+}
+}  // namespace
+
+void check_clamp(const View& out, const View& in, double lo, double hi) {
+  PELAB_CHECK(out.dtype == in.dtype, "clamp: dtype mismatch, out ", dtype_name(out.dtype),
+              " vs in ", dtype_name(in.dtype));
+  check_bounds("clamp", lo, hi);
+}
+
+void check_clamp_backward(const View& grad_in, const View& grad_out, const View& x, double lo,
+                          double hi) {
+  PELAB_CHECK(grad_in.dtype == grad_out.dtype && grad_in.dtype == x.dtype,
+              "clamp_backward: dtypes differ: grad_in ", dtype_name(grad_in.dtype), ", grad_out ",
+              dtype_name(grad_out.dtype), ", x ", dtype_name(x.dtype));
+  check_bounds("clamp_backward", lo, hi);
+}
+
 void check_reduce(ReduceOp op, const View& out, const View& in, int64_t outer, int64_t n,
                   int64_t inner) {
   PELAB_CHECK(outer >= 0 && n >= 0 && inner >= 0, "reduce: bad extents outer=", outer, " n=", n,
@@ -69,6 +89,15 @@ void check_reduce(ReduceOp op, const View& out, const View& in, int64_t outer, i
 void check_sum_squares(const View& in) {
   PELAB_CHECK(in.contiguous(), "sum_squares: view must be contiguous (shape ", shape_str(in.shape),
               ", strides ", shape_str(in.strides), ")");
+}
+
+void check_cumsum(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner) {
+  const char* op = "cumsum";
+  PELAB_CHECK(outer >= 0 && n >= 0 && inner >= 0, op, ": bad extents outer=", outer, " n=", n,
+              " inner=", inner);
+  check_rows(in, outer * n * inner, op, "input");
+  check_rows(out, outer * n * inner, op, "output");
+  check_dtype(out, in.dtype, op, "output");
 }
 
 bool check_gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t& lda,
@@ -232,6 +261,29 @@ int64_t check_scatter_add(const View& acc, const View& src, const View& idx, int
                           int64_t n_in, int64_t n_idx, int64_t inner) {
   return check_indexed("scatter_add", acc, "accumulator", src, "source", idx, outer, n_in, n_idx,
                        inner, true);
+}
+
+void check_gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
+                       int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "gather_lerp";
+  check_rows(in, outer * n_in * inner, op, "input");
+  check_rows(pos, outer * n_idx * inner, op, "positions");
+  check_rows(out, outer * n_idx * inner, op, "output");
+  check_dtype(pos, in.dtype, op, "positions");
+  check_dtype(out, in.dtype, op, "output");
+}
+
+void check_gather_lerp_backward(const View& grad_in, const View& grad_pos, const View& grad_out,
+                                const View& in, const View& pos, int64_t outer, int64_t n_in,
+                                int64_t n_idx, int64_t inner) {
+  const char* op = "gather_lerp_backward";
+  check_rows(in, outer * n_in * inner, op, "input");
+  check_rows(pos, outer * n_idx * inner, op, "positions");
+  check_rows(grad_out, outer * n_idx * inner, op, "grad_out");
+  check_dtype(pos, in.dtype, op, "positions");
+  check_dtype(grad_out, in.dtype, op, "grad_out");
+  check_optional(grad_in, outer * n_in * inner, in.dtype, op, "grad_in");
+  check_optional(grad_pos, outer * n_idx * inner, in.dtype, op, "grad_pos");
 }
 
 void check_dropout_mask(const View& mask, double p) {

@@ -24,9 +24,14 @@ void check_unary(const View& out, const View& in);
 // `compare`: the op writes a comparison result, whose dtype may differ from the operands'.
 void check_binary(const View& out, const View& a, const View& b, bool compare);
 void check_where(const View& out, const View& a, const View& b);
+// clamp / clamp_backward: operand dtypes agree and lo <= hi (neither NaN).
+void check_clamp(const View& out, const View& in, double lo, double hi);
+void check_clamp_backward(const View& grad_in, const View& grad_out, const View& x, double lo,
+                          double hi);
 void check_reduce(ReduceOp op, const View& out, const View& in, int64_t outer, int64_t n,
                   int64_t inner);
 void check_sum_squares(const View& in);
+void check_cumsum(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner);
 
 // Checks gemm's sizes and leading dimensions, raising a leading dimension that does not matter
 // (a single row) to its smallest legal value, as BLAS wants it. Returns false when the product is
@@ -62,6 +67,13 @@ int64_t check_gather(const View& out, const View& in, const View& idx, int64_t o
                      int64_t n_idx, int64_t inner);
 int64_t check_scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
                           int64_t n_in, int64_t n_idx, int64_t inner);
+// gather_lerp: in [outer, n_in, inner], pos and out [outer, n_idx, inner], all of in's dtype;
+// the backward's grad_in / grad_pos are optional (no data: skipped).
+void check_gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
+                       int64_t n_in, int64_t n_idx, int64_t inner);
+void check_gather_lerp_backward(const View& grad_in, const View& grad_pos, const View& grad_out,
+                                const View& in, const View& pos, int64_t outer, int64_t n_in,
+                                int64_t n_idx, int64_t inner);
 
 void check_dropout_mask(const View& mask, double p);
 // random_uniform / random_normal (`op` names which).

@@ -12,18 +12,21 @@
 //   term_ij = q_i·e[p_ij] / √dh with e linearly interpolated between the integer positions:
 //     e[p] = (p − ⌊p⌋)·e[⌈p⌉] + (1 − p + ⌊p⌋)·e[⌊p⌋]
 //   computed as the paper says: z_i[n] = q_i·e[n] / √dh for every integer n first ([B, H, Lq, R],
-//   one GEMM), then the two neighbours of p_ij gathered and mixed, so nothing [Lq, Lk, dh] is formed.
+//   one GEMM), then z interpolated at p_ij (gather_lerp), so nothing [Lq, Lk, dh] is formed.
 // The 1/√dh on the gates and the term is the scale the attention puts on q·k (the paper writes
 // attention unscaled; its authors' code scales both the same way). Embeddings: per layer
 // "layers.<i>.pos_emb", [p_max + 1, dh] in a decoder stack (n = 0..p_max), [2 p_max + 1, dh] in an
 // encoder stack (n = −p_max..p_max, row n + p_max), shared by the heads as in the paper (the gates
 // are per head: each head counts its own way). Init normal(0, 0.02) like Shaw's tables (the authors'
 // code starts from zeros, which gives the gates no gradient on the first step).
-// Counting: Σ_{t=j..i} is (g ⊙ A) @ U with A[i, t] = [k_pos[t] <= q_pos[i]] and U[t, j] = [t >= j]
-// (a [Lk, Lk] GEMM per head and query row: O(Lq·Lk²) per head, more than the attention itself for
-// long sequences; the engine has no cumulative-sum op and a scheme is one file). The forward count
-// uses (g ⊙ [k_pos[t] >= q_pos[i]]) @ Uᵀ. ⌊p⌋ is the Int64 conversion (truncation, p >= 0); it and
-// ⌈p⌉ = ⌊p⌋ + 1 carry no gradient, the weight p − ⌊p⌋ does (to the gates, so to q and k).
+// Counting: Σ_{t=j..i} g_it is a suffix sum along the keys (cumsum, reverse) of g ⊙ A with
+// A[i, t] = [k_pos[t] <= q_pos[i]]; the forward count of the encoder is the prefix sum of
+// g ⊙ [k_pos[t] >= q_pos[i]]. O(Lq·Lk) per head. ⌊p⌋, ⌈p⌉ and the mix are one gather_lerp of z
+// at u = p (+ the row offset), which takes ⌊p⌋ without gradient and the weight p − ⌊p⌋ with it
+// (to the gates, so to q and k), and reads the last row alone at its upper edge.
+// Only the rows a count can reach are used: a count is at most Lk (the gates are at most 1), so the
+// table is cut to the integer positions within ±m, m = min(p_max, Lk), and the clip at ±m equals
+// the clip at ±p_max (the rows beyond get a zero gradient either way).
 // With a KV cache the keys are the cached ones followed by the new ones and the counts run over all
 // of them, as in the full forward.
 #include <cmath>
@@ -74,37 +77,29 @@ class CoPE : public PositionalEncoding {
     Tensor g = sigmoid(matmul(q, transpose(k, 2, 3), scale));  // [B, H, Lq, Lk]
     if (blocked.defined()) g = masked_fill(g, blocked, 0.0);
     // Σ over the keys from j to the query (keys after the query give nothing)
-    Tensor s = matmul(c.at_or_before.defined() ? mul(g, c.at_or_before) : g, c.upper);
-    if (!site.causal) {  // minus the forward count for keys after the query
-      Tensor fwd = matmul(mul(g, c.at_or_after), transpose(c.upper, 0, 1));
-      s = sub(s, mul(fwd, c.after));
-    }
-    const double P = static_cast<double>(p_max_);
-    s = sub(s, relu(add_scalar(s, -P)));                        // min(s, p_max)
-    if (!site.causal) s = add(s, relu(add_scalar(neg(s), -P)));  // max(s, −p_max)
-    // row of the table: s + offset in [0, rows − 1]
-    const Tensor u = bidirectional_ ? add_scalar(s, P) : s;
-    const Tensor floor_idx = u.detach().to(DType::Int64);  // truncation = floor for u >= 0
-    const Tensor floor_val = floor_idx.to(u.dtype());
-    const Tensor ceil_idx = add_scalar(floor_val, 1.0).to(DType::Int64);
-    const Tensor w = sub(u, floor_val);  // p − ⌊p⌋, differentiable through p
-
-    // z[b, h, i, n] = q_i·e[n] / √dh, with row n = rows (a copy of the last) for ⌈p⌉ at p = p_max
+    Tensor s = cumsum(c.at_or_before.defined() ? mul(g, c.at_or_before) : g, 3, true);
+    if (!site.causal)  // minus the forward count for keys after the query
+      s = sub(s, mul(cumsum(mul(g, c.at_or_after), 3), c.after));
+    // The reachable rows: counts lie in [−m, m] (see the top of the file).
+    const int64_t m = std::min(p_max_, Lk);
+    const double M = static_cast<double>(m);
+    s = clamp(s, site.causal ? 0.0 : -M, M);  // causal counts are >= 0 already
     const Tensor& e = emb_[layer_index("cope", site, emb_.size())];
-    Tensor z = matmul(q, transpose(e, 0, 1), scale);  // [B, H, Lq, rows]
-    z = concat({z, slice(z, 3, rows_ - 1, rows_)}, 3);
-    const Tensor lo = gather(z, 3, floor_idx), hi = gather(z, 3, ceil_idx);
-    return add(lo, mul(w, sub(hi, lo)));
+    // rows n = 0..m (decoder) or −m..m at row n + p_max (encoder)
+    const Tensor table =
+        bidirectional_ ? slice(e, 0, p_max_ - m, p_max_ + m + 1) : slice(e, 0, 0, m + 1);
+    // z[b, h, i, r] = q_i·table[r] / √dh; the count p reads row p (+ m in the encoder)
+    const Tensor z = matmul(q, transpose(table, 0, 1), scale);  // [B, H, Lq, rows]
+    return gather_lerp(z, 3, bidirectional_ ? add_scalar(s, M) : s);
   }
 
  private:
-  // Per (positions, direction, dtype, device): the direction masks and the counting matrix.
+  // Per (positions, direction, dtype, device): the direction masks.
   struct Consts {
     std::vector<int64_t> q, k;
     bool bidir;
     DType dtype;
     Device device;
-    Tensor upper;         // [Lk, Lk], U[t, j] = [t >= j]
     Tensor at_or_before;  // [Lq, Lk], [k_pos[t] <= q_pos[i]]; undefined when all ones
     Tensor at_or_after;   // [Lq, Lk], [k_pos[t] >= q_pos[i]] (bidirectional only)
     Tensor after;         // [Lq, Lk], [k_pos[j] > q_pos[i]] (bidirectional only)
@@ -118,9 +113,6 @@ class CoPE : public PositionalEncoding {
     for (int64_t t = 1; t < Lk; ++t)
       PELAB_CHECK(kp[t] > kp[t - 1], "cope: key positions must increase (got ", kp[t - 1], " then ",
                   kp[t], " at ", t, ")");
-    std::vector<double> up(static_cast<size_t>(Lk * Lk), 0.0);
-    for (int64_t t = 0; t < Lk; ++t)
-      for (int64_t j = 0; j <= t; ++j) up[t * Lk + j] = 1.0;
     std::vector<double> before(static_cast<size_t>(Lq * Lk)), after_eq(before.size()),
         after(before.size());
     bool all_before = true;
@@ -132,8 +124,7 @@ class CoPE : public PositionalEncoding {
         after[n] = kp[j] > qp[i] ? 1.0 : 0.0;
         all_before = all_before && kp[j] <= qp[i];
       }
-    Consts c{qp, kp, bidir, dt, dev, Tensor::from_vector(up, {Lk, Lk}, dt, dev), Tensor(), Tensor(),
-             Tensor()};
+    Consts c{qp, kp, bidir, dt, dev, Tensor(), Tensor(), Tensor()};
     if (!all_before || bidir) c.at_or_before = Tensor::from_vector(before, {Lq, Lk}, dt, dev);
     if (bidir) {
       c.at_or_after = Tensor::from_vector(after_eq, {Lq, Lk}, dt, dev);

@@ -48,7 +48,8 @@ enum class BinaryOp {
   Eq, Ne, Lt, Gt,   // 1.0 / 0.0 results in the output dtype
   TanhGrad,         // a * (1 - b^2): grad * tanh'(x) from the tanh output b
   GeluGrad,         // a * gelu'(b): grad * d gelu(x) / dx at x = b (erf form), one pass
-  GeluTanhGrad      // a * gelu_tanh'(b)
+  GeluTanhGrad,     // a * gelu_tanh'(b)
+  SigmoidGrad       // a * b * (1 - b): grad * sigmoid'(x) from the sigmoid output b
 };
 
 enum class ReduceOp { Sum, Max };
@@ -95,6 +96,12 @@ class Backend {
   virtual void binary(BinaryOp op, const View& out, const View& a, const View& b) = 0;  // a,b broadcast to out
   virtual void where(const View& out, const View& cond, const View& a, const View& b) = 0;  // cond != 0 ? a : b
   virtual void axpy(const View& out, const View& x, double alpha) = 0;  // out += alpha * x (out contiguous, x broadcast)
+  // out = min(max(in, lo), hi) (lo <= hi; NaN stays NaN); out contiguous, in strided like unary's.
+  virtual void clamp(const View& out, const View& in, double lo, double hi) = 0;
+  // grad_in = lo <= x <= hi ? grad_out : 0 (the bounds pass the gradient); grad_in contiguous,
+  // grad_out and x strided.
+  virtual void clamp_backward(const View& grad_in, const View& grad_out, const View& x, double lo,
+                              double hi) = 0;
 
   // ---- reductions on contiguous [outer, n, inner] -> [outer, inner] ----
   // For Max, `argmax` (Int64, [outer, inner]) receives the first index of the maximum if non-null.
@@ -102,6 +109,10 @@ class Backend {
                       int64_t outer, int64_t n, int64_t inner) = 0;
   // Sum of squares of a contiguous buffer, accumulated in double.
   virtual double sum_squares(const View& in) = 0;
+  // Cumulative sum along n of contiguous [outer, n, inner]: out[o, j, i] = Σ_{t<=j} in[o, t, i], or
+  // Σ_{t>=j} when `reverse` (a suffix sum); Float32 accumulates in double. out may alias in.
+  virtual void cumsum(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+                      bool reverse) = 0;
 
   // ---- GEMM: C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b], column-major-free (row-major) ----
   // Row-major matrices; lda/ldb/ldc are row strides; strideA/B/C are batch strides (0 = shared).
@@ -179,6 +190,22 @@ class Backend {
   // scatter_add: acc[o, idx[o, j, i], i] += src[o, j, i] (idx blocks as for gather)
   virtual void scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
                            int64_t n_in, int64_t n_idx, int64_t inner) = 0;
+
+  // gather_lerp: linear interpolation between the rows of in [outer, n_in, inner] at fractional
+  // positions pos [outer, n_idx, inner] (contiguous, in's dtype): with u = pos[o, j, i],
+  // k = ⌊u⌋ and w = u − k, out[o, j, i] = a_k + w (a_{k+1} − a_k), a_r = in[o, r, i]; at
+  // u = n_in − 1 (the upper edge) it is a_{n_in−1} and reads nothing beyond. Every position must
+  // lie in [0, n_in − 1]: one outside (or NaN) throws naming it and its flat index.
+  virtual void gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
+                           int64_t n_in, int64_t n_idx, int64_t inner) = 0;
+  // Its gradients from grad_out [outer, n_idx, inner]: grad_in [outer, n_in, inner] is overwritten
+  // with Σ of (1 − w) g into row k and w g into row k + 1 (summed in an order fixed by the
+  // positions, so the same run to run), grad_pos with
+  // g (a_{k+1} − a_k) (0 at the upper edge: the right derivative, as ⌊u⌋ carries no gradient).
+  // Either output may have data == nullptr to skip it. Positions are checked as in the forward.
+  virtual void gather_lerp_backward(const View& grad_in, const View& grad_pos,
+                                    const View& grad_out, const View& in, const View& pos,
+                                    int64_t outer, int64_t n_in, int64_t n_idx, int64_t inner) = 0;
 
   // ---- randomness: counter-based, so results do not depend on threads or device ----
   // mask[i] = (uniform(seed, offset + i) >= p) ? 1/(1-p) : 0

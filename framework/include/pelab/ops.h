@@ -30,6 +30,9 @@ Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 Tensor gelu(const Tensor& a, bool tanh_approximation = false);  // exact: x * Phi(x)
+// min(max(a, lo), hi), lo <= hi (either may be infinite); the gradient passes where
+// lo <= a <= hi (the bounds included), NaN stays NaN and gets no gradient.
+Tensor clamp(const Tensor& a, double lo, double hi);
 Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
 
@@ -46,6 +49,9 @@ Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<int64_t>& axes, bool keepdim = false);
 Tensor max(const Tensor& a, int64_t axis, bool keepdim = false);     // values; grad to the argmax
 Tensor argmax(const Tensor& a, int64_t axis, bool keepdim = false);  // Int64, not differentiable
+// Running sum along `axis`: out[.., j, ..] = Σ_{t<=j} a[.., t, ..], or Σ_{t>=j} when `reverse`
+// (a suffix sum). Float32 accumulates in double. Backward: the running sum the other way.
+Tensor cumsum(const Tensor& a, int64_t axis, bool reverse = false);
 // Sum `a` down to `shape` (inverse of broadcasting), as needed by broadcast backward.
 Tensor sum_to(const Tensor& a, const Shape& shape);
 
@@ -63,6 +69,14 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
 // ---- indexing ----
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);  // index: Int64 1-D
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);        // torch.gather semantics
+// gather at fractional positions, interpolating linearly between neighbours along `dim` (a 1-D
+// linear grid sample): pos (floating, a's dtype and rank, no larger than a off `dim`) ->
+// pos.shape, with u = pos[..], k = ⌊u⌋, out[..] = a[.., k, ..] + (u − k)(a[.., k+1, ..] −
+// a[.., k, ..]). At the upper edge u = size − 1 the result is the last row (nothing beyond it is
+// read). Every position must lie in [0, a.size(dim) − 1]; one outside, or NaN, throws naming it.
+// Differentiable in a and in pos (∂out/∂u = a[k+1] − a[k]: the right derivative at integers,
+// 0 at the upper edge).
+Tensor gather_lerp(const Tensor& a, int64_t dim, const Tensor& pos);
 // Per-row bin sums: x [..., Lq, Lk], index Int64 [Lq, Lk] with values in [0, bins) ->
 // [..., Lq, bins], out[..., i, b] = Σ_j x[..., i, j] · [index[i, j] = b]. Backward: a gather.
 Tensor bin_sum(const Tensor& x, const Tensor& index, int64_t bins);

@@ -291,6 +291,8 @@ void binary_impl(BinaryOp op, const Layout<3>& L) {
         using C = typename Compute<T>::type;
         return static_cast<T>(static_cast<C>(g) * gelu_tanh_grad(static_cast<C>(x)));
       });
+    case BinaryOp::SigmoidGrad:
+      return binary_loop<T, T>(L, [](T g, T y) { return g * (y * (T(1) - y)); });
     default:
       break;
   }
@@ -352,6 +354,20 @@ void axpy_impl(const Layout<2>& L, double alpha) {
   });
 }
 
+// ---------------- clamp ----------------
+// NaN stays NaN: both comparisons fail for it.
+template <class T>
+void clamp_impl(const Layout<2>& L, double lo, double hi) {
+  const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+  unary_loop<T>(L, [l, h](T x) { return x < l ? l : (x > h ? h : x); });
+}
+
+template <class T>
+void clamp_backward_impl(const Layout<3>& L, double lo, double hi) {
+  const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+  binary_loop<T, T>(L, [l, h](T g, T x) { return sel((x >= l) & (x <= h), g, T(0)); });
+}
+
 }  // namespace
 
 void CpuBackend::fill(const View& out, double value) {
@@ -409,6 +425,22 @@ void CpuBackend::axpy(const View& out, const View& x, double alpha) {
     using To = decltype(to);
     cpu::dispatch_all(x.dtype, "axpy", [&](auto tx) { axpy_impl<To, decltype(tx)>(L, alpha); });
   });
+}
+
+void CpuBackend::clamp(const View& out, const View& in, double lo, double hi) {
+  check_clamp(out, in, lo, hi);
+  const View* vs[2] = {&out, &in};
+  Layout<2> L = make_layout<2>(out.shape, vs, "clamp");
+  cpu::dispatch_float(out.dtype, "clamp", [&](auto tag) { clamp_impl<decltype(tag)>(L, lo, hi); });
+}
+
+void CpuBackend::clamp_backward(const View& grad_in, const View& grad_out, const View& x,
+                                double lo, double hi) {
+  check_clamp_backward(grad_in, grad_out, x, lo, hi);
+  const View* vs[3] = {&grad_in, &grad_out, &x};
+  Layout<3> L = make_layout<3>(grad_in.shape, vs, "clamp_backward");
+  cpu::dispatch_float(grad_in.dtype, "clamp_backward",
+                      [&](auto tag) { clamp_backward_impl<decltype(tag)>(L, lo, hi); });
 }
 
 }  // namespace pelab

@@ -1,10 +1,11 @@
 // pelab — CPU fused NN kernels: softmax / log-softmax (+ backward), layer norm (+ backward), fused
-// cross-entropy (+ backward), index_select / index_add / gather / scatter_add, counter-based random
-// fills and dropout masks, and the AdamW / SGD steps. Row statistics of Float32 data accumulate in
+// cross-entropy (+ backward), index_select / index_add / gather / scatter_add, gather_lerp
+// (+ backward), counter-based random fills and dropout masks, and the AdamW / SGD steps. Row statistics of Float32 data accumulate in
 // double. Every cross-row reduction uses blocks fixed by the shape and combines them in order, so
 // results are identical run to run (and across thread counts).
 #include <omp.h>
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 #include "pelab/random.h"
+#include "pelab/strings.h"
 
 namespace pelab {
 namespace {
@@ -621,6 +623,223 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
         for (int64_t i = i0; i < i0 + len; ++i) ab[ir[i] * inner + i] += sr[i];
       }
     }
+  });
+}
+
+// ---------------- gather_lerp ----------------
+namespace {
+
+// Throws naming the first position of pos[0..count) outside [0, n_in - 1] (NaN included).
+template <class T>
+[[noreturn]] void lerp_position_error(const T* pos, int64_t count, int64_t n_in, const char* op) {
+  const T hi = static_cast<T>(n_in - 1);
+  for (int64_t k = 0; k < count; ++k)
+    if (!(pos[k] >= T(0) && pos[k] <= hi))
+      fail(op, ": position ", printf_number("%.17g", static_cast<double>(pos[k])),
+           " at flat index ", k, " is out of range [0, ", n_in - 1,
+           "] (positions index the gathered axis of size ", n_in, ")");
+  fail(op, ": a position is out of range [0, ", n_in - 1, "]");
+}
+
+// The two neighbours of position u in a row of n_in values: k = ⌊u⌋ and k1 = k + 1, or k1 = k at
+// the upper edge (u = n_in - 1), and the weight w = u - k. u must be in [0, n_in - 1].
+template <class T>
+inline void lerp_at(T u, int64_t n_in, int64_t& k, int64_t& k1, T& w) {
+  k = static_cast<int64_t>(u);  // truncation = floor for u >= 0
+  k1 = k + (k < n_in - 1 ? 1 : 0);
+  w = u - static_cast<T>(k);
+}
+
+// The backward along the last axis (inner == 1) for rows of at most kLerpRowsInL1 values. One
+// vectorisable pass computes grad_pos and each position's two rows and shares; a second, scalar
+// pass adds the shares to grad_in. Those additions hit neighbouring rows over and over (CoPE's
+// counts move by less than 1 from one j to the next), so consecutive j go to kLerpCopies
+// interleaved copies of the row (j mod kLerpCopies), summed at the end: no chain of dependent
+// read-modify-writes through one address, and a summation order fixed by the shape.
+constexpr int64_t kLerpRowsInL1 = 1024;
+constexpr int64_t kLerpCopies = 4;  // summed below as (c0 + c1) + (c2 + c3)
+
+template <class T>
+void lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, int64_t outer,
+                        int64_t n_in, int64_t n_idx, bool parallel, bool& bad) {
+  const T hi = static_cast<T>(n_in - 1);
+  const int32_t last = static_cast<int32_t>(n_in - 1);
+  bool any_bad = false;
+#pragma omp parallel reduction(|| : any_bad) if (parallel && omp_get_max_threads() > 1)
+  {
+    std::vector<T> copies(gi ? static_cast<size_t>(kLerpCopies * n_in) : 0);
+    std::vector<T> lo(static_cast<size_t>(n_idx)), up(static_cast<size_t>(n_idx));
+    std::vector<int32_t> k0(static_cast<size_t>(n_idx)), k1(static_cast<size_t>(n_idx));
+    std::vector<T> no_gp(gp ? 0 : static_cast<size_t>(n_idx));  // grad_pos not wanted
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* sb = src + o * n_in;
+      const T* pr = ps + o * n_idx;
+      const T* gr = go + o * n_idx;
+      T* gpr = gp ? gp + o * n_idx : no_gp.data();
+      T* los = lo.data();
+      T* ups = up.data();
+      int32_t* ka = k0.data();
+      int32_t* kb = k1.data();
+      int row_bad = 0;
+#pragma omp simd reduction(| : row_bad)
+      for (int64_t j = 0; j < n_idx; ++j) {
+        const T u = pr[j];
+        const bool ok = (u >= T(0)) & (u <= hi);
+        row_bad |= !ok;
+        const T uc = cpu::sel(ok, u, T(0));
+        const int32_t k = static_cast<int32_t>(uc);  // truncation = floor for u >= 0
+        const int32_t kn = k + (k < last ? 1 : 0);
+        const T g = cpu::sel(ok, gr[j], T(0)), gw = g * (uc - static_cast<T>(k));
+        gpr[j] = g * (sb[kn] - sb[k]);
+        ka[j] = k;
+        kb[j] = kn;
+        los[j] = g - gw;
+        ups[j] = gw;
+      }
+      if (gi) {
+        T* acc = copies.data();
+        std::fill(copies.begin(), copies.end(), T(0));
+        for (int64_t j = 0; j < n_idx; ++j) {
+          T* a = acc + (j % kLerpCopies) * n_in;
+          a[ka[j]] += los[j];
+          a[kb[j]] += ups[j];
+        }
+        T* ab = gi + o * n_in;
+#pragma omp simd
+        for (int64_t r = 0; r < n_in; ++r)
+          ab[r] = (acc[r] + acc[n_in + r]) + (acc[2 * n_in + r] + acc[3 * n_in + r]);
+      }
+      any_bad = any_bad || row_bad != 0;
+    }
+  }
+  bad = bad || any_bad;
+}
+
+}  // namespace
+
+void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
+                             int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "gather_lerp";
+  check_gather_lerp(out, in, pos, outer, n_in, n_idx, inner);
+  const int64_t total = outer * n_idx * inner;
+  if (total == 0) return;
+  const IndexChunks chunks(outer, n_idx);
+  const int64_t jw = chunks.width, nj = chunks.count;
+  cpu::dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(in.data);
+    const T* ps = static_cast<const T*>(pos.data);
+    T* dst = static_cast<T*>(out.data);
+    // No row to read (the fast path below reads row 0 before it reports a bad position).
+    if (n_in == 0) lerp_position_error(ps, total, n_in, op);
+    const T hi = static_cast<T>(n_in - 1);
+    const bool small = n_in <= INT32_MAX;
+    const int32_t last = small ? static_cast<int32_t>(n_in - 1) : 0;
+    bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
+    for (int64_t t = 0; t < outer * nj; ++t) {
+      const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
+      const T* sb = src + o * n_in * inner;
+      if (inner == 1 && small) {
+        // Along the last axis: branch-free and vectorisable (32-bit row indices, gathers); an
+        // invalid position reads row 0 and is reported after the loop.
+        const T* pr = ps + o * n_idx;
+        T* dr = dst + o * n_idx;
+        int row_bad = 0;
+#pragma omp simd reduction(| : row_bad)
+        for (int64_t j = j0; j < j1; ++j) {
+          const T u = pr[j];
+          const bool ok = (u >= T(0)) & (u <= hi);
+          row_bad |= !ok;
+          const T uc = cpu::sel(ok, u, T(0));
+          const int32_t k = static_cast<int32_t>(uc);  // truncation = floor for u >= 0
+          const int32_t k1 = k + (k < last ? 1 : 0);
+          const T w = uc - static_cast<T>(k);
+          const T a0 = sb[k], a1 = sb[k1];
+          dr[j] = a0 + w * (a1 - a0);
+        }
+        bad = bad || row_bad != 0;
+        continue;
+      }
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t e0 = (o * n_idx + j) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const T u = ps[e0 + i];
+          if (!(u >= T(0) && u <= hi)) {
+            bad = true;
+            dst[e0 + i] = T(0);
+            continue;
+          }
+          int64_t k, k1;
+          T w;
+          lerp_at(u, n_in, k, k1, w);
+          const T a0 = sb[k * inner + i], a1 = sb[k1 * inner + i];
+          dst[e0 + i] = a0 + w * (a1 - a0);
+        }
+      }
+    }
+    if (bad) lerp_position_error(ps, total, n_in, op);
+  });
+}
+
+void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
+                                      const View& grad_out, const View& in, const View& pos,
+                                      int64_t outer, int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "gather_lerp_backward";
+  check_gather_lerp_backward(grad_in, grad_pos, grad_out, in, pos, outer, n_in, n_idx, inner);
+  const int64_t total = outer * n_idx * inner;
+  // Tasks own whole accumulator columns: (slice o, chunk of the inner columns), j in order, so the
+  // sums do not depend on the thread count.
+  const int nth = omp_get_max_threads();
+  const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
+  const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
+  const int64_t nc = inner == 0 ? 0 : ceil_div(inner, cw);
+  cpu::dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(in.data);
+    const T* ps = static_cast<const T*>(pos.data);
+    const T* go = static_cast<const T*>(grad_out.data);
+    T* gi = static_cast<T*>(grad_in.data);
+    T* gp = static_cast<T*>(grad_pos.data);
+    if (total > 0 && n_in == 0) lerp_position_error(ps, total, n_in, op);  // no row to read
+    const T hi = static_cast<T>(n_in - 1);
+    bool bad = false;
+    if (inner == 1 && n_in <= kLerpRowsInL1) {
+      lerp_backward_rows(gi, gp, go, src, ps, outer, n_in, n_idx, total > kParallelGrain, bad);
+      if (bad) lerp_position_error(ps, total, n_in, op);
+      return;
+    }
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
+    for (int64_t t = 0; t < outer * nc; ++t) {
+      const int64_t o = t / nc, i0 = (t % nc) * cw, i1 = std::min(inner, i0 + cw);
+      const T* sb = src + o * n_in * inner;
+      T* ab = gi ? gi + o * n_in * inner : nullptr;
+      if (ab)
+        for (int64_t r = 0; r < n_in; ++r)
+          for (int64_t i = i0; i < i1; ++i) ab[r * inner + i] = T(0);
+      for (int64_t j = 0; j < n_idx; ++j) {
+        const int64_t e0 = (o * n_idx + j) * inner;
+        for (int64_t i = i0; i < i1; ++i) {
+          const T u = ps[e0 + i], g = go[e0 + i];
+          if (!(u >= T(0) && u <= hi)) {
+            bad = true;
+            if (gp) gp[e0 + i] = T(0);
+            continue;
+          }
+          int64_t k, k1;
+          T w;
+          lerp_at(u, n_in, k, k1, w);
+          if (gp) gp[e0 + i] = g * (sb[k1 * inner + i] - sb[k * inner + i]);
+          if (ab) {
+            const T gw = g * w;
+            ab[k * inner + i] += g - gw;
+            ab[k1 * inner + i] += gw;
+          }
+        }
+      }
+    }
+    if (bad) lerp_position_error(ps, total, n_in, op);
   });
 }
 

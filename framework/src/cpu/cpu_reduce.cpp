@@ -1,7 +1,7 @@
-// pelab — CPU reductions over contiguous [outer, n, inner] (Sum, Max + first argmax) and the
-// double-accumulated sum of squares. Long axes are cut into blocks whose size depends only on the
-// shape; block partials are combined in block order, so results do not depend on the thread count.
-// Float32 sums accumulate in double.
+// pelab — CPU reductions over contiguous [outer, n, inner] (Sum, Max + first argmax, the cumulative
+// sum) and the double-accumulated sum of squares. Long axes are cut into blocks whose size depends
+// only on the shape; block partials are combined in block order, so results do not depend on the
+// thread count. Float32 sums accumulate in double.
 #include <omp.h>
 
 #include <cmath>
@@ -158,6 +158,57 @@ void reduce_max(T* out, int64_t* arg, const T* in, int64_t outer, int64_t n, int
   }
 }
 
+// Running sums along n. With inner == 1 each row is one dependent chain of additions, so rows are
+// taken kRows at a time and their chains interleaved (short rows, the usual case, would otherwise
+// run at the latency of one addition per element).
+template <class T>
+void cumsum_impl(T* out, const T* in, int64_t outer, int64_t n, int64_t inner, bool reverse) {
+  using A = typename Acc<T>::type;
+  const int64_t total = outer * n * inner;
+  if (inner == 1) {
+    constexpr int64_t kRows = 8;
+    cpu::parallel_for(ceil_div(outer, kRows), total > kParallelGrain, [&](int64_t b) {
+      const int64_t o0 = b * kRows, rows = std::min(kRows, outer - o0);
+      const T* x = in + o0 * n;
+      T* y = out + o0 * n;
+      A acc[kRows] = {};
+      for (int64_t s = 0; s < n; ++s) {
+        const int64_t j = reverse ? n - 1 - s : s;
+        if (rows == kRows) {
+          for (int64_t r = 0; r < kRows; ++r) {
+            acc[r] += static_cast<A>(x[r * n + j]);
+            y[r * n + j] = static_cast<T>(acc[r]);
+          }
+        } else {
+          for (int64_t r = 0; r < rows; ++r) {
+            acc[r] += static_cast<A>(x[r * n + j]);
+            y[r * n + j] = static_cast<T>(acc[r]);
+          }
+        }
+      }
+    });
+    return;
+  }
+  // inner > 1: a running sum per column, vectorised along i; chunks of columns in parallel
+  const int64_t nic = ceil_div(inner, kInnerChunk);
+  cpu::parallel_for(outer * nic, total > kParallelGrain, [&](int64_t t) {
+    const int64_t o = t / nic, c = t % nic;
+    const int64_t i0 = c * kInnerChunk, ilen = std::min(kInnerChunk, inner - i0);
+    A acc[kInnerChunk];
+    for (int64_t i = 0; i < ilen; ++i) acc[i] = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t j = reverse ? n - 1 - s : s;
+      const T* x = in + (o * n + j) * inner + i0;
+      T* y = out + (o * n + j) * inner + i0;
+#pragma omp simd
+      for (int64_t i = 0; i < ilen; ++i) {
+        acc[i] += static_cast<A>(x[i]);
+        y[i] = static_cast<T>(acc[i]);
+      }
+    }
+  });
+}
+
 template <class T>
 double sum_squares_impl(const T* x, int64_t total) {
   const int64_t nb = ceil_div(total, kBlock1);
@@ -196,6 +247,17 @@ void CpuBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& 
     } else {
       reduce_max<T>(o, static_cast<int64_t*>(argmax), x, outer, n, inner);
     }
+  });
+}
+
+void CpuBackend::cumsum(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+                        bool reverse) {
+  check_cumsum(out, in, outer, n, inner);
+  if (outer * n * inner == 0) return;
+  cpu::dispatch_float(in.dtype, "cumsum", [&](auto tag) {
+    using T = decltype(tag);
+    cumsum_impl<T>(static_cast<T*>(out.data), static_cast<const T*>(in.data), outer, n, inner,
+                   reverse);
   });
 }
 

@@ -15,6 +15,7 @@
 #include "backend_checks.h"
 #include "caching_pool.h"
 #include "cuda/cuda_common.cuh"
+#include "pelab/strings.h"
 
 namespace pelab {
 namespace cuda {
@@ -121,6 +122,7 @@ const char* error_op(int code) {
     case kIndexAdd: return "index_add";
     case kGather: return "gather";
     case kScatterAdd: return "scatter_add";
+    case kGatherLerp: return "gather_lerp";
     default: return "cuda index kernel";
   }
 }
@@ -141,6 +143,13 @@ void check_device_errors() {
   }
   PELAB_CUDA_CALL(cudaMemset(s.rec, 0, sizeof(DeviceError)), " (resetting the device error record)");
   if (s.dirty) *s.dirty = 0;
+  if (h.code == kGatherLerp) {
+    double u;
+    std::memcpy(&u, &h.value, sizeof(u));
+    fail(error_op(h.code), ": position ", printf_number("%.17g", u), " at flat index ", h.pos,
+         " is out of range [0, ", h.limit, "] (positions index the gathered axis of size ",
+         h.limit + 1, "; detected on cuda:0)");
+  }
   fail(error_op(h.code), ": index ", h.value, " at position ", h.pos, " is out of range [0, ",
        h.limit, ") (detected on cuda:0)");
 }

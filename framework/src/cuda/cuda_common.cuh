@@ -237,7 +237,11 @@ __device__ __forceinline__ float dpow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double dpow(double x, double y) { return pow(x, y); }
 
 // ---------------- device error record (index bounds) ----------------
-enum ErrorCode : int { kNoError = 0, kIndexSelect = 1, kIndexAdd = 2, kGather = 3, kScatterAdd = 4 };
+// kGatherLerp reports a fractional position: `value` holds the bits of the double, `limit` the
+// largest valid position.
+enum ErrorCode : int {
+  kNoError = 0, kIndexSelect = 1, kIndexAdd = 2, kGather = 3, kScatterAdd = 4, kGatherLerp = 5
+};
 struct DeviceError {
   int code;
   int pad;

@@ -1,8 +1,9 @@
-// pelab — CUDA elementwise kernels (fill, copy with dtype conversion, unary, binary, where, axpy) over
-// strided/broadcast views, and the reductions over contiguous [outer, n, inner] (Sum accumulated in
-// double / int64, Max with the first argmax) plus the double-accumulated sum of squares. Reductions
-// split long axes into blocks whose size depends only on the shape and combine the partials in a
-// fixed order: no floating-point atomics, so results are identical run to run.
+// pelab — CUDA elementwise kernels (fill, copy with dtype conversion, unary, binary, where, axpy,
+// clamp) over strided/broadcast views, and the reductions over contiguous [outer, n, inner] (Sum
+// accumulated in double / int64, Max with the first argmax, the running sum) plus the
+// double-accumulated sum of squares. Reductions split long axes into blocks whose size depends
+// only on the shape and combine the partials in a fixed order: no floating-point atomics, so
+// results are identical run to run.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -158,6 +159,7 @@ __device__ __forceinline__ T binary_apply(BinaryOp op, T x, T y) {
                                            : gelu_tanh_grad(static_cast<C>(y));
       return static_cast<T>(static_cast<C>(x) * d);
     }
+    case BinaryOp::SigmoidGrad: return x * (y * (T(1) - y));
   }
   return x;
 }
@@ -182,6 +184,28 @@ __global__ void where_kernel(Strided<4> S) {
     reinterpret_cast<T*>(S.base[0])[off[0]] = c != Tc(0)
                                                   ? reinterpret_cast<const T*>(S.base[2])[off[2]]
                                                   : reinterpret_cast<const T*>(S.base[3])[off[3]];
+  }
+}
+
+// NaN stays NaN: both comparisons fail for it (as on the CPU).
+template <class T>
+__global__ void clamp_kernel(Strided<2> S, T lo, T hi) {
+  PELAB_KERNEL_LOOP(e, S.numel) {
+    int64_t off[2];
+    cuda::strided_offsets(S, e, off);
+    const T x = reinterpret_cast<const T*>(S.base[1])[off[1]];
+    reinterpret_cast<T*>(S.base[0])[off[0]] = x < lo ? lo : (x > hi ? hi : x);
+  }
+}
+
+template <class T>
+__global__ void clamp_backward_kernel(Strided<3> S, T lo, T hi) {
+  PELAB_KERNEL_LOOP(e, S.numel) {
+    int64_t off[3];
+    cuda::strided_offsets(S, e, off);
+    const T g = reinterpret_cast<const T*>(S.base[1])[off[1]];
+    const T x = reinterpret_cast<const T*>(S.base[2])[off[2]];
+    reinterpret_cast<T*>(S.base[0])[off[0]] = x >= lo && x <= hi ? g : T(0);
   }
 }
 
@@ -294,9 +318,52 @@ void CudaBackend::axpy(const View& out, const View& x, double alpha) {
   });
 }
 
+void CudaBackend::clamp(const View& out, const View& in, double lo, double hi) {
+  check_clamp(out, in, lo, hi);
+  const View* vs[2] = {&out, &in};
+  HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, "clamp");
+  cuda::dispatch_float(out.dtype, "clamp", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<2>& S) {
+      clamp_kernel<T><<<grid_for(S.numel), kThreads>>>(S, static_cast<T>(lo), static_cast<T>(hi));
+      cuda::check_launch("clamp", layout_ctx(vs));
+    });
+  });
+}
+
+void CudaBackend::clamp_backward(const View& grad_in, const View& grad_out, const View& x,
+                                 double lo, double hi) {
+  check_clamp_backward(grad_in, grad_out, x, lo, hi);
+  const View* vs[3] = {&grad_in, &grad_out, &x};
+  HostLayout<3> L = cuda::make_layout<3>(grad_in.shape, vs, "clamp_backward");
+  cuda::dispatch_float(grad_in.dtype, "clamp_backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<3>& S) {
+      clamp_backward_kernel<T><<<grid_for(S.numel), kThreads>>>(S, static_cast<T>(lo),
+                                                                static_cast<T>(hi));
+      cuda::check_launch("clamp_backward", layout_ctx(vs));
+    });
+  });
+}
+
 // =====================================================================================
 // Reductions.
 namespace {
+
+// Running sums: one thread per (o, i) column walks j in order (accumulating in A).
+template <class T, class A>
+__global__ void cumsum_cols(T* out, const T* in, int64_t outer, int64_t n, int64_t inner,
+                            bool reverse) {
+  PELAB_KERNEL_LOOP(t, outer * inner) {
+    const int64_t o = t / inner, i = t % inner;
+    A acc = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t k = (o * n + (reverse ? n - 1 - s : s)) * inner + i;
+      acc += static_cast<A>(in[k]);
+      out[k] = static_cast<T>(acc);
+    }
+  }
+}
 
 constexpr int64_t kRowChunk = 8192;     // elements per block along n when inner == 1 (two-pass)
 constexpr int64_t kSmallRow = 16;       // rows this short are reduced by one thread each
@@ -549,6 +616,18 @@ void CudaBackend::reduce(ReduceOp op, const View& out, void* argmax, const View&
       }
       cuda::check_launch("reduce_max", ctx);
     }
+  });
+}
+
+void CudaBackend::cumsum(const View& out, const View& in, int64_t outer, int64_t n,
+                         int64_t inner, bool reverse) {
+  check_cumsum(out, in, outer, n, inner);
+  if (outer * n * inner == 0) return;
+  cuda::dispatch_float(in.dtype, "cumsum", [&](auto tag) {
+    using T = decltype(tag);
+    cumsum_cols<T, typename Acc<T>::type><<<grid_for(outer * inner), kThreads>>>(
+        static_cast<T*>(out.data), static_cast<const T*>(in.data), outer, n, inner, reverse);
+    cuda::check_launch("cumsum", reduce_ctx(in, outer, n, inner));
   });
 }
 

@@ -1,7 +1,8 @@
 // pelab — CUDA fused NN kernels: softmax / log-softmax (+ backward), layer norm (+ backward, with
 // grad_weight/grad_bias as fixed-order two-pass partial sums), fused cross-entropy (+ backward; targets
 // validated on the host), index_select / index_add / gather / scatter_add (accumulation parallel over
-// (outer, inner) only, j in order per chunk, bounds via the device error record), counter-based random
+// (outer, inner) only, j in order per chunk, bounds via the device error record), gather_lerp
+// (+ backward, positions checked through the same record), counter-based random
 // fills and dropout masks (the CPU's rng functions, so masks are identical on both devices), and the
 // AdamW / SGD steps. Row statistics of Float32 data accumulate in double, as on the CPU.
 #include <cuda_runtime.h>
@@ -390,6 +391,84 @@ void accumulate(T* acc, const T* src, const int64_t* ix, int64_t outer, int64_t 
   cuda::after_index_kernel();
 }
 
+// ---------------- gather_lerp ----------------
+// Whether u is a valid position for a row of n_in values; if not, reports it (flat index e).
+template <class T>
+__device__ __forceinline__ bool lerp_position_ok(T u, int64_t n_in, int64_t e,
+                                                 cuda::ErrorSink sink) {
+  if (u >= T(0) && u <= static_cast<T>(n_in - 1)) return true;
+  cuda::report_error(sink, cuda::kGatherLerp, e, __double_as_longlong(static_cast<double>(u)),
+                     n_in - 1);
+  return false;
+}
+
+// k = ⌊u⌋, k1 = k + 1 (k at the upper edge), w = u - k (as on the CPU).
+template <class T>
+__device__ __forceinline__ void lerp_at(T u, int64_t n_in, int64_t& k, int64_t& k1, T& w) {
+  k = static_cast<int64_t>(u);
+  k1 = k + (k < n_in - 1 ? 1 : 0);
+  w = u - static_cast<T>(k);
+}
+
+template <class T>
+__global__ void gather_lerp_kernel(T* out, const T* in, const T* pos, int64_t outer, int64_t n_in,
+                                   int64_t n_idx, int64_t inner, cuda::ErrorSink sink) {
+  PELAB_KERNEL_LOOP(e, outer * n_idx * inner) {
+    const int64_t i = e % inner, o = e / (inner * n_idx);
+    const T u = pos[e];
+    if (!lerp_position_ok(u, n_in, e, sink)) {
+      out[e] = T(0);
+      continue;
+    }
+    int64_t k, k1;
+    T w;
+    lerp_at(u, n_in, k, k1, w);
+    const T a0 = in[(o * n_in + k) * inner + i], a1 = in[(o * n_in + k1) * inner + i];
+    out[e] = a0 + w * (a1 - a0);
+  }
+}
+
+template <class T>
+__global__ void gather_lerp_grad_pos(T* gp, const T* go, const T* in, const T* pos, int64_t outer,
+                                     int64_t n_in, int64_t n_idx, int64_t inner,
+                                     cuda::ErrorSink sink) {
+  PELAB_KERNEL_LOOP(e, outer * n_idx * inner) {
+    const int64_t i = e % inner, o = e / (inner * n_idx);
+    const T u = pos[e];
+    if (!lerp_position_ok(u, n_in, e, sink)) {
+      gp[e] = T(0);
+      continue;
+    }
+    int64_t k, k1;
+    T w;
+    lerp_at(u, n_in, k, k1, w);
+    gp[e] = go[e] * (in[(o * n_in + k1) * inner + i] - in[(o * n_in + k) * inner + i]);
+  }
+}
+
+// One thread per (o, i) column of grad_in: zeroes it, then adds j in order (no atomics, so the
+// sums are identical run to run).
+template <class T>
+__global__ void gather_lerp_grad_in(T* gi, const T* go, const T* pos, int64_t outer, int64_t n_in,
+                                    int64_t n_idx, int64_t inner, cuda::ErrorSink sink) {
+  PELAB_KERNEL_LOOP(t, outer * inner) {
+    const int64_t i = t % inner, o = t / inner;
+    T* col = gi + o * n_in * inner + i;
+    for (int64_t r = 0; r < n_in; ++r) col[r * inner] = T(0);
+    for (int64_t j = 0; j < n_idx; ++j) {
+      const int64_t e = (o * n_idx + j) * inner + i;
+      const T u = pos[e];
+      if (!lerp_position_ok(u, n_in, e, sink)) continue;
+      int64_t k, k1;
+      T w;
+      lerp_at(u, n_in, k, k1, w);
+      const T g = go[e], gw = g * w;
+      col[k * inner] += g - gw;
+      col[k1 * inner] += gw;
+    }
+  }
+}
+
 // ---------------- randomness ----------------
 template <class T>
 __global__ void dropout_kernel(T* m, int64_t n, double p, T keep, uint64_t seed, uint64_t offset) {
@@ -691,6 +770,50 @@ void CudaBackend::scatter_add(const View& acc, const View& src, const View& idx,
                         static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner,
                         cuda::kScatterAdd, op, P);
   });
+}
+
+void CudaBackend::gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
+                              int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "gather_lerp";
+  check_gather_lerp(out, in, pos, outer, n_in, n_idx, inner);
+  const int64_t total = outer * n_idx * inner;
+  if (total == 0) return;
+  cuda::dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    gather_lerp_kernel<T><<<grid_for(total), kThreads>>>(
+        static_cast<T*>(out.data), static_cast<const T*>(in.data),
+        static_cast<const T*>(pos.data), outer, n_in, n_idx, inner, cuda::error_sink());
+    cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx, " positions");
+  });
+  cuda::after_index_kernel();
+}
+
+void CudaBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
+                                       const View& grad_out, const View& in, const View& pos,
+                                       int64_t outer, int64_t n_in, int64_t n_idx,
+                                       int64_t inner) {
+  const char* op = "gather_lerp_backward";
+  check_gather_lerp_backward(grad_in, grad_pos, grad_out, in, pos, outer, n_in, n_idx, inner);
+  const int64_t total = outer * n_idx * inner;
+  cuda::dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* go = static_cast<const T*>(grad_out.data);
+    const T* p = static_cast<const T*>(pos.data);
+    if (grad_pos.data && total > 0) {
+      gather_lerp_grad_pos<T><<<grid_for(total), kThreads>>>(
+          static_cast<T*>(grad_pos.data), go, static_cast<const T*>(in.data), p, outer, n_in,
+          n_idx, inner, cuda::error_sink());
+      cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
+                         " positions");
+    }
+    if (grad_in.data && outer * n_in * inner > 0) {
+      gather_lerp_grad_in<T><<<grid_for(outer * inner), kThreads>>>(
+          static_cast<T*>(grad_in.data), go, p, outer, n_in, n_idx, inner, cuda::error_sink());
+      cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
+                         " positions");
+    }
+  });
+  cuda::after_index_kernel();
 }
 
 // =====================================================================================

@@ -191,7 +191,7 @@ Tensor sigmoid(const Tensor& a) {
   if (!needs_grad({a})) return out;
   const Tensor y = save_output(out);
   return record("sigmoid", {a}, out, [y](const Tensor& g) -> Grads {
-    return {mul(g, sub(y, mul(y, y)))};  // y (1 - y)
+    return {binary_raw(BinaryOp::SigmoidGrad, g, y, "sigmoid backward")};  // g y (1 - y), one pass
   });
 }
 
@@ -208,6 +208,20 @@ Tensor gelu(const Tensor& a, bool tanh_approximation) {
   const BinaryOp grad_op = tanh_approximation ? BinaryOp::GeluTanhGrad : BinaryOp::GeluGrad;
   return record("gelu", {a}, out, [a, grad_op](const Tensor& g) -> Grads {
     return {binary_raw(grad_op, g, a, "gelu backward")};  // g * gelu'(a) in one pass
+  });
+}
+
+Tensor clamp(const Tensor& a, double lo, double hi) {
+  check_floating("clamp", a);
+  PELAB_CHECK(lo <= hi, "clamp: lower bound ", lo, " must not exceed the upper bound ", hi,
+              " (input ", a.str(), ")");
+  Tensor out = make_output(a.shape(), a.dtype(), a.device());
+  if (out.numel() > 0) backend_of(a).clamp(view_of(out), view_of(a), lo, hi);
+  if (!needs_grad({a})) return out;
+  return record("clamp", {a}, out, [a, lo, hi](const Tensor& g) -> Grads {
+    Tensor gi = make_output(a.shape(), g.dtype(), g.device());
+    if (gi.numel() > 0) backend_of(g).clamp_backward(view_of(gi), view_of(g), view_of(a), lo, hi);
+    return {gi};
   });
 }
 
@@ -288,6 +302,7 @@ PELAB_REGISTER_OP("tanh", true);
 PELAB_REGISTER_OP("sigmoid", true);
 PELAB_REGISTER_OP("relu", true);
 PELAB_REGISTER_OP("gelu", true);
+PELAB_REGISTER_OP("clamp", true);
 PELAB_REGISTER_OP("sin", true);
 PELAB_REGISTER_OP("cos", true);
 PELAB_REGISTER_OP("eq", false);

@@ -1,6 +1,7 @@
-// pelab — indexing ops: index_select, gather (torch.gather semantics) and embedding, with
-// scatter-add backward passes. Index values are validated on the host so a bad id fails with a
-// clear pelab::Error naming the op, the id and the shapes (the kernels check as well).
+// pelab — indexing ops: index_select, gather (torch.gather semantics), gather_lerp (gather at
+// fractional positions), bin_sum and embedding, with scatter-add backward passes. Index values
+// are validated on the host so a bad id fails with a clear pelab::Error naming the op, the id and
+// the shapes (the kernels check as well); gather_lerp's positions are checked by its kernels.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -23,6 +24,7 @@ PELAB_REGISTER_OP("index_select", true);
 PELAB_REGISTER_OP("gather", true);
 PELAB_REGISTER_OP("embedding", true);
 PELAB_REGISTER_OP("bin_sum", true);
+PELAB_REGISTER_OP("gather_lerp", true);
 
 namespace {
 
@@ -133,6 +135,62 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
       be.copy(win, view_of(acc));
     }
     return {full};
+  });
+}
+
+Tensor gather_lerp(const Tensor& a, int64_t dim, const Tensor& pos) {
+  const char* op = "gather_lerp";
+  check_float_arg(op, a, "input");
+  check_float_arg(op, pos, "positions");
+  PELAB_CHECK(pos.dtype() == a.dtype() && pos.device() == a.device(), op, ": positions ",
+              pos.str(), " must have the dtype and device of the input ", a.str());
+  PELAB_CHECK(a.dim() >= 1, op, ": input must have at least one dim, got a scalar");
+  PELAB_CHECK(pos.dim() == a.dim(), op, ": positions ", shape_str(pos.shape()),
+              " must have the same rank as input ", shape_str(a.shape()));
+  const int64_t d = normalize_axis(dim, a.dim(), op);
+  const Shape ashape = a.shape(), pshape = pos.shape();
+  for (int64_t k = 0; k < a.dim(); ++k) {
+    PELAB_CHECK(k == d || pshape[k] <= ashape[k], op, ": positions ", shape_str(pshape),
+                " are larger than input ", shape_str(ashape), " at dim ", k);
+  }
+  const DType dt = a.dtype();
+  const Device dev = a.device();
+  // The part of `a` the positions can reach: their sizes except along `dim` (as for gather).
+  Shape sub = pshape;
+  sub[d] = ashape[d];
+  const Tensor as = contig(make_view(a, sub, a.strides(), a.offset()));
+  const Tensor pc = contig(pos);
+  const int64_t n_in = sub[d], n_idx = pshape[d];
+  int64_t outer, inner;
+  split_at(sub, d, outer, inner);
+  Tensor out = Tensor::empty(pshape, dt, dev);
+  if (out.numel() > 0)
+    backend_for(dev).gather_lerp(view_of(out), view_of(as), view_of(pc), outer, n_in, n_idx, inner);
+  if (!needs_grad({a, pos})) return out;
+  const bool ra = a.requires_grad(), rp = pos.requires_grad();
+  return record(op, {a, pos}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+    Backend& be = backend_for(dev);
+    // The kernel overwrites both gradients (when there is anything to compute).
+    const bool run = g.numel() > 0;
+    const auto buffer = [&](const Shape& s) {
+      return run ? Tensor::empty(s, dt, dev) : Tensor::zeros(s, dt, dev);
+    };
+    Tensor ga = ra ? buffer(sub) : Tensor();
+    Tensor gp = rp ? buffer(pshape) : Tensor();
+    if (run) {
+      const Tensor gc = contig(g);
+      be.gather_lerp_backward(ra ? view_of(ga) : View(), rp ? view_of(gp) : View(), view_of(gc),
+                              view_of(as), view_of(pc), outer, n_in, n_idx, inner);
+    }
+    if (!ra || sub == ashape) return {ga, gp};
+    // Place the reachable window into a zero gradient of the full input shape.
+    Tensor full = Tensor::zeros(ashape, dt, dev);
+    if (ga.numel() > 0) {
+      View win = view_of(full);
+      win.shape = sub;
+      be.copy(win, view_of(ga));
+    }
+    return {full, gp};
   });
 }
 

@@ -1,5 +1,5 @@
-// pelab — reductions: sum / mean over any set of axes, max / argmax along one axis, and sum_to
-// (the inverse of broadcasting, used by every broadcasting backward).
+// pelab — reductions: sum / mean over any set of axes, max / argmax along one axis, the running
+// sum (cumsum) and sum_to (the inverse of broadcasting, used by every broadcasting backward).
 //
 // Sums never transpose data: a dense input (contiguous, or a permutation of a contiguous block,
 // e.g. a transposed view) is walked in memory order, and each maximal run of adjacent reduced axes
@@ -227,6 +227,25 @@ Tensor argmax(const Tensor& a, int64_t axis, bool keepdim) {
   return keepdim ? r.index : drop_axes(r.index, one_axis_mask(a.dim(), axis, "argmax"));
 }
 
+Tensor cumsum(const Tensor& a, int64_t axis, bool reverse) {
+  check_floating("cumsum", a);
+  PELAB_CHECK(a.dim() >= 1, "cumsum: input must have at least one dim, got a scalar");
+  const int64_t d = normalize_axis(axis, a.dim(), "cumsum");
+  const Shape& sh = a.shape();
+  int64_t outer, inner;
+  split_at(sh, d, outer, inner);
+  const int64_t n = sh[d];
+  Tensor out = make_output(sh, a.dtype(), a.device());
+  if (out.numel() > 0) {
+    const Tensor x = detail::contig(a);
+    backend_of(a).cumsum(flat_view(out, {outer, n, inner}), flat_view(x, {outer, n, inner}), outer,
+                         n, inner, reverse);
+  }
+  if (!needs_grad({a})) return out;
+  return record("cumsum", {a}, out,
+                [d, reverse](const Tensor& g) -> Grads { return {cumsum(g, d, !reverse)}; });
+}
+
 Tensor sum_to(const Tensor& a, const Shape& shape) {
   check_floating("sum_to", a);
   if (a.shape() == shape) return a;
@@ -258,5 +277,6 @@ PELAB_REGISTER_OP("mean", true);
 PELAB_REGISTER_OP("max", true);
 PELAB_REGISTER_OP("argmax", false);
 PELAB_REGISTER_OP("sum_to", true);
+PELAB_REGISTER_OP("cumsum", true);
 
 }  // namespace pelab
