@@ -198,7 +198,7 @@ class CountTask : public Task {
   Example sample(Rng&, int64_t length) const override {
     check_length(*this, length);
     return Example{std::vector<int64_t>(static_cast<size_t>(length), a_),
-                   std::vector<int64_t>(static_cast<size_t>(length), b_)};
+                   std::vector<int64_t>(static_cast<size_t>(length), b_), {}, {}};
   }
   int64_t max_target_len(int64_t length) const override { return length; }
 

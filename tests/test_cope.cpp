@@ -177,9 +177,15 @@ TEST(CoPE, CountsClipAtPMax) {
     for (int64_t i = 0; i < 6; ++i)
       for (int64_t j = 0; j < 6; ++j) {
         const int64_t before = i - j + 1, after = j - i + 1;  // keys counted, each 1/2
-        if (j <= i && before / 2.0 >= p) EXPECT_DOUBLE_EQ(v[i * 6 + j], top) << enc << " " << i << j;
-        if (j <= i && before / 2.0 < p) EXPECT_LT(v[i * 6 + j], top) << enc << " " << i << j;
-        if (enc && j > i && after / 2.0 >= p) EXPECT_DOUBLE_EQ(v[i * 6 + j], bottom) << i << j;
+        if (j <= i && before / 2.0 >= p) {
+          EXPECT_DOUBLE_EQ(v[i * 6 + j], top) << enc << " " << i << j;
+        }
+        if (j <= i && before / 2.0 < p) {
+          EXPECT_LT(v[i * 6 + j], top) << enc << " " << i << j;
+        }
+        if (enc && j > i && after / 2.0 >= p) {
+          EXPECT_DOUBLE_EQ(v[i * 6 + j], bottom) << i << j;
+        }
       }
   }
 }
@@ -258,8 +264,9 @@ TEST(CoPE, MatchesNaiveReferenceAndCachedQueries) {
     for (int64_t bh = 0; bh < 6; ++bh)
       for (int64_t i = 0; i < Lq; ++i)
         for (int64_t j = 0; j < Lk; ++j)
-          if (kp[j] <= qp[i])
+          if (kp[j] <= qp[i]) {
             EXPECT_NEAR(got[(bh * Lq + i) * Lk + j], full[(bh * Lk + Lk - Lq + i) * Lk + j], 1e-13);
+          }
   }
 }
 

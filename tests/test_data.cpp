@@ -304,7 +304,7 @@ TEST(DataStream, PositionRestoreGivesIdenticalContinuation) {
 
 TEST(DataStream, DatasetEpochsArePermutations) {
   std::vector<Example> data;
-  for (int64_t i = 0; i < 13; ++i) data.push_back(Example{{5 + i}, {5 + i, 5 + i}});
+  for (int64_t i = 0; i < 13; ++i) data.push_back(Example{{5 + i}, {5 + i, 5 + i}, {}, {}});
   ExampleStream s(data, 3);
   const auto e0 = s.next_batch(13), e1 = s.next_batch(13);
   auto key = [](const std::vector<Example>& v) {
@@ -497,7 +497,7 @@ TEST(DataLm, ReadCorpusDirectoryAndDefault) {
 // ---------------------------------------------------------------- batching
 
 TEST(DataBatch, Seq2SeqPaddingAndMasks) {
-  const std::vector<Example> ex = {{{5, 6, 7}, {8}}, {{9}, {10, 11, 12, 13}}};
+  const std::vector<Example> ex = {{{5, 6, 7}, {8}, {}, {}}, {{9}, {10, 11, 12, 13}, {}, {}}};
   const auto b = make_seq2seq_batch(ex);
   ASSERT_EQ(b.B, 2);
   ASSERT_EQ(b.S, 4);
@@ -514,7 +514,7 @@ TEST(DataBatch, Seq2SeqPaddingAndMasks) {
 }
 
 TEST(DataBatch, DecoderOnlyLayout) {
-  const std::vector<Example> ex = {{{5, 6}, {7, 8, 9}}, {{10}, {}}};
+  const std::vector<Example> ex = {{{5, 6}, {7, 8, 9}, {}, {}}, {{10}, {}, {}, {}}};
   const auto b = make_decoder_batch(ex);
   ASSERT_EQ(b.B, 2);
   ASSERT_EQ(b.L, 7);

@@ -471,7 +471,7 @@ TEST_F(HardeningInput, DocsStateTheLayoutsTheCodeUses) {
                           std::to_string(data::Vocab::kSep);
   EXPECT_TRUE(contains(training, ids)) << "docs/training.md lacks: " << ids;
   // The decoder-only layout, with the position count the code uses.
-  const data::DecoderBatch b = data::make_decoder_batch({data::Example{{7, 8}, {9}}});
+  const data::DecoderBatch b = data::make_decoder_batch({data::Example{{7, 8}, {9}, {}, {}}});
   EXPECT_EQ(b.L, data::example_positions(2, 1, true));
   EXPECT_EQ(b.input, (std::vector<int64_t>{data::Vocab::kBos, 7, 8, data::Vocab::kSep, 9}));
   EXPECT_TRUE(contains(training, "`<bos>` source `<sep>` target")) << "decoder layout";

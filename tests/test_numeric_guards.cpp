@@ -117,7 +117,9 @@ class H5File {
     hid_t space = H5Dget_space(ds);
     const hssize_t n = H5Sget_simple_extent_npoints(space);
     std::vector<unsigned char> out(static_cast<size_t>(n) * H5Tget_size(mem_type));
-    if (n > 0) EXPECT_GE(H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0);
+    if (n > 0) {
+      EXPECT_GE(H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0);
+    }
     H5Sclose(space);
     H5Dclose(ds);
     return out;

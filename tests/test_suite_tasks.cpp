@@ -180,7 +180,9 @@ TEST(SuiteTasks, GeneratorsMatchTheReferencesAndAccountLengths) {
         ASSERT_LE(static_cast<int64_t>(ex.tgt.size()), t->max_target_len(L)) << name << " " << L;
         const std::string src = t->render(ex.src), tgt = t->render(ex.tgt);
         ASSERT_EQ(tgt, ref(src)) << name << ": " << src;
-        if (name == "compute_sqrt") ASSERT_EQ(static_cast<int64_t>(tgt.size()), (L + 1) / 2);
+        if (name == "compute_sqrt") {
+          ASSERT_EQ(static_cast<int64_t>(tgt.size()), (L + 1) / 2);
+        }
         if (name == "binary_addition" || name == "binary_multiplication") {
           const size_t op = src.find_first_of("+*");
           ASSERT_NE(from_le(src.substr(0, op)), 0u) << src;  // operands are >= 1

@@ -263,8 +263,8 @@ TEST(TaskPositions, DecoderBatchCarriesIds) {
   ASSERT_EQ(d.L, 6);
   EXPECT_EQ(d.pos, (std::vector<int64_t>{0, 3, 2, 4, 3, 2, 0, 9, 8, 9, 0, 0}));
   EXPECT_EQ(decoder_position_ids(a, 4), (std::vector<int64_t>{0, 3, 2, 4, 3, 2, 2, 2}));
-  EXPECT_TRUE(make_decoder_batch({Example{{5}, {7}}}).pos.empty());
-  EXPECT_THROW(make_decoder_batch({a, Example{{5}, {7}}}), DataError);  // mixed
+  EXPECT_TRUE(make_decoder_batch({Example{{5}, {7}, {}, {}}}).pos.empty());
+  EXPECT_THROW(make_decoder_batch({a, Example{{5}, {7}, {}, {}}}), DataError);  // mixed
   EXPECT_THROW(decoder_position_ids(Example{{5}, {7}, {0, 1}, {1}}, 1), DataError);  // short
 }
 

@@ -372,7 +372,7 @@ int cmd_generate(const std::vector<std::string>& a, std::istream& in, std::ostre
                     std::to_string(len + 1) + " tokens (eos included) exceeds " + max_pos_name + " " +
                     std::to_string(max_pos));
       if (limited) budget = std::min(budget, max_pos);
-      data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{src, {}}});
+      data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{src, {}, {}, {}}});
       g = models::greedy_decode(model, ids_tensor(b.src, b.B, b.S, dev),
                                 mask_tensor(b.src_mask, b.B, b.S, dev), budget);
     }

@@ -540,7 +540,7 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
     PELAB_CHECK(!limited || static_cast<int64_t>(src.size()) + 1 <= max_pos,
                 "plot-pe: the input needs ", src.size() + 1, " positions > ", max_pos_name, " ",
                 max_pos);
-    data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{src, {}}});
+    data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{src, {}, {}, {}}});
     Tensor s = ids_tensor(b.src, b.B, b.S, dev), sm = mask_tensor(b.src_mask, b.B, b.S, dev);
     int64_t budget = decode_budget(cfg, static_cast<int64_t>(src.size()));
     if (limited) budget = std::min<int64_t>(budget, max_pos - 1);
