@@ -45,11 +45,11 @@ class CoPE : public PositionalEncoding {
         heads_(s.heads), dh_(s.head_dim()) {
     PELAB_CHECK(p_max_ >= 1, "pe.cope_p_max: must be >= 1, got ", p_max_);
     PELAB_CHECK(s.layers >= 1, "cope: stack needs at least one layer, got ", s.layers);
-    rows_ = bidirectional_ ? 2 * p_max_ + 1 : p_max_ + 1;
+    const int64_t rows = bidirectional_ ? 2 * p_max_ + 1 : p_max_ + 1;
     LayerParams layers(s.layers);
     register_module("layers", layers.list());
     for (int64_t i = 0; i < s.layers; ++i) {
-      Tensor t = Tensor::empty({rows_, dh_}, s.dtype);
+      Tensor t = Tensor::empty({rows, dh_}, s.dtype);
       init::normal_(t, 0.0, 0.02, gen);
       emb_.push_back(layers.add(i, "pos_emb", t));
     }
@@ -137,7 +137,7 @@ class CoPE : public PositionalEncoding {
 
   int64_t p_max_;
   bool bidirectional_;
-  int64_t heads_, dh_, rows_ = 0;
+  int64_t heads_, dh_;
   std::vector<Tensor> emb_;  // per layer [rows, dh]
   std::deque<Consts> cache_;
 };
