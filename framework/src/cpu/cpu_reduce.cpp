@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend_checks.h"
@@ -171,21 +172,21 @@ void cumsum_impl(T* out, const T* in, int64_t outer, int64_t n, int64_t inner, b
       const int64_t o0 = b * kRows, rows = std::min(kRows, outer - o0);
       const T* x = in + o0 * n;
       T* y = out + o0 * n;
-      A acc[kRows] = {};
-      for (int64_t s = 0; s < n; ++s) {
-        const int64_t j = reverse ? n - 1 - s : s;
-        if (rows == kRows) {
-          for (int64_t r = 0; r < kRows; ++r) {
-            acc[r] += static_cast<A>(x[r * n + j]);
-            y[r * n + j] = static_cast<T>(acc[r]);
-          }
-        } else {
-          for (int64_t r = 0; r < rows; ++r) {
+      // `count` is a compile-time constant for whole groups, so their inner loop unrolls
+      auto run = [&](auto count) {
+        A acc[kRows] = {};
+        for (int64_t s = 0; s < n; ++s) {
+          const int64_t j = reverse ? n - 1 - s : s;
+          for (int64_t r = 0; r < count; ++r) {
             acc[r] += static_cast<A>(x[r * n + j]);
             y[r * n + j] = static_cast<T>(acc[r]);
           }
         }
-      }
+      };
+      if (rows == kRows)
+        run(std::integral_constant<int64_t, kRows>{});
+      else
+        run(rows);
     });
     return;
   }
