@@ -263,25 +263,30 @@ int64_t check_scatter_add(const View& acc, const View& src, const View& idx, int
                        inner, true);
 }
 
-void check_gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
-                       int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "gather_lerp";
+namespace {
+// in [outer, n_in, inner]; pos and `per_pos` (the output, or grad_out) [outer, n_idx, inner]; all
+// of in's dtype.
+void check_lerp_operands(const char* op, const View& per_pos, const char* per_pos_name,
+                         const View& in, const View& pos, int64_t outer, int64_t n_in,
+                         int64_t n_idx, int64_t inner) {
   check_rows(in, outer * n_in * inner, op, "input");
   check_rows(pos, outer * n_idx * inner, op, "positions");
-  check_rows(out, outer * n_idx * inner, op, "output");
+  check_rows(per_pos, outer * n_idx * inner, op, per_pos_name);
   check_dtype(pos, in.dtype, op, "positions");
-  check_dtype(out, in.dtype, op, "output");
+  check_dtype(per_pos, in.dtype, op, per_pos_name);
+}
+}  // namespace
+
+void check_gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
+                       int64_t n_in, int64_t n_idx, int64_t inner) {
+  check_lerp_operands("gather_lerp", out, "output", in, pos, outer, n_in, n_idx, inner);
 }
 
 void check_gather_lerp_backward(const View& grad_in, const View& grad_pos, const View& grad_out,
                                 const View& in, const View& pos, int64_t outer, int64_t n_in,
                                 int64_t n_idx, int64_t inner) {
   const char* op = "gather_lerp_backward";
-  check_rows(in, outer * n_in * inner, op, "input");
-  check_rows(pos, outer * n_idx * inner, op, "positions");
-  check_rows(grad_out, outer * n_idx * inner, op, "grad_out");
-  check_dtype(pos, in.dtype, op, "positions");
-  check_dtype(grad_out, in.dtype, op, "grad_out");
+  check_lerp_operands(op, grad_out, "grad_out", in, pos, outer, n_in, n_idx, inner);
   check_optional(grad_in, outer * n_in * inner, in.dtype, op, "grad_in");
   check_optional(grad_pos, outer * n_idx * inner, in.dtype, op, "grad_pos");
 }

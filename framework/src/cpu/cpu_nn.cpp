@@ -629,12 +629,19 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
 // ---------------- gather_lerp ----------------
 namespace {
 
+// Whether u is a valid position, in [0, hi] with hi = n_in - 1 (false for NaN). Branch-free (`&`
+// on the two comparisons), so the vectorised loops use it too.
+template <class T>
+inline bool lerp_position_ok(T u, T hi) {
+  return (u >= T(0)) & (u <= hi);
+}
+
 // Throws naming the first position of pos[0..count) outside [0, n_in - 1] (NaN included).
 template <class T>
 [[noreturn]] void lerp_position_error(const T* pos, int64_t count, int64_t n_in, const char* op) {
   const T hi = static_cast<T>(n_in - 1);
   for (int64_t k = 0; k < count; ++k)
-    if (!(pos[k] >= T(0) && pos[k] <= hi))
+    if (!lerp_position_ok(pos[k], hi))
       fail(op, ": position ", printf_number("%.17g", static_cast<double>(pos[k])),
            " at flat index ", k, " is out of range [0, ", n_in - 1,
            "] (positions index the gathered axis of size ", n_in, ")");
@@ -659,9 +666,10 @@ inline void lerp_at(T u, int64_t n_in, int64_t& k, int64_t& k1, T& w) {
 constexpr int64_t kLerpRowsInL1 = 1024;
 constexpr int64_t kLerpCopies = 4;  // summed below as (c0 + c1) + (c2 + c3)
 
+// Returns whether a position was out of range (its shares are left out, its grad_pos is 0).
 template <class T>
-void lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, int64_t outer,
-                        int64_t n_in, int64_t n_idx, bool parallel, bool& bad) {
+bool lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, int64_t outer,
+                        int64_t n_in, int64_t n_idx, bool parallel) {
   const T hi = static_cast<T>(n_in - 1);
   const int32_t last = static_cast<int32_t>(n_in - 1);
   bool any_bad = false;
@@ -685,7 +693,7 @@ void lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
 #pragma omp simd reduction(| : row_bad)
       for (int64_t j = 0; j < n_idx; ++j) {
         const T u = pr[j];
-        const bool ok = (u >= T(0)) & (u <= hi);
+        const bool ok = lerp_position_ok(u, hi);
         row_bad |= !ok;
         const T uc = cpu::sel(ok, u, T(0));
         const int32_t k = static_cast<int32_t>(uc);  // truncation = floor for u >= 0
@@ -713,7 +721,7 @@ void lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
       any_bad = any_bad || row_bad != 0;
     }
   }
-  bad = bad || any_bad;
+  return any_bad;
 }
 
 }  // namespace
@@ -750,7 +758,7 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
 #pragma omp simd reduction(| : row_bad)
         for (int64_t j = j0; j < j1; ++j) {
           const T u = pr[j];
-          const bool ok = (u >= T(0)) & (u <= hi);
+          const bool ok = lerp_position_ok(u, hi);
           row_bad |= !ok;
           const T uc = cpu::sel(ok, u, T(0));
           const int32_t k = static_cast<int32_t>(uc);  // truncation = floor for u >= 0
@@ -766,7 +774,7 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
         const int64_t e0 = (o * n_idx + j) * inner;
         for (int64_t i = 0; i < inner; ++i) {
           const T u = ps[e0 + i];
-          if (!(u >= T(0) && u <= hi)) {
+          if (!lerp_position_ok(u, hi)) {
             bad = true;
             dst[e0 + i] = T(0);
             continue;
@@ -804,12 +812,12 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
     T* gp = static_cast<T*>(grad_pos.data);
     if (total > 0 && n_in == 0) lerp_position_error(ps, total, n_in, op);  // no row to read
     const T hi = static_cast<T>(n_in - 1);
-    bool bad = false;
     if (inner == 1 && n_in <= kLerpRowsInL1) {
-      lerp_backward_rows(gi, gp, go, src, ps, outer, n_in, n_idx, total > kParallelGrain, bad);
-      if (bad) lerp_position_error(ps, total, n_in, op);
+      if (lerp_backward_rows(gi, gp, go, src, ps, outer, n_in, n_idx, total > kParallelGrain))
+        lerp_position_error(ps, total, n_in, op);
       return;
     }
+    bool bad = false;
 #pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
     for (int64_t t = 0; t < outer * nc; ++t) {
       const int64_t o = t / nc, i0 = (t % nc) * cw, i1 = std::min(inner, i0 + cw);
@@ -822,7 +830,7 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
         const int64_t e0 = (o * n_idx + j) * inner;
         for (int64_t i = i0; i < i1; ++i) {
           const T u = ps[e0 + i], g = go[e0 + i];
-          if (!(u >= T(0) && u <= hi)) {
+          if (!lerp_position_ok(u, hi)) {
             bad = true;
             if (gp) gp[e0 + i] = T(0);
             continue;
