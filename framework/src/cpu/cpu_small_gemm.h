@@ -189,13 +189,19 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
 // With the 512-bit kernel (Intel Xeon, AVX-512, against OpenBLAS's Cooperlake kernels, 1 thread) it
 // also takes the weight gradients of small models, a transposed A with M <= 256, N <= 64,
 // K <= 256 (dYᵀ·X over 256 tokens: 0.79x at d 64, 0.92x for d_ff 256); at K = 1024 or N = 256 it
-// was level or slower (0.97-1.8x) and those stay with OpenBLAS.
+// was level or slower (0.97-1.8x) and those stay with OpenBLAS. It also takes the weight gradients
+// of outputs and inputs <= 128 wide over <= 1024 rows (the reference config's d 128 projections:
+// 128 x 128 x 1024 in 0.87x OpenBLAS's time, its 2-thread halves 64 x 128 x 1024 0.86x, 32 x 128
+// x 1024 0.67x; B, K x N, stays within L2); at M or N = 256 (1.07-1.12x), 512 (1.6-1.7x) or
+// K = 2048 (1.3x) OpenBLAS keeps them.
 inline bool small_gemm_fits(bool ta, int64_t M, int64_t N, int64_t K) {
   if (M < 1 || N < 1 || K < 1) return false;
   return (M <= kSmallDim && N <= kSmallDim && K <= kSmallDim) || (N <= kThinDim && !ta) ||
          (K <= kThinDim && N <= 2 * kThinDim) ||
          (kSmallWideBytes == 64 && ta && N <= kThinDim && M <= 4 * kThinDim &&
-          K <= 4 * kThinDim);
+          K <= 4 * kThinDim) ||
+         (kSmallWideBytes == 64 && ta && N <= 2 * kThinDim && M <= 2 * kThinDim &&
+          K <= 16 * kThinDim);
 }
 
 }  // namespace pelab::cpu
