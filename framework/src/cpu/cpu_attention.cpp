@@ -457,10 +457,19 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
     const int64_t ldq = Q.ld, ldgo = GO.ld, ldgq = GQ.ld, ldgk = GK.ld, ldgv = GV.ld;
     T* gk_bh = GK.at(bh, H);
     T* gv_bh = GV.at(bh, H);
-    for (int64_t j = 0; j < Lk; ++j) {  // blocks add their shares of the keys they see
-      std::fill(gk_bh + j * ldgk, gk_bh + j * ldgk + dh, T(0));
-      std::fill(gv_bh + j * ldgv, gv_bh + j * ldgv + dh, T(0));
-    }
+    // Blocks add their shares of the keys they see; a key's first share is written (beta 0)
+    // instead of added to a zero fill: keys [0, written) hold a share, the rest are zeroed at the
+    // end. (Zeroing each head's rows first cost 0.5 % of the reference step in memset calls.)
+    int64_t written = 0;
+    // C[0, n) of a key gradient (+)= alpha · A_blkᵀ B_blk, rows [0, written) added, the rest written
+    auto add_keys = [&](int64_t n, int64_t rows, T alpha, const T* A, int64_t lda, const T* Bm,
+                        int64_t ldb, T* C, int64_t ldc) {
+      const int64_t old = std::min(written, n);
+      if (old > 0) cpu::small_gemm<T>(true, false, old, dh, rows, alpha, A, lda, Bm, ldb, T(1), C, ldc);
+      if (n > old)
+        cpu::small_gemm<T>(true, false, n - old, dh, rows, alpha, A + old, lda, Bm, ldb, T(0),
+                           C + old * ldc, ldc);
+    };
     T* grk_bh = GRK ? GRK + bh * R * dh : nullptr;
     T* grv_bh = GRV ? GRV + bh * R * dh : nullptr;
     if (grk_bh) std::fill(grk_bh, grk_bh + R * dh, T(0));
@@ -505,15 +514,15 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
           std::fill(gsr + n, gsr + Lk, T(0));
         }
       }
-      cpu::small_gemm<T>(true, false, n, dh, rows, T(1), P, Lk, go_blk, ldgo, T(1), gv_bh, ldgv);
+      add_keys(n, rows, T(1), P, Lk, go_blk, ldgo, gv_bh, ldgv);
       if (grv_bh) {  // d values[b] += Σ_i w[i, b] dO_i, w the bin weights of P
         bin_block<T>(w, P, rows, n, Lk, R, rel.runs, i0);
         cpu::small_gemm<T>(true, false, R, dh, rows, T(1), w, R, go_blk, ldgo, T(1), grv_bh, dh);
       }
       T* gq_blk = GQ.at(bh, H) + i0 * ldgq;
       kn.gemm(rows, dh, n, scale, dS, Lk, T(0), gq_blk, ldgq);
-      cpu::small_gemm<T>(true, false, n, dh, rows, scale, dS, Lk, q_bh + i0 * ldq, ldq, T(1), gk_bh,
-                         ldgk);
+      add_keys(n, rows, scale, dS, Lk, q_bh + i0 * ldq, ldq, gk_bh, ldgk);
+      written = std::max(written, n);
       if (rel.keys) {  // u = the bins of dS: dq += scale · u keys, d keys += scale · uᵀ q
         bin_block<T>(w, dS, rows, n, Lk, R, rel.runs, i0);
         cpu::small_gemm<T>(false, false, rows, dh, R, scale, w, R, rel.keys_of(h), dh, T(1), gq_blk,
@@ -522,6 +531,10 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
           cpu::small_gemm<T>(true, false, R, dh, rows, scale, w, R, q_bh + i0 * ldq, ldq, T(1),
                              grk_bh, dh);
       }
+    }
+    for (int64_t j = written; j < Lk; ++j) {  // keys no query sees (a causal block's future)
+      std::fill(gk_bh + j * ldgk, gk_bh + j * ldgk + dh, T(0));
+      std::fill(gv_bh + j * ldgv, gv_bh + j * ldgv + dh, T(0));
     }
   }
 }
