@@ -708,6 +708,9 @@ TEST(CpuBackendBlas, GemmTransposesAndBatchStridesMatchNaive) {
       check_gemm<double>(DType::Float64, ta, tb, 25, 37, 20, 2, false, false, 1e-12);
       check_gemm<float>(DType::Float32, ta, tb, 203, 64, 130, 1, false, false, 1e-4);
       check_gemm<double>(DType::Float64, ta, tb, 256, 33, 256, 1, false, false, 1e-12);
+      // and the wider weight gradients (transposed A, M and N <= 128, K <= 1024), with a row
+      // tail and a partial column tile
+      check_gemm<float>(DType::Float32, ta, tb, 127, 113, 1000, 1, false, false, 1e-4);
     }
   // A small output with a long K is cut along K across threads (3 threads: uneven chunks), with
   // beta applied once; the result must not depend on that split beyond rounding.

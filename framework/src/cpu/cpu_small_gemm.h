@@ -10,12 +10,13 @@
 // each reused from L1 across the column tiles. k runs in order, so results are deterministic. Two
 // widths: 6 x 16 floats of 256-bit vectors, and, in AVX-512 builds, 12 x 32 of 512-bit ones for
 // products at least 32 columns wide (1.5-2x the 256-bit kernel on an AVX-512 Xeon, level with
-// OpenBLAS's Cooperlake kernels at 256 x 64 x 64 .. 256 x 64 x 256; the fused attention's blocks,
-// whose N is the head dim or a short length, keep the 256-bit kernel).
+// OpenBLAS's Cooperlake kernels at 256 x 64 x 64 .. 256 x 64 x 256; the fused attention's blocks
+// take the same width by the same rule: 512-bit for panels of at least 32 columns).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace pelab::cpu {
@@ -97,6 +98,40 @@ inline void small_row_block(int64_t N, int64_t K, const T* A, int64_t lda, bool 
                         C, ldc);
 }
 
+#ifdef __AVX512F__
+// dst[k * ldd + j] = src[j * lds + k] for a 16 x 16 block of floats, in registers: four rounds of
+// two-source shuffles, round w swapping the off-diagonal w x w blocks of each 2w x 2w block (GCC
+// vector extensions; intrinsics' _mm512_undefined operands trip -Wuninitialized in GCC 12). The
+// scalar strip copy took ~2x as long for a 32 x 32 head's kᵀ (128 heads: 25 -> 12 us).
+inline void transpose_16x16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  typedef float V __attribute__((vector_size(64)));
+  typedef int I __attribute__((vector_size(64)));
+  const I lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+  const I hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+  const I lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+  const I hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+  const I lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+  const I hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+  const I lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+  const I hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+  V r[16];
+  for (int i = 0; i < 16; ++i) std::memcpy(&r[i], src + i * lds, sizeof(V));
+  auto round = [&r](int w, const I& lo, const I& hi) {
+    for (int i = 0; i < 16; ++i)
+      if ((i & w) == 0) {
+        const V a = r[i], b = r[i + w];
+        r[i] = __builtin_shuffle(a, b, lo);
+        r[i + w] = __builtin_shuffle(a, b, hi);
+      }
+  };
+  round(1, lo1, hi1);
+  round(2, lo2, hi2);
+  round(4, lo4, hi4);
+  round(8, lo8, hi8);
+  for (int i = 0; i < 16; ++i) std::memcpy(dst + i * ldd, &r[i], sizeof(V));
+}
+#endif
+
 // op(B) [K, N] as the micro-kernel reads it: a zero-padded [K, Np] panel (Np = N rounded up to whole
 // tiles) written to `panel` (at least small_panel_size(N, K) elements). Returns Np, the row stride.
 template <class T, int BYTES = 32>
@@ -107,11 +142,20 @@ int64_t small_panel_size(int64_t N, int64_t K) {
 template <class T, int BYTES = 32>
 int64_t pack_b(bool tb, int64_t N, int64_t K, const T* B, int64_t ldb, T* panel) {
   constexpr int NR = SmallGemmTraits<T, BYTES>::NR;
+  // the transposing copy goes by strips of 256-bit tiles' width whatever the kernel's: at 512-bit
+  // strips it took twice as long (32 x 32 floats: 0.38 against 0.20 us on the AVX-512 Xeon)
+  constexpr int SW = SmallGemmTraits<T, 32>::NR;
   const int64_t np = (N + NR - 1) / NR * NR;
-  if (tb) {  // B stored [N, K]: one NR-column strip at a time, its source rows L1-resident
-    for (int64_t j0 = 0; j0 < N; j0 += NR) {
-      const int64_t nj = std::min<int64_t>(NR, N - j0);
-      for (int64_t k = 0; k < K; ++k)
+  if (tb) {  // B stored [N, K]: one SW-column strip at a time, its source rows L1-resident
+    for (int64_t j0 = 0; j0 < N; j0 += SW) {
+      const int64_t nj = std::min<int64_t>(SW, N - j0);
+      int64_t k = 0;
+#ifdef __AVX512F__
+      if constexpr (std::is_same<T, float>::value)
+        if (nj == 16)
+          for (; k + 16 <= K; k += 16) transpose_16x16(B + j0 * ldb + k, ldb, panel + k * np + j0, np);
+#endif
+      for (; k < K; ++k)
         for (int64_t j = 0; j < nj; ++j) panel[k * np + j0 + j] = B[(j0 + j) * ldb + k];
     }
   } else {
@@ -186,13 +230,19 @@ void small_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
 // With the 512-bit kernel (Intel Xeon, AVX-512, against OpenBLAS's Cooperlake kernels, 1 thread) it
 // also takes the weight gradients of small models, a transposed A with M <= 256, N <= 64,
 // K <= 256 (dYᵀ·X over 256 tokens: 0.79x at d 64, 0.92x for d_ff 256); at K = 1024 or N = 256 it
-// was level or slower (0.97-1.8x) and those stay with OpenBLAS.
+// was level or slower (0.97-1.8x) and those stay with OpenBLAS. It also takes the weight gradients
+// of outputs and inputs <= 128 wide over <= 1024 rows (the reference config's d 128 projections:
+// 128 x 128 x 1024 in 0.87x OpenBLAS's time, its 2-thread halves 64 x 128 x 1024 0.86x, 32 x 128
+// x 1024 0.67x; B, K x N, stays within L2); at M or N = 256 (1.07-1.12x), 512 (1.6-1.7x) or
+// K = 2048 (1.3x) OpenBLAS keeps them.
 inline bool small_gemm_fits(bool ta, int64_t M, int64_t N, int64_t K) {
   if (M < 1 || N < 1 || K < 1) return false;
   return (M <= kSmallDim && N <= kSmallDim && K <= kSmallDim) || (N <= kThinDim && !ta) ||
          (K <= kThinDim && N <= 2 * kThinDim) ||
          (kSmallWideBytes == 64 && ta && N <= kThinDim && M <= 4 * kThinDim &&
-          K <= 4 * kThinDim);
+          K <= 4 * kThinDim) ||
+         (kSmallWideBytes == 64 && ta && N <= 2 * kThinDim && M <= 2 * kThinDim &&
+          K <= 16 * kThinDim);
 }
 
 }  // namespace pelab::cpu
