@@ -6,6 +6,7 @@
 // into leaf.grad (accumulating across calls until zeroed), and then releases every node it ran:
 // its closure (and thus its saved tensors) is freed, and a second backward through it throws.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +33,10 @@ struct Node {
   std::vector<DType> input_dtypes;
   BackwardFn backward;
   bool released = false;
+  // run_backward's bookkeeping, valid during the walk that last set `walk` (no hash maps per call):
+  uint64_t walk = 0;  // the walk that reached this node
+  int pending = 0;    // gradients still to arrive from nodes of that walk
+  Tensor grad;        // their sum so far
 };
 
 // Grad mode (thread-local). Off inside NoGradGuard and during backward().
