@@ -15,25 +15,28 @@ thread_local bool g_grad_enabled = true;
 bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 
-bool needs_grad(const std::vector<Tensor>& inputs) {
+bool needs_grad(const Tensor* inputs, size_t n) {
   if (!g_grad_enabled) return false;
-  for (const auto& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
+  for (size_t i = 0; i < n; ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) return true;
   return false;
 }
 
-Tensor record(const char* op, const std::vector<Tensor>& inputs, Tensor output, BackwardFn backward) {
-  if (!needs_grad(inputs)) return output;
-  for (const auto& t : inputs) {
-    if (t.defined() && t.impl() == output.impl()) {  // never re-parent an input: alias it
+Tensor record(const char* op, const Tensor* inputs, size_t n, Tensor output, BackwardFn backward) {
+  if (!needs_grad(inputs, n)) return output;
+  for (const Tensor* t = inputs; t != inputs + n; ++t) {
+    if (t->defined() && t->impl() == output.impl()) {  // never re-parent an input: alias it
       output = output.detach();
       break;
     }
   }
   auto node = std::make_shared<Node>();
   node->name = op;
-  node->edges.reserve(inputs.size());
-  for (const auto& t : inputs) {
+  node->edges.reserve(n);
+  node->input_shapes.reserve(n);
+  node->input_dtypes.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& t = inputs[i];
     Edge e;
     if (t.defined() && t.requires_grad()) {
       if (t.grad_fn())
