@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "pelab/ops.h"
@@ -20,6 +22,10 @@ std::atomic<long> g_regions{0};
 extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) {
   using Real = void (*)(void (*)(void*), void*, unsigned, unsigned);
   static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "GOMP_parallel"));
+  if (!real) {
+    std::fprintf(stderr, "test_cpu_regions: libgomp's GOMP_parallel not found (dlsym: %s)\n", dlerror());
+    std::abort();
+  }
   ++g_regions;
   real(fn, data, num_threads, flags);
 }
