@@ -2,6 +2,7 @@
 // seed rules, requires_grad propagation and detach.
 #include <gtest/gtest.h>
 
+#include "pelab/autograd.h"
 #include "pelab/pelab.h"
 
 namespace {
@@ -84,6 +85,24 @@ TEST(Autograd, SecondBackwardThroughFreedGraphThrows) {
   // a fresh graph from the same leaf works again
   sum(exp(x)).backward();
   expect_near(x.grad().to_vector(), {2 * std::exp(1.0), 2 * std::exp(2.0)});
+}
+
+// The walk keeps its per-node counts and gradient sums on the nodes: a backward that throws
+// half-way leaves none behind, and a later walk through a node it reached starts from zero.
+TEST(Autograd, ThrowingBackwardLeavesNoPartialSumsOnTheNodes) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor a = mul_scalar(x, 3.0);  // reached by both walks, run by neither the first
+  Tensor boom = record("boom", {a}, a.detach().clone(), [](const Tensor&) -> std::vector<Tensor> {
+    throw Error("boom: backward fails");
+  });
+  // Kahn's order runs sum(a) before the failing node, so a already holds one gradient.
+  Tensor root = add(sum(boom), sum(a));
+  EXPECT_THROW(root.backward(), Error);
+  EXPECT_FALSE(a.grad_fn()->grad.defined());
+  EXPECT_FALSE(a.grad_fn()->released);
+  EXPECT_FALSE(x.grad().defined());
+  sum(a).backward();  // a's node again, from a new root
+  expect_near(x.grad().to_vector(), {3, 3});
 }
 
 TEST(Autograd, NonScalarBackwardNeedsAGradient) {

@@ -12,6 +12,7 @@
 
 #include "tests/pe_test_util.h"
 #include "models/pe/pe.h"
+#include "pelab/autograd.h"
 #include "pelab/pelab.h"
 #include "train/config.h"
 
@@ -30,6 +31,7 @@ std::shared_ptr<PositionalEncoding> build(const PEConfig& cfg, const StackInfo& 
   return make_pe(cfg, s, g);
 }
 
+using pelab::testing::iota;
 using pelab::testing::site_of;
 
 // Writes v into a float64 parameter (row-major).
@@ -220,6 +222,134 @@ TEST(NewSchemesFire, FixedThresholdAndAbsoluteC) {
       pe->score_term(Tensor::zeros({1, 1, 1, 2}, DType::Float64), site_of(AttnKind::DecoderSelf, qp, kp, true))
           .to_vector();
   EXPECT_NEAR(b[0], 3.0 * std::log1p(0.5 * 3) / (std::log1p(0.5 * 4) + 1e-6), 1e-12);
+}
+
+// The rows of the MLP's input: its first linear's input rows, read from the autograd graph.
+static int64_t fire_mlp_rows(const Tensor& bias) {
+  std::vector<Node*> stack{bias.grad_fn().get()};
+  std::set<Node*> seen;
+  int64_t rows = -1;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    if (n->name == "linear" && n->input_shapes[0].back() == 1) rows = n->input_shapes[0][0];
+    for (const Edge& e : n->edges) stack.push_back(e.fn.get());
+  }
+  return rows;
+}
+
+// Where every row shares the normaliser (L above every position, or one query) the MLP runs once
+// per distinct distance; where rows differ, once per (i, j).
+TEST(NewSchemesFire, MlpRunsOncePerDistinctDistanceWhenRowsShareTheNormaliser) {
+  PEConfig cfg;
+  cfg.scheme = "fire";
+  cfg.set("fire_threshold", 4.0);
+  auto pe = build(cfg, stack(4, 2));
+  const std::vector<int64_t> pos = iota(6), q1 = {5};
+  const Tensor q = Tensor::zeros({1, 2, 6, 2}, DType::Float64);
+  for (bool causal : {true, false}) {
+    const AttnKind kind = causal ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
+    set_param(*pe, "threshold_scale", {2.0});  // L = 8 > 5: shared, distances 0..5
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), 6) << causal;
+    set_param(*pe, "threshold_scale", {1.0});  // L = 4 < 5: rows 4 and 5 differ
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), 36) << causal;
+    // One query at 5 > L: its own normaliser, still one row.
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, q1, pos, causal))), 6) << causal;
+  }
+}
+
+// Both paths against the formula, values and gradients (central differences, float64): shared
+// and per-row normalisers, learned and fixed threshold, one query above L, and L exactly at the
+// largest position (max's tie goes to L: L gets the gradient, the one-sided derivative from above).
+TEST(NewSchemesFire, SharedAndPerRowNormalisersMatchTheFormulaAndGradients) {
+  struct Case {
+    const char* label;
+    bool learn;
+    double lambda;  // threshold_scale (learned) ; L = |lambda| * 4
+    std::vector<int64_t> qp;
+    bool causal;
+  };
+  const std::vector<int64_t> kp = iota(6);
+  const std::vector<Case> cases = {
+      {"shared, learned", true, -2.0, iota(6), true},
+      {"per row, learned", true, 0.8, iota(6), true},
+      {"per row, learned, enc", true, 0.8, iota(6), false},
+      {"one query above L", true, 0.5, {5}, false},
+      {"tie L = max p", true, 1.25, iota(6), true},
+      {"shared, fixed", false, 2.0, iota(6), false},
+      {"per row, fixed", false, 0.8, iota(6), true},
+  };
+  const int64_t H = 2, W = 3;
+  for (const Case& k : cases) {
+    PEConfig cfg;
+    cfg.scheme = "fire";
+    cfg.set("fire_mlp_width", W);
+    cfg.set("fire_learn_threshold", k.learn);
+    cfg.set("fire_threshold", k.learn ? 4.0 : 4.0 * k.lambda);
+    auto pe = build(cfg, stack(4, H));
+    set_param(*pe, "w1", {0.7, -1.1, 0.4});
+    set_param(*pe, "b1", {0.2, 0.9, -0.1});
+    set_param(*pe, "w2", {1.0, -0.5, 0.3, 0.6, 0.8, -1.2});
+    set_param(*pe, "b2", {0.05, -0.3});
+    set_param(*pe, "c", {-0.7});
+    if (k.learn) set_param(*pe, "threshold_scale", {k.lambda});
+    const int64_t Lq = static_cast<int64_t>(k.qp.size()), Lk = 6;
+    const AttnSite site = site_of(k.causal ? AttnKind::DecoderSelf : AttnKind::EncoderSelf, k.qp, kp, k.causal);
+    const Tensor q = Tensor::zeros({1, H, Lq, 2}, DType::Float64);
+    // The formula, from the parameters' current values.
+    auto formula = [&] {
+      auto v = [&](const char* n) { return pe->parameter(n).to_vector(); };
+      const auto w1 = v("w1"), b1 = v("b1"), w2 = v("w2"), b2 = v("b2");
+      const double c = std::abs(v("c")[0]);
+      const double L = k.learn ? std::abs(v("threshold_scale")[0]) * 4.0 : 4.0 * k.lambda;
+      std::vector<double> out(H * Lq * Lk);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Lq; ++i)
+          for (int64_t j = 0; j < Lk; ++j) {
+            const double pi = static_cast<double>(k.qp[i]), pj = static_cast<double>(kp[j]);
+            if (k.causal && pj > pi) continue;
+            const double x = std::log1p(c * std::abs(pi - pj)) / (std::log1p(c * std::max(L, pi)) + 1e-6);
+            double f = b2[h];
+            for (int64_t w = 0; w < W; ++w) f += w2[h * W + w] * std::max(w1[w] * x + b1[w], 0.0);
+            out[(h * Lq + i) * Lk + j] = f;
+          }
+      return out;
+    };
+    std::vector<double> weights(H * Lq * Lk);
+    for (size_t e = 0; e < weights.size(); ++e) weights[e] = std::sin(1.0 + 0.37 * e);
+    auto loss_of = [&](const std::vector<double>& b) {
+      double s = 0;
+      for (size_t e = 0; e < b.size(); ++e) s += weights[e] * b[e];
+      return s;
+    };
+    Tensor bias = pe->score_term(q, site);
+    const std::vector<double> got = bias.to_vector(), want = formula();
+    ASSERT_EQ(got.size(), want.size()) << k.label;
+    for (size_t e = 0; e < got.size(); ++e) EXPECT_NEAR(got[e], want[e], 1e-12) << k.label << " " << e;
+    for (auto np : pe->named_parameters()) np.second.zero_grad();
+    sum(mul(bias, Tensor::from_vector(weights, bias.shape(), DType::Float64))).backward();
+    const bool tie = std::string(k.label).rfind("tie", 0) == 0;
+    for (const auto& np : pe->named_parameters()) {
+      Tensor p = np.second;
+      ASSERT_TRUE(p.grad().defined()) << k.label << " " << np.first;  // 0 where L is below
+      const std::vector<double> g = p.grad().to_vector();
+      for (int64_t e = 0; e < p.numel(); ++e) {
+        const double orig = p.data<double>()[e], eps = 1e-6;
+        const bool one_sided = tie && np.first == "threshold_scale";
+        p.data<double>()[e] = orig + eps;
+        const double fp = loss_of(formula());
+        p.data<double>()[e] = one_sided ? orig : orig - eps;
+        const double fm = loss_of(formula());
+        p.data<double>()[e] = orig;
+        const double numeric = (fp - fm) / (one_sided ? eps : 2 * eps);
+        EXPECT_NEAR(g[e], numeric, 1e-5 * (1 + std::abs(numeric))) << k.label << " " << np.first << "[" << e << "]";
+        if (one_sided) {
+          EXPECT_NE(g[e], 0.0) << k.label << ": the tie's gradient goes to L";
+        }
+      }
+    }
+  }
 }
 
 TEST(NewSchemesFire, BadKeysAreOneErrorNamingTheKey) {

@@ -17,7 +17,10 @@
 // [layers, H], "c" [layers], "threshold_scale" [layers] (λ, only with pe.fire_learn_threshold).
 // Init: W1, b1 ~ U(−1, 1) and W2, b2 ~ U(−1/√W, 1/√W) (PyTorch's nn.Linear default, which the
 // reference code uses). Positions are the site's absolute positions; the distance, query-position
-// and mask tables are built on the host per site and cached.
+// and mask tables are built on the host per site and cached. Where every row shares the normaliser
+// (the usual case: L above every position) the MLP runs on the distinct distances only and the
+// [H, Lq, Lk] bias is gathered from its output; otherwise on every (i, j).
+#include <algorithm>
 #include <cmath>
 
 #include "models/pe/pe.h"
@@ -71,26 +74,43 @@ class FirePE : public PositionalEncoding {
     auto row = [&](const Tensor& p, const Shape& shape) {
       return reshape(slice(p, 0, l, l + 1), shape);
     };
-    const Tensor c = abs_of(row(c_, {1, 1}));
+    const Tensor c = abs_of(slice(c_, 0, l, l + 1));  // |c| [1]
     auto psi = [&](const Tensor& x) { return log(add_scalar(mul(c, x), 1.0)); };
-    // max(L, p_i) [Lq, 1]: with a learnable threshold the max is taken on tensors (its gradient
-    // goes to L where L is the larger), else on the host.
-    const Tensor norm = lambda_.defined()
-                            ? maximum(mul_scalar(abs_of(row(lambda_, {1, 1})), threshold_), t.q_pos)
-                            : t.q_norm;
-    const Tensor x = div(psi(t.d), add_scalar(psi(norm), kFireEps));  // [Lq, Lk]
-    const Tensor h = relu(linear(reshape(x, {Lq * Lk, 1}), row(w1_, {width_, 1}), row(b1_, {width_})));
-    const Tensor f = linear(h, row(w2_, {heads_, width_}), row(b2_, {heads_}));  // [Lq·Lk, H]
-    Tensor bias = reshape(transpose(f, 0, 1).contiguous(), {1, heads_, Lq, Lk});
+    // The normaliser max(L, p_i): with a learnable threshold the max is taken on tensors (its
+    // gradient goes to L where L is the larger, ties included), else on the host. It is one value
+    // for every row when L >= every p_i or all p_i are equal (always so for one query): then x,
+    // and so f_θ(x), depends on the distance alone and the MLP runs once per distinct distance
+    // (t.u: L of them for L consecutive positions, against L² pairs), the bias being a gather of
+    // its output. A learned L is read on the host for this choice (one scalar per site).
+    Tensor norm;  // [1] when shared by every row, else [Lq, 1]
+    if (lambda_.defined()) {
+      const Tensor L = mul_scalar(abs_of(slice(lambda_, 0, l, l + 1)), threshold_);  // [1]
+      const double L_host = L.item();  // as computed, so the choice matches the max below
+      norm = L_host >= t.p_max ? L : maximum(L, t.all_equal ? t.p_max_t : t.q_pos);
+    } else {
+      norm = threshold_ >= t.p_max || t.all_equal ? t.n_shared : t.q_norm;
+    }
+    const bool shared = norm.dim() == 1;
+    const Tensor x = div(psi(shared ? t.u : t.d), add_scalar(psi(norm), kFireEps));  // [U or Lq, 1 or Lk]
+    const int64_t n = x.numel();
+    const Tensor h = relu(linear(reshape(x, {n, 1}), row(w1_, {width_, 1}), row(b1_, {width_})));
+    const Tensor f = transpose(linear(h, row(w2_, {heads_, width_}), row(b2_, {heads_})), 0, 1);  // [H, n]
+    Tensor bias = reshape(shared ? index_select(f, 1, t.index) : f.contiguous(), {1, heads_, Lq, Lk});
     return t.mask.defined() ? mul(bias, t.mask) : bias;
   }
 
  private:
   struct Tables {
-    Tensor d;       // [Lq, Lk] distances
-    Tensor q_pos;   // [Lq, 1] p_i
-    Tensor q_norm;  // [Lq, 1] max(L, p_i) (fixed threshold only)
-    Tensor mask;    // [Lq, Lk] 1 for p_j <= p_i (causal sites only)
+    Tensor d;         // [Lq, Lk] distances
+    Tensor u;         // [U, 1] the distinct distances, ascending
+    Tensor index;     // Int64 [Lq·Lk]: d[i, j] = u[index[i·Lk + j]]
+    Tensor q_pos;     // [Lq, 1] p_i
+    Tensor q_norm;    // [Lq, 1] max(L, p_i) (fixed threshold only)
+    Tensor n_shared;  // [1] max(L, max_i p_i) (fixed threshold only)
+    Tensor p_max_t;   // [1] max_i p_i (learned threshold, all p_i equal)
+    double p_max = 0;
+    bool all_equal = true;  // every p_i the same
+    Tensor mask;      // [Lq, Lk] 1 for p_j <= p_i (causal sites only)
   };
 
   const Tables& tables(const std::vector<int64_t>& qp, const std::vector<int64_t>& kp, bool causal,
@@ -104,8 +124,20 @@ class FirePE : public PositionalEncoding {
       n[i] = std::max(threshold_, p[i]);
       for (int64_t j = 0; j < Lk; ++j) m[i * Lk + j] = kp[j] <= qp[i] ? 1.0 : 0.0;
     }
+    std::vector<double> u = d;
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    std::vector<int64_t> index(d.size());
+    for (size_t e = 0; e < d.size(); ++e)
+      index[e] = std::lower_bound(u.begin(), u.end(), d[e]) - u.begin();
     Tables t;
+    t.p_max = p.empty() ? 0.0 : *std::max_element(p.begin(), p.end());
+    for (double v : p) t.all_equal = t.all_equal && v == t.p_max;
     t.d = Tensor::from_vector(d, {Lq, Lk}, dt, dev);
+    t.u = Tensor::from_vector(u, {static_cast<int64_t>(u.size()), 1}, dt, dev);
+    t.index = Tensor::from_ints(index, {Lq * Lk}, dev);
+    t.n_shared = Tensor::from_vector({std::max(threshold_, t.p_max)}, {1}, dt, dev);
+    t.p_max_t = Tensor::from_vector({t.p_max}, {1}, dt, dev);
     t.q_pos = Tensor::from_vector(p, {Lq, 1}, dt, dev);
     t.q_norm = Tensor::from_vector(n, {Lq, 1}, dt, dev);
     if (causal) t.mask = Tensor::from_vector(m, {Lq, Lk}, dt, dev);

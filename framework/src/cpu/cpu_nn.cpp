@@ -189,8 +189,12 @@ void for_rows_cols(int64_t outer, int64_t n, int64_t inner, F f) {
 // ---------------- index checks ----------------
 void cpu::check_indices(const int64_t* idx, int64_t count, int64_t limit, const char* op) {
   bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (count > kParallelGrain)
-  for (int64_t k = 0; k < count; ++k) bad = bad || idx[k] < 0 || idx[k] >= limit;
+  if (count > kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static) reduction(|| : bad)
+    for (int64_t k = 0; k < count; ++k) bad = bad || idx[k] < 0 || idx[k] >= limit;
+  } else {  // no region for small work (cpu::parallel_for)
+    for (int64_t k = 0; k < count; ++k) bad = bad || idx[k] < 0 || idx[k] >= limit;
+  }
   if (!bad) return;
   for (int64_t k = 0; k < count; ++k)
     PELAB_CHECK(idx[k] >= 0 && idx[k] < limit, op, ": index ", idx[k], " at position ", k,
@@ -507,8 +511,7 @@ void CpuBackend::index_select(const View& out, const View& in, const View& idx, 
     T* dst = static_cast<T*>(out.data);
     // Tasks are (slice o, chunk of indices); inner == 1 (selecting along the last axis, e.g. T5's
     // bias table) is a plain indexed copy without per-element index arithmetic.
-#pragma omp parallel for schedule(static) if (outer * n_idx * inner > kParallelGrain)
-    for (int64_t t = 0; t < outer * nj; ++t) {
+    cpu::parallel_for(outer * nj, outer * n_idx * inner > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
       const T* sb = src + o * n_in * inner;
       T* db = dst + o * n_idx * inner;
@@ -518,7 +521,7 @@ void CpuBackend::index_select(const View& out, const View& in, const View& idx, 
         for (int64_t j = j0; j < j1; ++j)
           std::memcpy(db + j * inner, sb + ix[j] * inner, sizeof(T) * inner);
       }
-    }
+    });
   });
 }
 
@@ -537,13 +540,12 @@ void CpuBackend::index_add(const View& acc, const View& src, const View& idx, in
     using T = decltype(tag);
     T* a = static_cast<T*>(acc.data);
     const T* s = static_cast<const T*>(src.data);
-#pragma omp parallel for schedule(static) if (outer * n_idx * inner > kParallelGrain)
-    for (int64_t t = 0; t < outer * nc; ++t) {
+    cpu::parallel_for(outer * nc, outer * n_idx * inner > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nc, c = t % nc;
       const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
       if (inner == 1) {  // along the last axis (T5's bias table)
         add_runs(a + o * n_in, s + o * n_idx, ix, n_idx);
-        continue;
+        return;
       }
       for (int64_t j = 0; j < n_idx; ++j) {
         T* d = a + (o * n_in + ix[j]) * inner + i0;
@@ -551,7 +553,7 @@ void CpuBackend::index_add(const View& acc, const View& src, const View& idx, in
 #pragma omp simd
         for (int64_t i = 0; i < len; ++i) d[i] += v[i];
       }
-    }
+    });
   });
 }
 

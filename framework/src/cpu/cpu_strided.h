@@ -47,8 +47,46 @@ Layout<N> make_layout(const Shape& shape, const View* const (&views)[N], const c
   return L;
 }
 
+// f(off, len) for the runs covering flat elements [lo, hi) of L (lo < hi, L.nd > 0). Not inlined:
+// its one copy per kernel keeps f inlined (two inlined copies, threaded and plain, made GCC call
+// GELU's exp and erf out of line).
+template <int N, class F>
+__attribute__((noinline)) void run_range(const Layout<N>& L, F& f, int64_t lo, int64_t hi) {
+  const int nd = L.nd;
+  const int64_t inner = L.shape[nd - 1];
+  int64_t idx[kMaxDims];
+  int64_t off[N];
+  int64_t rem = lo / inner;
+  int64_t col = lo % inner;
+  for (int k = 0; k < N; ++k) off[k] = col * L.st[k][nd - 1];
+  for (int d = nd - 2; d >= 0; --d) {
+    idx[d] = rem % L.shape[d];
+    rem /= L.shape[d];
+    for (int k = 0; k < N; ++k) off[k] += idx[d] * L.st[k][d];
+  }
+  int64_t e = lo;
+  while (true) {
+    const int64_t len = std::min(inner - col, hi - e);
+    f(static_cast<const int64_t*>(off), len);
+    e += len;
+    if (e >= hi) break;
+    for (int k = 0; k < N; ++k) off[k] -= col * L.st[k][nd - 1];
+    col = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      ++idx[d];
+      for (int k = 0; k < N; ++k) off[k] += L.st[k][d];
+      if (idx[d] < L.shape[d]) break;
+      for (int k = 0; k < N; ++k) off[k] -= L.shape[d] * L.st[k][d];
+      idx[d] = 0;
+    }
+  }
+}
+
 // Calls f(off, len) for runs along the innermost axis covering every element once; off[k] is the
-// element offset of operand k at the run start. Static split of the flat range over threads.
+// element offset of operand k at the run start. Static split of the flat range over threads when
+// the work is above the grain and there is more than one thread outside a parallel region;
+// otherwise one plain call, without entering libgomp (a region whose `if` clause is false still
+// builds a team of one, as parallel_for in cpu_backend.h says).
 template <int N, class F>
 void for_each_run(const Layout<N>& L, F&& f) {
   const int64_t total = L.numel;
@@ -58,40 +96,15 @@ void for_each_run(const Layout<N>& L, F&& f) {
     f(off, int64_t(1));
     return;
   }
-  const int nd = L.nd;
-  const int64_t inner = L.shape[nd - 1];
-#pragma omp parallel if (total > kParallelGrain)
-  {
-    int64_t lo, hi;
-    split_range(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-    if (lo < hi) {
-      int64_t idx[kMaxDims];
-      int64_t off[N];
-      int64_t rem = lo / inner;
-      int64_t col = lo % inner;
-      for (int k = 0; k < N; ++k) off[k] = col * L.st[k][nd - 1];
-      for (int d = nd - 2; d >= 0; --d) {
-        idx[d] = rem % L.shape[d];
-        rem /= L.shape[d];
-        for (int k = 0; k < N; ++k) off[k] += idx[d] * L.st[k][d];
-      }
-      int64_t e = lo;
-      while (true) {
-        const int64_t len = std::min(inner - col, hi - e);
-        f(static_cast<const int64_t*>(off), len);
-        e += len;
-        if (e >= hi) break;
-        for (int k = 0; k < N; ++k) off[k] -= col * L.st[k][nd - 1];
-        col = 0;
-        for (int d = nd - 2; d >= 0; --d) {
-          ++idx[d];
-          for (int k = 0; k < N; ++k) off[k] += L.st[k][d];
-          if (idx[d] < L.shape[d]) break;
-          for (int k = 0; k < N; ++k) off[k] -= L.shape[d] * L.st[k][d];
-          idx[d] = 0;
-        }
-      }
+  if (total > kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel
+    {
+      int64_t lo, hi;
+      split_range(total, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+      if (lo < hi) run_range(L, f, lo, hi);
     }
+  } else {
+    run_range(L, f, 0, total);
   }
 }
 
