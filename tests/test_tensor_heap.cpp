@@ -13,6 +13,7 @@
 
 #include "pelab/autograd.h"
 #include "pelab/ops.h"
+#include "pelab/optim.h"
 #include "pelab/parallel.h"
 #include "pelab/tensor.h"
 
@@ -100,6 +101,51 @@ TEST(TensorHeap, SmallStepBlocks) {
   RecordProperty("blocks", static_cast<int>(blocks));
   EXPECT_LE(blocks, 180) << "heap blocks for one small step";
   set_num_threads(saved);
+}
+
+// Recording linear and layer_norm builds no heap list of their inputs. linear with its optional
+// bias costs the same blocks as without; layer_norm's weight and bias cost 1 block each (their
+// contiguous handles). A std::vector of inputs grown by push_back cost 1 more block with a bias,
+// 2 more with weight and bias.
+TEST(TensorHeap, OptionalInputsCostNoBlocks) {
+  Tensor x = Tensor::full({4, 8}, 0.5).set_requires_grad(true);
+  Tensor w = Tensor::full({8, 8}, 0.1).set_requires_grad(true);
+  Tensor b = Tensor::full({8}, 0.2).set_requires_grad(true);
+  Tensor g = Tensor::full({8}, 1.0).set_requires_grad(true);
+  const Tensor none;
+  auto lin = [&](const Tensor& bias) { return blocks_of([&] { Tensor y = linear(x, w, bias); }); };
+  auto ln = [&](const Tensor& weight, const Tensor& bias) {
+    return blocks_of([&] { Tensor y = layer_norm(x, weight, bias); });
+  };
+  lin(b), ln(g, b);  // warm-up
+  EXPECT_EQ(lin(b), lin(none));
+  EXPECT_LE(ln(g, b) - ln(none, none), 2);
+  EXPECT_LE(ln(g, none) - ln(none, none), 1);
+}
+
+// An AdamW step costs the same blocks for each parameter, 2 state buffers included, as for the
+// first: the per-parameter list of state buffers is reserved, not grown (it cost 2 blocks a
+// parameter, now 1).
+TEST(TensorHeap, AdamWStepBlocksPerParameter) {
+  auto step_blocks = [](int n_params) {
+    std::vector<Tensor> ps;
+    for (int i = 0; i < n_params; ++i)
+      ps.push_back(Tensor::full({4}, 0.5).set_requires_grad(true));
+    AdamW opt(ps, 1e-3);
+    auto loss = [&] {
+      Tensor l = sum(ps[0]);
+      for (int i = 1; i < n_params; ++i) l = add(l, sum(ps[i]));
+      l.backward();
+    };
+    loss();
+    opt.step();  // warm-up: state buffers made
+    loss();
+    return blocks_of([&] { opt.step(); });
+  };
+  const long one = step_blocks(1), three = step_blocks(3);
+  RecordProperty("blocks_one", static_cast<int>(one));
+  EXPECT_LE(three - one, 2) << "1 block for each of 2 extra parameters; one: " << one
+                            << ", three: " << three;
 }
 
 }  // namespace
