@@ -196,7 +196,7 @@ TEST(CudaKernels, ReductionsEveryPathAndFirstArgmax) {
   for (const auto& s : shapes) {
     const int64_t outer = s[0], n = s[1], inner = s[2];
     for (DType dt : {DType::Float32, DType::Float64, DType::Int64}) {
-      SCOPED_TRACE(shape_str({outer, n, inner}) + " " + dtype_name(dt));
+      SCOPED_TRACE(shape_str(Shape{outer, n, inner}) + " " + dtype_name(dt));
       Values v = randv(outer * n * inner, 11 + n);
       // quantised values create ties for the argmax; Int64 gets integers
       for (double& x : v) x = std::round(x * 4.0);

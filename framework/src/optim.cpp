@@ -52,6 +52,7 @@ StepBuffers prepare(const char* opt, size_t i, const Tensor& p, const Tensor& g,
   b.param = p;
   b.work = p.is_contiguous() ? p : p.detach().contiguous();
   b.grad = g.contiguous();
+  b.state.reserve(state.size());
   for (size_t k = 0; k < state.size(); ++k) {
     const Tensor& s = state[k];
     PELAB_CHECK(s.defined() && s.shape() == p.shape() && s.dtype() == p.dtype() &&

@@ -7,10 +7,10 @@ namespace pelab {
 
 const char* version() { return PELAB_VERSION_STRING; }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
+std::string shape_str(const int64_t* dims, size_t n) {
   std::ostringstream os;
   os << "[";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  for (size_t i = 0; i < n; ++i) os << (i ? ", " : "") << dims[i];
   os << "]";
   return os.str();
 }

@@ -14,8 +14,11 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-// "[2, 3, 4]"
-std::string shape_str(const std::vector<int64_t>& shape);
+// "[2, 3, 4]" (tensor.h adds the overload for Shape)
+std::string shape_str(const int64_t* dims, size_t n);
+inline std::string shape_str(const std::vector<int64_t>& shape) {
+  return shape_str(shape.data(), shape.size());
+}
 
 namespace detail {
 inline void stream_all(std::ostringstream&) {}

@@ -10,10 +10,13 @@
 
 #include "pelab/dtype.h"
 #include "pelab/error.h"
+#include "pelab/small_vector.h"
 
 namespace pelab {
 
-using Shape = std::vector<int64_t>;
+// Shapes and strides: inline up to 6 dims, so a tensor or view costs no heap block for them.
+using Shape = SmallVector<int64_t, 6>;
+inline std::string shape_str(const Shape& shape) { return shape_str(shape.data(), shape.size()); }
 
 struct Node;  // autograd graph node (autograd.h)
 

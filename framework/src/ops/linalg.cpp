@@ -362,9 +362,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool need_b = has_bias && bias.requires_grad();
   const Tensor ws = plain(weight);
   const Shape x_shape = x.shape();
-  std::vector<Tensor> inputs{x, weight};
-  if (has_bias) inputs.push_back(bias);
-  return record("linear", inputs, out, [=](const Tensor& g) -> std::vector<Tensor> {
+  const Tensor inputs[3] = {x, weight, bias};  // no heap vector
+  const size_t n_inputs = has_bias ? 3 : 2;
+  return record("linear", inputs, n_inputs, out, [=](const Tensor& g) -> std::vector<Tensor> {
     std::vector<Tensor> keep2;
     Mat gm = rows_of(g, keep2);  // [rows, out]
     std::vector<Tensor> grads(has_bias ? 3 : 2);

@@ -166,12 +166,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                                 has_w ? view_of(wc) : null_view(dt, n),
                                 has_b ? view_of(bc) : null_view(dt, n), rows, n, eps);
   }
-  std::vector<Tensor> inputs{x};
-  if (has_w) inputs.push_back(weight);
-  if (has_b) inputs.push_back(bias);
+  Tensor inputs[3] = {x};  // x, then weight and bias where given; no heap vector
+  size_t n_inputs = 1;
+  if (has_w) inputs[n_inputs++] = weight;
+  if (has_b) inputs[n_inputs++] = bias;
   const bool need_w = has_w && weight.requires_grad(), need_b = has_b && bias.requires_grad();
   const Shape xshape = x.shape();
-  return record("layer_norm", inputs, y, [=](const Tensor& g) -> std::vector<Tensor> {
+  return record("layer_norm", inputs, n_inputs, y, [=](const Tensor& g) -> std::vector<Tensor> {
     Backend& be = backend_for(dev);
     Tensor gc = contig(g);
     Tensor gx = Tensor::empty(xshape, dt, dev);

@@ -111,23 +111,31 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   return record("reshape", {a}, out, [sa](const Tensor& g) -> Grads { return {reshape(g, sa)}; });
 }
 
-Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
+// permute on n dims; the work lists are Shapes (inline), so a permute costs no heap block for them,
+// nor does its backward closure.
+static Tensor permute_dims(const Tensor& a, const int64_t* dims, size_t n) {
   detail::check_defined("permute", a);
   const int64_t r = a.dim();
-  PELAB_CHECK(static_cast<int64_t>(dims.size()) == r, "permute: ", dims.size(),
+  PELAB_CHECK(static_cast<int64_t>(n) == r, "permute: ", n,
               " dims given for a tensor of shape ", shape_str(a.shape()));
-  std::vector<int64_t> p(dims.size()), inv(dims.size(), -1);
-  Shape sh(dims.size()), st(dims.size());
+  Shape p(n), inv(n, -1);
+  Shape sh(n), st(n);
   for (int64_t i = 0; i < r; ++i) {
     p[i] = normalize_axis(dims[i], r, "permute");
-    PELAB_CHECK(inv[p[i]] < 0, "permute: dims ", shape_str(dims), " are not a permutation");
+    PELAB_CHECK(inv[p[i]] < 0, "permute: dims ", shape_str(dims, n), " are not a permutation");
     inv[p[i]] = i;
     sh[i] = a.shape()[p[i]];
     st[i] = a.strides()[p[i]];
   }
   Tensor out = make_view(a, sh, st, a.offset());
   if (!needs_grad({a})) return out;
-  return record("permute", {a}, out, [inv](const Tensor& g) -> Grads { return {permute(g, inv)}; });
+  return record("permute", {a}, out, [inv](const Tensor& g) -> Grads {
+    return {permute_dims(g, inv.data(), inv.size())};
+  });
+}
+
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
+  return permute_dims(a, dims.data(), dims.size());
 }
 
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
