@@ -168,13 +168,19 @@ inline float verf<float>(float x) {
   return fast_erff(x);
 }
 
+// Whether work that `parallel` deems large enough should open an OpenMP region: only with more
+// than one thread and outside a parallel region. Every kernel tests this before `omp parallel`
+// instead of an `if` clause: a region whose `if` clause is false still enters libgomp and builds a
+// team of one (~0.4 us each; a small model's training step opened ~300 of them).
+inline bool use_threads(bool parallel) {
+  return parallel && omp_get_max_threads() > 1 && !omp_in_parallel();
+}
+
 // f(i) for i in [0, n): split over the threads (static schedule, as `omp parallel for
-// schedule(static)`) when `parallel` holds and there is more than one thread outside a parallel
-// region, otherwise a plain loop. A region whose `if` clause is false still enters libgomp and
-// builds a team of one (~0.4 us each; a small model's training step opened ~300 of them).
+// schedule(static)`) when use_threads(parallel), otherwise a plain loop.
 template <class F>
 inline void parallel_for(int64_t n, bool parallel, F&& f) {
-  if (parallel && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+  if (use_threads(parallel)) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) f(i);
   } else {

@@ -189,10 +189,10 @@ void for_rows_cols(int64_t outer, int64_t n, int64_t inner, F f) {
 // ---------------- index checks ----------------
 void cpu::check_indices(const int64_t* idx, int64_t count, int64_t limit, const char* op) {
   bool bad = false;
-  if (count > kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+  if (use_threads(count > kParallelGrain)) {
 #pragma omp parallel for schedule(static) reduction(|| : bad)
     for (int64_t k = 0; k < count; ++k) bad = bad || idx[k] < 0 || idx[k] >= limit;
-  } else {  // no region for small work (cpu::parallel_for)
+  } else {  // no region for small work
     for (int64_t k = 0; k < count; ++k) bad = bad || idx[k] < 0 || idx[k] >= limit;
   }
   if (!bad) return;

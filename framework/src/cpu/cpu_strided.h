@@ -84,9 +84,8 @@ __attribute__((noinline)) void run_range(const Layout<N>& L, F& f, int64_t lo, i
 
 // Calls f(off, len) for runs along the innermost axis covering every element once; off[k] is the
 // element offset of operand k at the run start. Static split of the flat range over threads when
-// the work is above the grain and there is more than one thread outside a parallel region;
-// otherwise one plain call, without entering libgomp (a region whose `if` clause is false still
-// builds a team of one, as parallel_for in cpu_backend.h says).
+// use_threads(work above the grain) (cpu_backend.h), otherwise one plain call, without entering
+// libgomp.
 template <int N, class F>
 void for_each_run(const Layout<N>& L, F&& f) {
   const int64_t total = L.numel;
@@ -96,7 +95,7 @@ void for_each_run(const Layout<N>& L, F&& f) {
     f(off, int64_t(1));
     return;
   }
-  if (total > kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+  if (use_threads(total > kParallelGrain)) {
 #pragma omp parallel
     {
       int64_t lo, hi;
