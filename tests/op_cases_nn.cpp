@@ -260,6 +260,9 @@ OpCase lerp_case(std::string label, Shape a, Shape pos, int64_t dim, int64_t rea
 }
 PELAB_OP_CASE(lerp_case("dim 1 of [3,5] at [3,4]", {3, 5}, {3, 4}, 1));
 PELAB_OP_CASE(lerp_case("dim 0 of [4,3,2] at [6,3,2] (inner 6)", {4, 3, 2}, {6, 3, 2}, 0));
+// A row of 70 positions: the last-axis backward's path that spreads the shares over interleaved
+// copies of the row (rows of 64 and more; shorter ones add into grad_in directly).
+PELAB_OP_CASE(lerp_case("dim 1 of [2,9] at [2,70] (long rows)", {2, 9}, {2, 70}, 1));
 PELAB_OP_CASE(lerp_case("dim 1 of [2,5,3] at a smaller window [2,2,2]", {2, 5, 3}, {2, 2, 2}, 1));
 PELAB_OP_CASE(lerp_case("dim -1 of [2,3,6] at [2,3,6]", {2, 3, 6}, {2, 3, 6}, -1));
 PELAB_OP_CASE(lerp_case("dim 1 of [2,1100] at [2,3] < 20 (rows past the CPU's last-axis path)",
@@ -769,6 +772,38 @@ TEST(OpsNN, GatherLerpMatchesReferenceAtEdgesAndIntegers) {
       gather_lerp(a1, 1, u1).backward(Tensor::from_vector(gv, {2, 4}, dt));
       expect_close((input ? a1 : u1).grad().to_vector(), input ? ga : gu, 0.0, "one input");
     }
+  }
+}
+
+// The last-axis backward adds a short row's shares straight into grad_in and spreads a row of 64
+// or more positions over interleaved copies: both against the host sums, float64, at rows of 8
+// (CoPE's tiny config) and 80 positions, with positions crowding a few neighbouring rows as
+// CoPE's counts do.
+TEST(OpsNN, GatherLerpBackwardShortAndLongRowsMatchReference) {
+  for (int64_t n_idx : {8, 80}) {
+    SCOPED_TRACE(n_idx);
+    const int64_t rows = 3, n_in = 9;
+    const std::vector<double> av = randn({rows, n_in}, 91).to_vector();
+    const std::vector<double> gv = randn({rows, n_idx}, 92).to_vector();
+    std::vector<double> uv(static_cast<size_t>(rows * n_idx));
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t j = 0; j < n_idx; ++j)  // decreasing counts, a step of 0.3 at most
+        uv[o * n_idx + j] = std::max(0.0, 8.0 - 0.3 * static_cast<double>(j) * (o + 1) / rows);
+    Tensor a = Tensor::from_vector(av, {rows, n_in}, DType::Float64).set_requires_grad(true);
+    Tensor u = Tensor::from_vector(uv, {rows, n_idx}, DType::Float64).set_requires_grad(true);
+    gather_lerp(a, 1, u).backward(Tensor::from_vector(gv, {rows, n_idx}, DType::Float64));
+    std::vector<double> want_ga(static_cast<size_t>(rows * n_in), 0.0), want_gu(uv.size());
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t j = 0; j < n_idx; ++j) {
+        const double x = uv[o * n_idx + j], g = gv[o * n_idx + j];
+        const int64_t k = static_cast<int64_t>(std::floor(x)), k1 = std::min(k + 1, n_in - 1);
+        const double w = x - static_cast<double>(k);
+        want_ga[o * n_in + k] += g * (1.0 - w);
+        want_ga[o * n_in + k1] += g * w;
+        want_gu[o * n_idx + j] = g * (av[o * n_in + k1] - av[o * n_in + k]);
+      }
+    expect_close(a.grad().to_vector(), want_ga, 1e-13, "gather_lerp input gradient");
+    expect_close(u.grad().to_vector(), want_gu, 1e-15, "gather_lerp position gradient");
   }
 }
 
