@@ -60,6 +60,12 @@ PELAB_OP_CASE(make_case("matmul", "permuted batch [3,2,4]->[2,3,4] @ [2,4,5]",
                         {{3, 2, 4}, {2, 4, 5}}, [](const V& in) {
                           return matmul(permute(in[0], {1, 0, 2}), in[1]);
                         }));
+// A head-split view (the attention's q: [B, L, H, dh] permuted to [B, H, L, dh]) times a shared
+// rhs: its rows are copied into one matrix, one GEMM forward and one for the rhs gradient.
+PELAB_OP_CASE(make_case("matmul", "head-split lhs [2,3,2,4]->[2,2,3,4] @ shared [4,5]",
+                        {{2, 3, 2, 4}, {4, 5}}, [](const V& in) {
+                          return matmul(permute(in[0], {0, 2, 1, 3}), in[1], 0.7);
+                        }));
 PELAB_OP_CASE(make_case("matmul", "1-D rhs [3,4] @ [4]", {{3, 4}, {4}},
                         [](const V& in) { return matmul(in[0], in[1]); }));
 PELAB_OP_CASE(make_case("matmul", "1-D rhs batched [2,3,4] @ [4]", {{2, 3, 4}, {4}},
@@ -348,6 +354,8 @@ TEST(OpsNN, MatmulMatchesNaiveReference) {
       {randn({2, 3, 4}, 11), transpose(randn({5, 4}, 12), 0, 1), "transposed rhs"},
       {permute(randn({3, 2, 4}, 13), {1, 0, 2}), randn({2, 4, 5}, 14), "permuted batch"},
       {expand(randn({1, 3, 4}, 15), {2, 3, 4}), randn({2, 4, 2}, 16), "expanded lhs"},
+      {expand(randn({1, 3, 4}, 23), {2, 3, 4}), randn({4, 2}, 24), "expanded lhs, shared rhs"},
+      {permute(randn({2, 3, 2, 4}, 25), {0, 2, 1, 3}), randn({4, 5}, 26), "head-split lhs, shared rhs"},
       {slice(randn({3, 8}, 17), 1, 0, 8, 2), randn({4, 3}, 18), "strided columns"},
   };
   for (const Pair& p : pairs) {
@@ -377,6 +385,29 @@ TEST(OpsNN, MatmulMatchesNaiveReference) {
   EXPECT_EQ(z.shape(), (Shape{2, 3}));
   for (double x : z.to_vector()) EXPECT_EQ(x, 0.0);
   EXPECT_EQ(matmul(Tensor::ones({2, 0, 3}), Tensor::ones({3, 4})).shape(), (Shape{2, 0, 4}));
+}
+
+// A head-split lhs [B, H, L, K] (a permuted view whose rows do not merge) times a shared rhs
+// [K, N] is one product over all B·H·L rows: the rhs gradient equals, bit for bit, the single
+// product lhs_rowsᵀ @ g_rows. Summing B·H per-head partial products (the batched path) orders the
+// additions differently and fails this.
+TEST(OpsNN, MatmulHeadSplitLhsSharedRhsIsOneProduct) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t B = 4, L = 8, H = 3, K = 5, N = 7;
+    const Tensor x = randn({B, L, H, K}, 30).to(dt);
+    const Tensor a = permute(x, {0, 2, 1, 3}).detach().set_requires_grad(true);  // [B, H, L, K]
+    const Tensor b = randn({K, N}, 31).to(dt).set_requires_grad(true);
+    const Tensor g = randn({B, H, L, N}, 32).to(dt);
+    const Tensor out = matmul(a, b, 0.5);
+    out.backward(g);
+    const Tensor rows = reshape(a.detach().contiguous(), {B * H * L, K});
+    EXPECT_EQ(out.to_vector(), matmul(rows, b.detach(), 0.5).to_vector());
+    const Tensor want_gb = matmul(transpose(rows, 0, 1), reshape(g, {B * H * L, N}), 0.5);
+    EXPECT_EQ(b.grad().to_vector(), want_gb.to_vector());
+    expect_close(a.grad().to_vector(), matmul(g, transpose(b.detach(), 0, 1), 0.5).to_vector(),
+                 0.0, "lhs gradient");
+  }
 }
 
 TEST(OpsNN, LinearMatchesMatmulPlusBias) {
