@@ -199,6 +199,22 @@ PELAB_OP_CASE(make_case("scaled_dot_attention", "relative keys and values [5,5],
                           return attn_rel(in[0], in[1], in[2], in[3], in[4],
                                           attn_mask({1, 1, 4, 6}, in[0]), false);
                         }));
+// Unclipped distances, r(i, j) = j - i + 3 into 9 rows: every row is one unit ramp, which the CPU
+// kernel walks as slices (its segment path; the clipped index above, at Lk = 6, goes entry by
+// entry).
+Tensor rel_ramp_index(const Tensor& like) {
+  std::vector<int64_t> r(24);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 6; ++j) r[i * 6 + j] = j - i + 3;
+  return Tensor::from_ints(r, {4, 6}, like.device());
+}
+PELAB_OP_CASE(make_case("scaled_dot_attention", "unclipped relative keys and values [9,5], causal",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {9, 5}, {9, 5}},
+                        [](const V& in) {
+                          return scaled_dot_attention(in[0], in[1], in[2], Tensor(),
+                                                      attn_mask({1, 1, 4, 6}, in[0]), 0.45, -1e9,
+                                                      rel_ramp_index(in[0]), in[3], in[4]);
+                        }));
 PELAB_OP_CASE(make_case("scaled_dot_attention", "recomputed, per-head tables [3,5,5], padding mask",
                         {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {3, 5, 5}, {3, 5, 5}},
                         [](const V& in) {
