@@ -60,6 +60,12 @@ PELAB_OP_CASE(make_case("matmul", "permuted batch [3,2,4]->[2,3,4] @ [2,4,5]",
                         {{3, 2, 4}, {2, 4, 5}}, [](const V& in) {
                           return matmul(permute(in[0], {1, 0, 2}), in[1]);
                         }));
+// A head-split view (the attention's q: [B, L, H, dh] permuted to [B, H, L, dh]) times a shared
+// rhs: its rows are copied into one matrix, one GEMM forward and one for the rhs gradient.
+PELAB_OP_CASE(make_case("matmul", "head-split lhs [2,3,2,4]->[2,2,3,4] @ shared [4,5]",
+                        {{2, 3, 2, 4}, {4, 5}}, [](const V& in) {
+                          return matmul(permute(in[0], {0, 2, 1, 3}), in[1], 0.7);
+                        }));
 PELAB_OP_CASE(make_case("matmul", "1-D rhs [3,4] @ [4]", {{3, 4}, {4}},
                         [](const V& in) { return matmul(in[0], in[1]); }));
 PELAB_OP_CASE(make_case("matmul", "1-D rhs batched [2,3,4] @ [4]", {{2, 3, 4}, {4}},
@@ -193,6 +199,22 @@ PELAB_OP_CASE(make_case("scaled_dot_attention", "relative keys and values [5,5],
                           return attn_rel(in[0], in[1], in[2], in[3], in[4],
                                           attn_mask({1, 1, 4, 6}, in[0]), false);
                         }));
+// Unclipped distances, r(i, j) = j - i + 3 into 9 rows: every row is one unit ramp, which the CPU
+// kernel walks as slices (its segment path; the clipped index above, at Lk = 6, goes entry by
+// entry).
+Tensor rel_ramp_index(const Tensor& like) {
+  std::vector<int64_t> r(24);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 6; ++j) r[i * 6 + j] = j - i + 3;
+  return Tensor::from_ints(r, {4, 6}, like.device());
+}
+PELAB_OP_CASE(make_case("scaled_dot_attention", "unclipped relative keys and values [9,5], causal",
+                        {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {9, 5}, {9, 5}},
+                        [](const V& in) {
+                          return scaled_dot_attention(in[0], in[1], in[2], Tensor(),
+                                                      attn_mask({1, 1, 4, 6}, in[0]), 0.45, -1e9,
+                                                      rel_ramp_index(in[0]), in[3], in[4]);
+                        }));
 PELAB_OP_CASE(make_case("scaled_dot_attention", "recomputed, per-head tables [3,5,5], padding mask",
                         {{2, 3, 4, 5}, {2, 3, 6, 5}, {2, 3, 6, 5}, {3, 5, 5}, {3, 5, 5}},
                         [](const V& in) {
@@ -260,6 +282,9 @@ OpCase lerp_case(std::string label, Shape a, Shape pos, int64_t dim, int64_t rea
 }
 PELAB_OP_CASE(lerp_case("dim 1 of [3,5] at [3,4]", {3, 5}, {3, 4}, 1));
 PELAB_OP_CASE(lerp_case("dim 0 of [4,3,2] at [6,3,2] (inner 6)", {4, 3, 2}, {6, 3, 2}, 0));
+// A row of 70 positions: the last-axis backward's path that spreads the shares over interleaved
+// copies of the row (rows of 64 and more; shorter ones add into grad_in directly).
+PELAB_OP_CASE(lerp_case("dim 1 of [2,9] at [2,70] (long rows)", {2, 9}, {2, 70}, 1));
 PELAB_OP_CASE(lerp_case("dim 1 of [2,5,3] at a smaller window [2,2,2]", {2, 5, 3}, {2, 2, 2}, 1));
 PELAB_OP_CASE(lerp_case("dim -1 of [2,3,6] at [2,3,6]", {2, 3, 6}, {2, 3, 6}, -1));
 PELAB_OP_CASE(lerp_case("dim 1 of [2,1100] at [2,3] < 20 (rows past the CPU's last-axis path)",
@@ -345,6 +370,8 @@ TEST(OpsNN, MatmulMatchesNaiveReference) {
       {randn({2, 3, 4}, 11), transpose(randn({5, 4}, 12), 0, 1), "transposed rhs"},
       {permute(randn({3, 2, 4}, 13), {1, 0, 2}), randn({2, 4, 5}, 14), "permuted batch"},
       {expand(randn({1, 3, 4}, 15), {2, 3, 4}), randn({2, 4, 2}, 16), "expanded lhs"},
+      {expand(randn({1, 3, 4}, 23), {2, 3, 4}), randn({4, 2}, 24), "expanded lhs, shared rhs"},
+      {permute(randn({2, 3, 2, 4}, 25), {0, 2, 1, 3}), randn({4, 5}, 26), "head-split lhs, shared rhs"},
       {slice(randn({3, 8}, 17), 1, 0, 8, 2), randn({4, 3}, 18), "strided columns"},
   };
   for (const Pair& p : pairs) {
@@ -374,6 +401,29 @@ TEST(OpsNN, MatmulMatchesNaiveReference) {
   EXPECT_EQ(z.shape(), (Shape{2, 3}));
   for (double x : z.to_vector()) EXPECT_EQ(x, 0.0);
   EXPECT_EQ(matmul(Tensor::ones({2, 0, 3}), Tensor::ones({3, 4})).shape(), (Shape{2, 0, 4}));
+}
+
+// A head-split lhs [B, H, L, K] (a permuted view whose rows do not merge) times a shared rhs
+// [K, N] is one product over all B·H·L rows: the rhs gradient equals, bit for bit, the single
+// product lhs_rowsᵀ @ g_rows. Summing B·H per-head partial products (the batched path) orders the
+// additions differently and fails this.
+TEST(OpsNN, MatmulHeadSplitLhsSharedRhsIsOneProduct) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t B = 4, L = 8, H = 3, K = 5, N = 7;
+    const Tensor x = randn({B, L, H, K}, 30).to(dt);
+    const Tensor a = permute(x, {0, 2, 1, 3}).detach().set_requires_grad(true);  // [B, H, L, K]
+    const Tensor b = randn({K, N}, 31).to(dt).set_requires_grad(true);
+    const Tensor g = randn({B, H, L, N}, 32).to(dt);
+    const Tensor out = matmul(a, b, 0.5);
+    out.backward(g);
+    const Tensor rows = reshape(a.detach().contiguous(), {B * H * L, K});
+    EXPECT_EQ(out.to_vector(), matmul(rows, b.detach(), 0.5).to_vector());
+    const Tensor want_gb = matmul(transpose(rows, 0, 1), reshape(g, {B * H * L, N}), 0.5);
+    EXPECT_EQ(b.grad().to_vector(), want_gb.to_vector());
+    expect_close(a.grad().to_vector(), matmul(g, transpose(b.detach(), 0, 1), 0.5).to_vector(),
+                 0.0, "lhs gradient");
+  }
 }
 
 TEST(OpsNN, LinearMatchesMatmulPlusBias) {
@@ -769,6 +819,38 @@ TEST(OpsNN, GatherLerpMatchesReferenceAtEdgesAndIntegers) {
       gather_lerp(a1, 1, u1).backward(Tensor::from_vector(gv, {2, 4}, dt));
       expect_close((input ? a1 : u1).grad().to_vector(), input ? ga : gu, 0.0, "one input");
     }
+  }
+}
+
+// The last-axis backward adds a short row's shares straight into grad_in and spreads a row of 64
+// or more positions over interleaved copies: both against the host sums, float64, at rows of 8
+// (CoPE's tiny config) and 80 positions, with positions crowding a few neighbouring rows as
+// CoPE's counts do.
+TEST(OpsNN, GatherLerpBackwardShortAndLongRowsMatchReference) {
+  for (int64_t n_idx : {8, 80}) {
+    SCOPED_TRACE(n_idx);
+    const int64_t rows = 3, n_in = 9;
+    const std::vector<double> av = randn({rows, n_in}, 91).to_vector();
+    const std::vector<double> gv = randn({rows, n_idx}, 92).to_vector();
+    std::vector<double> uv(static_cast<size_t>(rows * n_idx));
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t j = 0; j < n_idx; ++j)  // decreasing counts, a step of 0.3 at most
+        uv[o * n_idx + j] = std::max(0.0, 8.0 - 0.3 * static_cast<double>(j) * (o + 1) / rows);
+    Tensor a = Tensor::from_vector(av, {rows, n_in}, DType::Float64).set_requires_grad(true);
+    Tensor u = Tensor::from_vector(uv, {rows, n_idx}, DType::Float64).set_requires_grad(true);
+    gather_lerp(a, 1, u).backward(Tensor::from_vector(gv, {rows, n_idx}, DType::Float64));
+    std::vector<double> want_ga(static_cast<size_t>(rows * n_in), 0.0), want_gu(uv.size());
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t j = 0; j < n_idx; ++j) {
+        const double x = uv[o * n_idx + j], g = gv[o * n_idx + j];
+        const int64_t k = static_cast<int64_t>(std::floor(x)), k1 = std::min(k + 1, n_in - 1);
+        const double w = x - static_cast<double>(k);
+        want_ga[o * n_in + k] += g * (1.0 - w);
+        want_ga[o * n_in + k1] += g * w;
+        want_gu[o * n_idx + j] = g * (av[o * n_in + k1] - av[o * n_in + k]);
+      }
+    expect_close(a.grad().to_vector(), want_ga, 1e-13, "gather_lerp input gradient");
+    expect_close(u.grad().to_vector(), want_gu, 1e-15, "gather_lerp position gradient");
   }
 }
 

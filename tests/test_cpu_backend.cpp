@@ -4,6 +4,7 @@
 // optimizer steps, random fills, determinism and the caching allocator.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -926,4 +927,25 @@ TEST(CpuFastMath, ExpOfNonFiniteInputsIsDefined) {
   EXPECT_EQ(pelab::cpu::fast_expf(1e30f), inf);
   EXPECT_EQ(pelab::cpu::fast_expf(-1e30f), 0.0f);
   EXPECT_NEAR(pelab::cpu::fast_expf(1.0f), std::exp(1.0f), 1e-6f);
+}
+
+// The fused attention walks a relative index row by row as segments (runs of equal entries and
+// unit ramps) when a row has few of them: Shaw's index at the tiny config (Lq = Lk = 8, k = 16:
+// no distance clipped, each row one ramp) and a clipped one (two runs and a ramp per row) take
+// that path for every row; an index without structure goes entry by entry. Fails if the ramps
+// were not recognised (each tiny row would be 8 single-entry runs). That both walks give the
+// formula's values and gradients: OpsNN.ScaledDotAttentionMatchesComposite (clipped rows at
+// Lk = 75) and the op driver's relative-table cases (ramps at Lk = 6, and entry by entry).
+TEST(CpuAttention, RelativeIndexRowsAsRunsAndRamps) {
+  auto index = [](int64_t Lq, int64_t Lk, int64_t k) {
+    std::vector<int64_t> r(static_cast<size_t>(Lq * Lk));
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t j = 0; j < Lk; ++j) r[i * Lk + j] = std::clamp<int64_t>(j - i, -k, k) + k;
+    return r;
+  };
+  EXPECT_EQ(cpu::attention_segmented_rows(index(8, 8, 16).data(), 8, 8), 8);
+  EXPECT_EQ(cpu::attention_segmented_rows(index(70, 75, 4).data(), 70, 75), 70);
+  std::vector<int64_t> scrambled(64);
+  for (int64_t n = 0; n < 64; ++n) scrambled[n] = (n * 7) % 5;
+  EXPECT_EQ(cpu::attention_segmented_rows(scrambled.data(), 8, 8), 0);
 }

@@ -181,27 +181,59 @@ struct MaskRuns {
   }
 };
 
-// The relative index as runs of equal entries per row: a clipped relative distance (Shaw) is two
-// long runs per row plus 2k + 1 short ones, so table lookups become broadcast adds and binning
-// becomes vector sums over runs (a scalar scatter into R bins would wait on its own stores:
-// consecutive keys mostly land in the same bin).
+// The relative index as segments per row: runs of equal entries (a clipped relative distance's
+// two ends, far from the diagonal) and unit ramps, r_ij = base + (j − start) (Shaw's unclipped
+// distances, near it), so table lookups become broadcast or slice adds and binning becomes vector
+// sums or slice adds (a scalar scatter into R bins would wait on its own stores: consecutive keys
+// mostly land in the same bin, or, along a ramp, in bins the compiler cannot tell apart). A
+// clipped distance is at most three segments per row: the whole row is one ramp when 2k + 1 covers
+// every distance (k >= L - 1, as at the tiny config: Lk = 8, k = 16).
 struct IndexRuns {
-  RowRuns runs;
+  struct Seg {
+    int64_t start, end, base, step;  // step 0: every entry is base; 1: entry j is base + j - start
+  };
+  std::vector<int64_t> first;  // row i's segments are seg[first[i] .. first[i + 1])
+  std::vector<Seg> seg;
   const int64_t* idx = nullptr;
   int64_t Lk = 0;
   IndexRuns() = default;
   IndexRuns(const int64_t* idx_, int64_t Lq, int64_t Lk_) : idx(idx_), Lk(Lk_) {
-    runs.build(
-        Lq, Lk, [&](int64_t i) { return [x = idx + i * Lk](int64_t j) { return x[j]; }; },
-        [](int64_t) { return true; });
+    std::vector<int64_t> count(static_cast<size_t>(Lq));
+    cpu::parallel_for(Lq, Lq * Lk > kParallelGrain, [&](int64_t i) {  // pass 1: count
+      int64_t c = 0;
+      segments(row(i), [&](const Seg&) { ++c; });
+      count[i] = c;
+    });
+    first.assign(static_cast<size_t>(Lq + 1), 0);
+    for (int64_t i = 0; i < Lq; ++i) first[i + 1] = first[i] + count[i];
+    seg.resize(static_cast<size_t>(first[Lq]));
+    cpu::parallel_for(Lq, Lq * Lk > kParallelGrain, [&](int64_t i) {  // pass 2: the segments
+      int64_t m = first[i];
+      segments(row(i), [&](const Seg& g) { seg[m++] = g; });
+    });
   }
-  // Whether row i is mostly short runs (then an element loop over the index is cheaper).
-  bool short_runs(int64_t i) const { return 4 * runs.count(i) > Lk; }
+  // Row x's segments in order, greedily: a segment's first two entries set its step (equal: 0,
+  // one apart: 1, otherwise a single entry) and it extends while the step holds.
+  template <class F>
+  void segments(const int64_t* x, F emit) const {
+    for (int64_t j = 0; j < Lk;) {
+      const int64_t a = j, v = x[j];
+      const int64_t step = j + 1 < Lk && x[j + 1] == v + 1 ? 1 : 0;
+      ++j;
+      if (step == 1 || (j < Lk && x[j] == v))
+        while (j < Lk && x[j] == x[j - 1] + step) ++j;
+      emit(Seg{a, j, v, step});
+    }
+  }
+  int64_t count(int64_t i) const { return first[i + 1] - first[i]; }
+  // Whether row i is mostly short segments (then an element loop over the index is cheaper).
+  bool short_runs(int64_t i) const { return 4 * count(i) > Lk; }
   const int64_t* row(int64_t i) const { return idx + i * Lk; }
-  // f(start, end, bin) for the runs of row i clipped to [0, n).
+  // f(start, end, base, step) for the segments of row i clipped to [0, n).
   template <class F>
   void for_runs(int64_t i, int64_t n, F f) const {
-    runs.for_runs(i, n, f);
+    for (int64_t m = first[i]; m < first[i + 1] && seg[m].start < n; ++m)
+      f(seg[m].start, std::min(seg[m].end, n), seg[m].base, seg[m].step);
   }
 };
 
@@ -237,8 +269,14 @@ inline void add_lookup(T* x, const T* t, const IndexRuns& runs, int64_t i, int64
     for (int64_t j = 0; j < n; ++j) x[j] += t[ix[j]];
     return;
   }
-  runs.for_runs(i, n, [&](int64_t a, int64_t e, int64_t bin) {
-    const T add = t[bin];
+  runs.for_runs(i, n, [&](int64_t a, int64_t e, int64_t base, int64_t step) {
+    if (step == 1) {  // a ramp: x[a..e) += t[base .. base + e - a)
+      const T* tb = t + base - a;
+#pragma omp simd
+      for (int64_t j = a; j < e; ++j) x[j] += tb[j];
+      return;
+    }
+    const T add = t[base];
 #pragma omp simd
     for (int64_t j = a; j < e; ++j) x[j] += add;
   });
@@ -287,11 +325,17 @@ void bin_block(T* w, const T* P, int64_t rows, int64_t n, int64_t Lk, int64_t R,
       for (int64_t j = 0; j < n; ++j) wr[ix[j]] += p[j];
       continue;
     }
-    runs.for_runs(i0 + r, n, [&](int64_t a, int64_t e, int64_t bin) {
+    runs.for_runs(i0 + r, n, [&](int64_t a, int64_t e, int64_t base, int64_t step) {
+      if (step == 1) {  // a ramp: one entry per bin, bins base .. base + e - a - 1
+        T* wb = wr + base - a;
+#pragma omp simd
+        for (int64_t j = a; j < e; ++j) wb[j] += p[j];
+        return;
+      }
       T sum = T(0);
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = a; j < e; ++j) sum += p[j];
-      wr[bin] += sum;
+      wr[base] += sum;
     });
   }
 }
@@ -434,16 +478,25 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
   const Rows bias(a.bias);
   const MaskRuns mask(a.mask, T(), B, H, Lq, Lk);
   const int64_t QB = block_rows<T>(Lk), nqb = (Lq + QB - 1) / QB;
+  // A relative table shared by the heads has its transpose packed once per call (read by every
+  // thread); a per-head table's is packed per head below.
+  HeadPanel<T> rkp_shared, rvp_shared;
+  const bool rk_shared = !PR && rel.keys && rel.keys_heads == 1;
+  const bool rv_shared = rel.values && rel.values_heads == 1;
+  if (rk_shared) rkp_shared.get(0, true, R, dh, rel.keys_of(0), dh);
+  if (rv_shared) rvp_shared.get(0, true, R, dh, rel.values_of(0), dh);
   // One task per head: its k and v gradients collect every query block's share in order.
 #pragma omp parallel for schedule(static) if (BH * Lq * Lk * dh > kParallelGrain)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     // kᵀ (recomputing), vᵀ (for dO vᵀ), k (for dS k); the relative tables' transposes
-    thread_local HeadPanel<T> kp, vp, kn, rkp, rvp;
-    kp.key = vp.key = kn.key = rkp.key = rvp.key = -1;
+    thread_local HeadPanel<T> kp, vp, kn, rkp_head, rvp_head;
+    kp.key = vp.key = kn.key = rkp_head.key = rvp_head.key = -1;
     if (!PR) kp.get(bh, true, Lk, dh, K.at(bh, H), K.ld);
-    if (!PR && rel.keys) rkp.get(0, true, R, dh, rel.keys_of(h), dh);
-    if (rel.values) rvp.get(0, true, R, dh, rel.values_of(h), dh);
+    if (!PR && rel.keys && !rk_shared) rkp_head.get(h, true, R, dh, rel.keys_of(h), dh);
+    if (rel.values && !rv_shared) rvp_head.get(h, true, R, dh, rel.values_of(h), dh);
+    const HeadPanel<T>& rkp = rk_shared ? rkp_shared : rkp_head;
+    const HeadPanel<T>& rvp = rv_shared ? rvp_shared : rvp_head;
     vp.get(bh, true, Lk, dh, Vp.at(bh, H), Vp.ld);
     kn.get(bh, false, dh, Lk, K.at(bh, H), K.ld);
     thread_local std::vector<T> buf, wbuf;
@@ -540,6 +593,13 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
 }
 
 }  // namespace
+
+int64_t cpu::attention_segmented_rows(const int64_t* idx, int64_t Lq, int64_t Lk) {
+  const IndexRuns runs(idx, Lq, Lk);
+  int64_t n = 0;
+  for (int64_t i = 0; i < Lq; ++i) n += !runs.short_runs(i);
+  return n;
+}
 
 void CpuBackend::attention(const AttentionArgs& a) {
   check_attention("attention", a);

@@ -234,6 +234,11 @@ inline void sqrt_inplace(double* x, int64_t n) {
 // scan, then a serial one to name the first bad index).
 void check_indices(const int64_t* idx, int64_t count, int64_t limit, const char* op);
 
+// How many of the Lq rows of a relative index [Lq, Lk] the fused attention walks as segments
+// (runs of equal entries and unit ramps: slice adds and vector sums) rather than entry by entry
+// (cpu_attention.cpp, IndexRuns). For tests.
+int64_t attention_segmented_rows(const int64_t* idx, int64_t Lq, int64_t Lk);
+
 // Accumulator type: double for floating types, int64 for Int64.
 template <class T>
 struct Acc {

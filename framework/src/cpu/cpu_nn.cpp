@@ -659,30 +659,41 @@ inline void lerp_at(T u, int64_t n_in, int64_t& k, int64_t& k1, T& w) {
   w = u - static_cast<T>(k);
 }
 
-// The backward along the last axis (inner == 1) for rows of at most kLerpRowsInL1 values. One
-// vectorisable pass computes grad_pos and each position's two rows and shares; a second, scalar
-// pass adds the shares to grad_in. Those additions hit neighbouring rows over and over (CoPE's
-// counts move by less than 1 from one j to the next), so consecutive j go to kLerpCopies
+// Whether every position of pos[0..count) lies in [0, hi]: one long vectorised pass, so the
+// per-row loops of the last-axis kernels below carry no reduction (a reduction over a short row
+// costs a store-forwarding stall per row: CoPE's rows are Lk <= 64 counts long).
+template <class T>
+bool lerp_positions_ok(const T* pos, int64_t count, T hi) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int64_t k = 0; k < count; ++k) bad |= !lerp_position_ok(pos[k], hi);
+  return bad == 0;
+}
+
+// The backward along the last axis (inner == 1) for rows of at most kLerpRowsInL1 values, every
+// position already checked to lie in [0, n_in − 1]. One vectorisable pass computes grad_pos and
+// each position's two rows and shares; a second, scalar pass adds the shares to grad_in. In a long
+// row those additions hit neighbouring rows over and over (CoPE's counts move by less than 1 from
+// one j to the next), so from kLerpCopiesFrom positions on, consecutive j go to kLerpCopies
 // interleaved copies of the row (j mod kLerpCopies), summed at the end: no chain of dependent
-// read-modify-writes through one address, and a summation order fixed by the shape.
+// read-modify-writes through one address. A shorter row adds straight into grad_in (the copies'
+// zeroing and summing would cost more than the chain). Either way the summation order is fixed by
+// the shape.
 constexpr int64_t kLerpRowsInL1 = 1024;
 constexpr int64_t kLerpCopies = 4;  // summed below as (c0 + c1) + (c2 + c3)
+constexpr int64_t kLerpCopiesFrom = 64;
 
-// Returns whether a position was out of range (its shares are left out, its grad_pos is 0).
 template <class T>
-bool lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, int64_t outer,
+void lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, int64_t outer,
                         int64_t n_in, int64_t n_idx, bool parallel) {
-  const T hi = static_cast<T>(n_in - 1);
   const int32_t last = static_cast<int32_t>(n_in - 1);
-  bool any_bad = false;
-#pragma omp parallel reduction(|| : any_bad) if (parallel && omp_get_max_threads() > 1)
-  {
-    std::vector<T> copies(gi ? static_cast<size_t>(kLerpCopies * n_in) : 0);
+  const bool use_copies = n_idx >= kLerpCopiesFrom;
+  auto rows = [&](int64_t o0, int64_t o1) {
+    std::vector<T> copies(gi && use_copies ? static_cast<size_t>(kLerpCopies * n_in) : 0);
     std::vector<T> lo(static_cast<size_t>(n_idx)), up(static_cast<size_t>(n_idx));
     std::vector<int32_t> k0(static_cast<size_t>(n_idx)), k1(static_cast<size_t>(n_idx));
     std::vector<T> no_gp(gp ? 0 : static_cast<size_t>(n_idx));  // grad_pos not wanted
-#pragma omp for schedule(static)
-    for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t o = o0; o < o1; ++o) {
       const T* sb = src + o * n_in;
       const T* pr = ps + o * n_idx;
       const T* gr = go + o * n_idx;
@@ -691,39 +702,50 @@ bool lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
       T* ups = up.data();
       int32_t* ka = k0.data();
       int32_t* kb = k1.data();
-      int row_bad = 0;
-#pragma omp simd reduction(| : row_bad)
+#pragma omp simd
       for (int64_t j = 0; j < n_idx; ++j) {
         const T u = pr[j];
-        const bool ok = lerp_position_ok(u, hi);
-        row_bad |= !ok;
-        const T uc = cpu::sel(ok, u, T(0));
-        const int32_t k = static_cast<int32_t>(uc);  // truncation = floor for u >= 0
+        const int32_t k = static_cast<int32_t>(u);  // truncation = floor for u >= 0
         const int32_t kn = k + (k < last ? 1 : 0);
-        const T g = cpu::sel(ok, gr[j], T(0)), gw = g * (uc - static_cast<T>(k));
+        const T g = gr[j], gw = g * (u - static_cast<T>(k));
         gpr[j] = g * (sb[kn] - sb[k]);
         ka[j] = k;
         kb[j] = kn;
         los[j] = g - gw;
         ups[j] = gw;
       }
-      if (gi) {
-        T* acc = copies.data();
-        std::fill(copies.begin(), copies.end(), T(0));
+      if (!gi) continue;
+      T* ab = gi + o * n_in;
+      if (!use_copies) {
+        std::fill(ab, ab + n_in, T(0));
         for (int64_t j = 0; j < n_idx; ++j) {
-          T* a = acc + (j % kLerpCopies) * n_in;
-          a[ka[j]] += los[j];
-          a[kb[j]] += ups[j];
+          ab[ka[j]] += los[j];
+          ab[kb[j]] += ups[j];
         }
-        T* ab = gi + o * n_in;
-#pragma omp simd
-        for (int64_t r = 0; r < n_in; ++r)
-          ab[r] = (acc[r] + acc[n_in + r]) + (acc[2 * n_in + r] + acc[3 * n_in + r]);
+        continue;
       }
-      any_bad = any_bad || row_bad != 0;
+      T* acc = copies.data();
+      std::fill(copies.begin(), copies.end(), T(0));
+      for (int64_t j = 0; j < n_idx; ++j) {
+        T* a = acc + (j % kLerpCopies) * n_in;
+        a[ka[j]] += los[j];
+        a[kb[j]] += ups[j];
+      }
+#pragma omp simd
+      for (int64_t r = 0; r < n_in; ++r)
+        ab[r] = (acc[r] + acc[n_in + r]) + (acc[2 * n_in + r] + acc[3 * n_in + r]);
     }
+  };
+  if (cpu::use_threads(parallel)) {
+#pragma omp parallel
+    {
+      int64_t o0, o1;
+      cpu::split_range(outer, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
+      if (o0 < o1) rows(o0, o1);
+    }
+  } else {
+    rows(0, outer);
   }
-  return any_bad;
 }
 
 }  // namespace
@@ -746,32 +768,32 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
     const T hi = static_cast<T>(n_in - 1);
     const bool small = n_in <= INT32_MAX;
     const int32_t last = small ? static_cast<int32_t>(n_in - 1) : 0;
+    if (inner == 1 && small) {
+      // Along the last axis: every position checked first (one long pass), then rows without a
+      // reduction, branch-free and vectorisable (32-bit row indices, gathers).
+      if (!lerp_positions_ok(ps, total, hi)) lerp_position_error(ps, total, n_in, op);
+      cpu::parallel_for(outer * nj, total > kParallelGrain, [&](int64_t t) {
+        const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
+        const T* sb = src + o * n_in;
+        const T* pr = ps + o * n_idx;
+        T* dr = dst + o * n_idx;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; ++j) {
+          const T u = pr[j];
+          const int32_t k = static_cast<int32_t>(u);  // truncation = floor for u >= 0
+          const int32_t k1 = k + (k < last ? 1 : 0);
+          const T w = u - static_cast<T>(k);
+          const T a0 = sb[k], a1 = sb[k1];
+          dr[j] = a0 + w * (a1 - a0);
+        }
+      });
+      return;
+    }
     bool bad = false;
 #pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
     for (int64_t t = 0; t < outer * nj; ++t) {
       const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
       const T* sb = src + o * n_in * inner;
-      if (inner == 1 && small) {
-        // Along the last axis: branch-free and vectorisable (32-bit row indices, gathers); an
-        // invalid position reads row 0 and is reported after the loop.
-        const T* pr = ps + o * n_idx;
-        T* dr = dst + o * n_idx;
-        int row_bad = 0;
-#pragma omp simd reduction(| : row_bad)
-        for (int64_t j = j0; j < j1; ++j) {
-          const T u = pr[j];
-          const bool ok = lerp_position_ok(u, hi);
-          row_bad |= !ok;
-          const T uc = cpu::sel(ok, u, T(0));
-          const int32_t k = static_cast<int32_t>(uc);  // truncation = floor for u >= 0
-          const int32_t k1 = k + (k < last ? 1 : 0);
-          const T w = uc - static_cast<T>(k);
-          const T a0 = sb[k], a1 = sb[k1];
-          dr[j] = a0 + w * (a1 - a0);
-        }
-        bad = bad || row_bad != 0;
-        continue;
-      }
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t e0 = (o * n_idx + j) * inner;
         for (int64_t i = 0; i < inner; ++i) {
@@ -815,8 +837,8 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
     if (total > 0 && n_in == 0) lerp_position_error(ps, total, n_in, op);  // no row to read
     const T hi = static_cast<T>(n_in - 1);
     if (inner == 1 && n_in <= kLerpRowsInL1) {
-      if (lerp_backward_rows(gi, gp, go, src, ps, outer, n_in, n_idx, total > kParallelGrain))
-        lerp_position_error(ps, total, n_in, op);
+      if (!lerp_positions_ok(ps, total, hi)) lerp_position_error(ps, total, n_in, op);
+      lerp_backward_rows(gi, gp, go, src, ps, outer, n_in, n_idx, total > kParallelGrain);
       return;
     }
     bool bad = false;

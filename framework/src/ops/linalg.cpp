@@ -168,6 +168,20 @@ Mat rows_of(const Tensor& t, std::vector<Tensor>& keep) {
   return m;
 }
 
+// Whether b is one matrix shared by every batch entry and a's batch rows can be made one matrix:
+// either they already are one (rows_matrix), or a holds no broadcast dim, so a contiguous copy of
+// a costs one pass over its own elements. a's head-split view [B, H, L, dh] of a token-major
+// projection is the second case: copying it (L·B·H rows) beats B·H small products of L rows, each
+// packing b again, or in the backward B·H partial dB products and their sum.
+bool shared_b_rows(const Tensor& a, const Shape& b_batch) {
+  if (shape_numel(b_batch) != 1) return false;
+  Mat m;
+  if (rows_matrix(a, m)) return true;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.shape()[d] > 1 && a.strides()[d] == 0) return false;
+  return true;
+}
+
 // Effective stride of batch dim d (of an nb-dim output batch) for operand x, 0 where broadcast.
 int64_t batch_stride(const Tensor& x, int64_t d, int64_t nb) {
   const int64_t xb = x.dim() - 2;
@@ -197,10 +211,16 @@ Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0) {
   }
   char* C = base_ptr(out);
 
-  // b shared by every batch and a's rows form one matrix: one [batch*M, K] @ [K, N] GEMM.
+  // b shared by every batch and a's rows form one matrix (or are copied into one, see
+  // shared_b_rows): one [batch*M, K] @ [K, N] GEMM.
   Mat ar;
   if (shape_numel(bb) == 1 && rows_matrix(a, ar) && (ar.sc == 1 || K == 1)) {
     gemm2(dt, dev, ar, last2(b), C, N, 0.0, alpha);
+    return out;
+  }
+  if (shape_numel(ba) > 1 && !rows_matrix(a, ar) && shared_b_rows(a, bb)) {
+    std::vector<Tensor> keep;
+    gemm2(dt, dev, rows_of(a, keep), last2(b), C, N, 0.0, alpha);
     return out;
   }
 
@@ -304,9 +324,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, double alpha) {
     }
     if (need_b) {
       const Shape bbatch(b2.shape().begin(), b2.shape().end() - 2);
-      Mat ar, gr;
-      if (shape_numel(bbatch) == 1 && rows_matrix(a2, ar) && rows_matrix(g2, gr)) {
+      if (shared_b_rows(a2, bbatch) && shared_b_rows(g2, bbatch)) {
         // Shared B: dB = A_rows^T @ g_rows summed over every batch row in one GEMM.
+        std::vector<Tensor> keep;
+        const Mat ar = rows_of(a2, keep), gr = rows_of(g2, keep);
         Tensor r = Tensor::empty(b_shape, dt, dev);
         gemm2(dt, dev, ar.t(), gr, base_ptr(r), b2.size(-1), 0.0, alpha);
         gb = r;
