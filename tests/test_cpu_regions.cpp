@@ -11,8 +11,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "pelab/nn.h"
 #include "pelab/ops.h"
+#include "pelab/optim.h"
 #include "pelab/parallel.h"
+#include "pelab/random.h"
 #include "pelab/tensor.h"
 
 namespace {
@@ -53,12 +56,52 @@ void small_ops() {
   sum(mul(z, z)).backward();
 }
 
+// The kernels with loops of their own, each on a few elements with its backward: softmax and
+// log-softmax along the last and a leading axis, cross-entropy, max along both, rotate_pairs,
+// gather / scatter-add, gather_lerp along the last and a leading axis, batched small products, the
+// fused attention, dropout, a transposing copy, random fills, the gradient-norm clip, SGD, AdamW.
+void small_nn_ops() {
+  Generator gen(7);
+  Tensor x = Tensor::empty({3, 5});
+  init::normal_(x, 0.0, 1.0, gen);
+  x.set_requires_grad(true);
+  Tensor pos = Tensor::from_vector({0.0, 1.5, 4.0, 2.25, 3.0, 0.5, 1.0, 3.75, 2.0, 2.5, 0.0, 4.0},
+                                   {3, 4});
+  Tensor pos0 = Tensor::from_vector({0.0, 1.5, 2.0, 1.25, 0.5, 0.0}, {2, 3});
+  Tensor idx = Tensor::from_ints({0, 4, 4, 1, 2, 2, 3, 0, 1, 1, 1, 4}, {3, 4});
+  Tensor t = Tensor::from_ints({1, 0, 4}, {3});
+  Tensor terms = add(add(sum(softmax(x, 1)), sum(log_softmax(x, 0))), cross_entropy(x, t));
+  terms = add(terms, add(sum(max(x, 1)), sum(max(x, 0))));
+  terms = add(terms, add(sum(gather(x, 1, idx)), sum(gather_lerp(x, 1, pos))));
+  terms = add(terms, sum(gather_lerp(x, 0, pos0)));
+  Tensor r = reshape(slice(x, 1, 0, 4), {3, 1, 4});
+  Tensor c = Tensor::full({1, 2}, 0.6), s = Tensor::full({1, 2}, 0.8);
+  terms = add(terms, sum(rotate_pairs(r, c, s)));
+  Tensor q = reshape(concat({x, x}, 0), {1, 2, 3, 5});  // [B, H, L, dh]
+  terms = add(terms, sum(scaled_dot_attention(q, q, q, Tensor(), Tensor(), 0.5, -1e9)));
+  terms = add(terms, sum(matmul(q, transpose(q, 2, 3))));  // a batch of two 3 x 5 x 3 products
+  terms = add(terms, sum(dropout(x, 0.25, true, gen)));
+  Tensor sq = reshape(concat({x, x, x, x}, 1), {12, 5});  // a transposed copy of 8 x 8 tiles
+  sq = transpose(reshape(concat({sq, sq}, 0), {8, 15}), 0, 1).contiguous();
+  terms = add(terms, sum(sq));
+  terms.backward();
+  std::vector<Tensor> params{x};
+  clip_grad_norm(params, 1.0);
+  SGDOptions momentum;
+  momentum.momentum = 0.9;
+  SGD(params, 0.1).step();
+  SGD(params, 0.1, momentum).step();
+  AdamW(params, 0.1).step();
+}
+
 TEST(CpuRegions, SmallOpsOpenNoOpenMpRegion) {
   const int saved = num_threads();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     small_ops();  // warm-up (caches, first-use allocations)
     EXPECT_EQ(regions_of(small_ops), 0) << threads << " threads";
+    small_nn_ops();
+    EXPECT_EQ(regions_of(small_nn_ops), 0) << threads << " threads";
   }
   // The counter sees regions: an elementwise op above the grain with two threads opens one.
   set_num_threads(2);

@@ -188,6 +188,19 @@ inline void parallel_for(int64_t n, bool parallel, F&& f) {
   }
 }
 
+// Whether f(i) returned true for any i in [0, n); every f(i) runs, split as parallel_for.
+template <class F>
+inline bool parallel_any(int64_t n, bool parallel, F&& f) {
+  bool any = false;
+  if (use_threads(parallel)) {
+#pragma omp parallel for schedule(static) reduction(|| : any)
+    for (int64_t i = 0; i < n; ++i) any = f(i) || any;
+  } else {
+    for (int64_t i = 0; i < n; ++i) any = f(i) || any;
+  }
+  return any;
+}
+
 // Function (not macro) dtype dispatch, so lambda bodies may contain #pragma omp.
 template <class F>
 auto dispatch_float(DType dt, const char* op, F&& f) -> decltype(f(float{})) {

@@ -141,10 +141,10 @@ void CpuBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t 
         gemm_threaded<T>(transA, transB, M, N, K, al, a + i * strideA, lda, b + i * strideB, ldb,
                          be, c + i * strideC, ldc);
     } else {
-#pragma omp parallel for schedule(static) if (batch * M * N * K > kParallelGrain)
-      for (int64_t i = 0; i < batch; ++i)
+      cpu::parallel_for(batch, batch * M * N * K > kParallelGrain, [&](int64_t i) {
         gemm_one<T>(transA, transB, M, N, K, al, a + i * strideA, lda, b + i * strideB, ldb, be,
                     c + i * strideC, ldc);
+      });
     }
   });
 }

@@ -176,12 +176,11 @@ template <class F>
 void for_rows_cols(int64_t outer, int64_t n, int64_t inner, F f) {
   const int64_t nic = ceil_div(inner, kInnerChunk);
   const int64_t tasks = outer * nic;
-#pragma omp parallel for schedule(static) if (outer * n * inner > kParallelGrain)
-  for (int64_t t = 0; t < tasks; ++t) {
+  cpu::parallel_for(tasks, outer * n * inner > kParallelGrain, [&](int64_t t) {
     const int64_t o = t / nic, c = t % nic;
     const int64_t i0 = c * kInnerChunk;
     f(o, i0, std::min(kInnerChunk, inner - i0));
-  }
+  });
 }
 
 }  // namespace
@@ -213,8 +212,9 @@ void CpuBackend::softmax(const View& out, const View& in, int64_t outer, int64_t
     T* y = static_cast<T*>(out.data);
     const T* x = static_cast<const T*>(in.data);
     if (inner == 1) {
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-      for (int64_t o = 0; o < outer; ++o) softmax_row<T>(y + o * n, x + o * n, n, log);
+      cpu::parallel_for(outer, total > kParallelGrain, [&](int64_t o) {
+        softmax_row<T>(y + o * n, x + o * n, n, log);
+      });
     } else {
       for_rows_cols(outer, n, inner, [&](int64_t o, int64_t i0, int64_t len) {
         const int64_t base = o * n * inner + i0;
@@ -236,9 +236,9 @@ void CpuBackend::softmax_backward(const View& grad_in, const View& grad_out, con
     const T* g = static_cast<const T*>(grad_out.data);
     const T* yy = static_cast<const T*>(y.data);
     if (inner == 1) {
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-      for (int64_t o = 0; o < outer; ++o)
+      cpu::parallel_for(outer, total > kParallelGrain, [&](int64_t o) {
         softmax_bwd_row<T>(gi + o * n, g + o * n, yy + o * n, n, log);
+      });
     } else {
       for_rows_cols(outer, n, inner, [&](int64_t o, int64_t i0, int64_t len) {
         const int64_t base = o * n * inner + i0;
@@ -394,8 +394,7 @@ void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const Vie
     T* lp = static_cast<T*>(loss_rows.data);
     T* ep = static_cast<T*>(lse.data);
     const double s = smoothing;
-#pragma omp parallel for schedule(static) if (rows * C > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    cpu::parallel_for(rows, rows * C > kParallelGrain, [&](int64_t r) {
       const T* x = xp + r * C;
       const T m = row_max(x, C);
       double se = 0;
@@ -406,7 +405,7 @@ void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const Vie
       const int64_t t = tg[r];
       if (t == ignore_index) {
         lp[r] = T(0);
-        continue;
+        return;
       }
       double dot = (1.0 - s) * static_cast<double>(x[t]);
       if (s != 0.0) {
@@ -416,7 +415,7 @@ void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const Vie
         dot += s / static_cast<double>(C) * sx;
       }
       lp[r] = static_cast<T>(l - dot);
-    }
+    });
   });
 }
 
@@ -436,21 +435,20 @@ void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& log
     const T sc = static_cast<T>(scale);
     const T off = static_cast<T>(scale * smoothing / static_cast<double>(C));
     const T hit = static_cast<T>(scale * (1.0 - smoothing));
-#pragma omp parallel for schedule(static) if (rows * C > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    cpu::parallel_for(rows, rows * C > kParallelGrain, [&](int64_t r) {
       T* g = gp + r * C;
       const int64_t t = tg[r];
       if (t == ignore_index) {
 #pragma omp simd
         for (int64_t i = 0; i < C; ++i) g[i] = T(0);
-        continue;
+        return;
       }
       const T* x = xp + r * C;
       const T l = ep[r];
 #pragma omp simd
       for (int64_t i = 0; i < C; ++i) g[i] = sc * vexp(x[i] - l) - off;
       g[t] -= hit;
-    }
+    });
   });
 }
 
@@ -469,8 +467,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
     const T* sp = static_cast<const T*>(sin.data);
     const T sgn = inverse ? T(-1) : T(1);
     // a row at a time; reads of a pair precede its writes, so out may alias x
-#pragma omp parallel for schedule(static) if (rows * D > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    cpu::parallel_for(rows, rows * D > kParallelGrain, [&](int64_t r) {
       const T* xr = xp + r * D;
       T* o = ob + r * D;
       const T* c = cp + (r % L) * P;
@@ -492,7 +489,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
       }
       if (o != xr)
         for (int64_t d = 2 * P; d < D; ++d) o[d] = xr[d];
-    }
+    });
   });
 }
 
@@ -573,8 +570,7 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nj; ++t) {
+    cpu::parallel_for(outer * nj, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
       const int64_t* ib = ix + (o % P) * n_idx * inner;
       const T* sb = src + o * n_in * inner;
@@ -588,7 +584,7 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
           for (int64_t i = 0; i < inner; ++i) d[i] = sb[ir[i] * inner + i];
         }
       }
-    }
+    });
   });
 }
 
@@ -608,8 +604,7 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
     using T = decltype(tag);
     T* a = static_cast<T*>(acc.data);
     const T* s = static_cast<const T*>(src.data);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nc; ++t) {
+    cpu::parallel_for(outer * nc, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nc, c = t % nc;
       const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
       T* ab = a + o * n_in * inner;
@@ -617,14 +612,14 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
       const T* sb = s + o * n_idx * inner;
       if (inner == 1) {  // scatter along the last axis (Shaw's bins)
         add_runs(ab, sb, ib, n_idx);
-        continue;
+        return;
       }
       for (int64_t j = 0; j < n_idx; ++j) {
         const int64_t* ir = ib + j * inner;
         const T* sr = sb + j * inner;
         for (int64_t i = i0; i < i0 + len; ++i) ab[ir[i] * inner + i] += sr[i];
       }
-    }
+    });
   });
 }
 
@@ -674,15 +669,14 @@ bool lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
                         int64_t n_in, int64_t n_idx, bool parallel) {
   const T hi = static_cast<T>(n_in - 1);
   const int32_t last = static_cast<int32_t>(n_in - 1);
-  bool any_bad = false;
-#pragma omp parallel reduction(|| : any_bad) if (parallel && omp_get_max_threads() > 1)
-  {
+  // Rows [o0, o1) with one set of buffers; returns whether a position was out of range.
+  auto run = [&](int64_t o0, int64_t o1) {
+    bool any_bad = false;
     std::vector<T> copies(gi ? static_cast<size_t>(kLerpCopies * n_in) : 0);
     std::vector<T> lo(static_cast<size_t>(n_idx)), up(static_cast<size_t>(n_idx));
     std::vector<int32_t> k0(static_cast<size_t>(n_idx)), k1(static_cast<size_t>(n_idx));
     std::vector<T> no_gp(gp ? 0 : static_cast<size_t>(n_idx));  // grad_pos not wanted
-#pragma omp for schedule(static)
-    for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t o = o0; o < o1; ++o) {
       const T* sb = src + o * n_in;
       const T* pr = ps + o * n_idx;
       const T* gr = go + o * n_idx;
@@ -722,6 +716,15 @@ bool lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
       }
       any_bad = any_bad || row_bad != 0;
     }
+    return any_bad;
+  };
+  if (!cpu::use_threads(parallel)) return run(0, outer);
+  bool any_bad = false;
+#pragma omp parallel reduction(|| : any_bad)
+  {  // contiguous blocks of rows, as schedule(static)
+    const int64_t per = ceil_div(outer, static_cast<int64_t>(omp_get_num_threads()));
+    const int64_t o0 = std::min(outer, omp_get_thread_num() * per);
+    any_bad = run(o0, std::min(outer, o0 + per));
   }
   return any_bad;
 }
@@ -746,9 +749,7 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
     const T hi = static_cast<T>(n_in - 1);
     const bool small = n_in <= INT32_MAX;
     const int32_t last = small ? static_cast<int32_t>(n_in - 1) : 0;
-    bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nj; ++t) {
+    const bool bad = cpu::parallel_any(outer * nj, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
       const T* sb = src + o * n_in * inner;
       if (inner == 1 && small) {
@@ -769,15 +770,15 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
           const T a0 = sb[k], a1 = sb[k1];
           dr[j] = a0 + w * (a1 - a0);
         }
-        bad = bad || row_bad != 0;
-        continue;
+        return row_bad != 0;
       }
+      bool task_bad = false;
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t e0 = (o * n_idx + j) * inner;
         for (int64_t i = 0; i < inner; ++i) {
           const T u = ps[e0 + i];
           if (!lerp_position_ok(u, hi)) {
-            bad = true;
+            task_bad = true;
             dst[e0 + i] = T(0);
             continue;
           }
@@ -788,7 +789,8 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
           dst[e0 + i] = a0 + w * (a1 - a0);
         }
       }
-    }
+      return task_bad;
+    });
     if (bad) lerp_position_error(ps, total, n_in, op);
   });
 }
@@ -819,10 +821,9 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
         lerp_position_error(ps, total, n_in, op);
       return;
     }
-    bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nc; ++t) {
+    const bool bad = cpu::parallel_any(outer * nc, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nc, i0 = (t % nc) * cw, i1 = std::min(inner, i0 + cw);
+      bool task_bad = false;
       const T* sb = src + o * n_in * inner;
       T* ab = gi ? gi + o * n_in * inner : nullptr;
       if (ab)
@@ -833,7 +834,7 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
         for (int64_t i = i0; i < i1; ++i) {
           const T u = ps[e0 + i], g = go[e0 + i];
           if (!lerp_position_ok(u, hi)) {
-            bad = true;
+            task_bad = true;
             if (gp) gp[e0 + i] = T(0);
             continue;
           }
@@ -848,7 +849,8 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
           }
         }
       }
-    }
+      return task_bad;
+    });
     if (bad) lerp_position_error(ps, total, n_in, op);
   });
 }
@@ -862,9 +864,9 @@ void CpuBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_
     using T = decltype(tag);
     T* m = static_cast<T*>(mask.data);
     const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
+    cpu::parallel_for(n, n > kParallelGrain, [&](int64_t i) {
       m[i] = rng_uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? keep : T(0);
+    });
   });
 }
 
@@ -877,9 +879,9 @@ void CpuBackend::random_uniform(const View& out, double lo, double hi, uint64_t 
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
     const double w = hi - lo;
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
+    cpu::parallel_for(n, n > kParallelGrain, [&](int64_t i) {
       o[i] = static_cast<T>(lo + w * rng_uniform(seed, offset + static_cast<uint64_t>(i)));
+    });
   });
 }
 
@@ -891,9 +893,9 @@ void CpuBackend::random_normal(const View& out, double mean, double std, uint64_
   cpu::dispatch_float(out.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
-#pragma omp parallel for schedule(static) if (n > kParallelGrain / 4)
-    for (int64_t i = 0; i < n; ++i)
+    cpu::parallel_for(n, n > kParallelGrain / 4, [&](int64_t i) {
       o[i] = static_cast<T>(mean + std * rng_normal(seed, offset + static_cast<uint64_t>(i)));
+    });
   });
 }
 
@@ -957,6 +959,12 @@ void CpuBackend::sgd_step(const View& param, const View& grad, const View& momen
     T* buf = static_cast<T*>(momentum_buf.data);
     const T lrt = static_cast<T>(lr), wd = static_cast<T>(weight_decay);
     const T mu = static_cast<T>(momentum), damp = static_cast<T>(1.0 - dampening);
+    // f(i0, i1) over chunks of kChunk elements, split over the threads above the grain
+    constexpr int64_t kChunk = 512;
+    auto chunks = [&](auto&& f) {
+      cpu::parallel_for((n + kChunk - 1) / kChunk, n > kParallelGrain,
+                        [&](int64_t c) { f(c * kChunk, std::min(n, (c + 1) * kChunk)); });
+    };
     // the invariant choices (first step, nesterov) are compile-time in each loop so it vectorises
     auto run = [&](auto first_c, auto nesterov_c) {
       constexpr bool kFirst = decltype(first_c)::value, kNesterov = decltype(nesterov_c)::value;
@@ -964,22 +972,26 @@ void CpuBackend::sgd_step(const View& param, const View& grad, const View& momen
       T* bp = buf;
       const T* gp = g;
       const T lr_ = lrt, wd_ = wd, mu_ = mu, damp_ = damp;
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        const T d = gp[i] + wd_ * pp[i];                   // wd == 0 adds an exact zero
-        const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
-        bp[i] = b;
-        pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);
-      }
+      chunks([&](int64_t i0, int64_t i1) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) {
+          const T d = gp[i] + wd_ * pp[i];                   // wd == 0 adds an exact zero
+          const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
+          bp[i] = b;
+          pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);
+        }
+      });
     };
     using F = std::false_type;
     using Tr = std::true_type;
     if (!use_mom) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
-        p[i] -= lrt * d;
-      }
+      chunks([&](int64_t i0, int64_t i1) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) {
+          const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
+          p[i] -= lrt * d;
+        }
+      });
     } else if (first_step) {
       nesterov ? run(Tr{}, Tr{}) : run(Tr{}, F{});
     } else {
