@@ -110,4 +110,19 @@ TEST(CpuRegions, SmallOpsOpenNoOpenMpRegion) {
   set_num_threads(saved);
 }
 
+// Work above the grain that makes one task opens no region either: it would leave the other
+// threads idle and still pay for the team. A column sum of [1024, 32] (the vocabulary-32 head's
+// bias gradient) is one block of rows; one of [1024, 128] is two blocks of rows, summed in one
+// region, and their partial sums are added without one.
+TEST(CpuRegions, OneTaskOpensNoRegion) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  Tensor narrow = Tensor::full({1024, 32}, 1.0), wide = Tensor::full({1024, 128}, 1.0);
+  sum(narrow, {0});  // warm-up
+  EXPECT_EQ(regions_of([&] { sum(narrow, {0}); }), 0);
+  EXPECT_EQ(regions_of([&] { sum(wide, {0}); }), 1);
+  EXPECT_EQ(sum(sum(wide, {0})).item(), 1024.0 * 128.0);
+  set_num_threads(saved);
+}
+
 }  // namespace

@@ -409,7 +409,7 @@ void attention_fwd(const AttentionArgs& a) {
                          T(1), o_blk, O.ld);
     }
   };
-  if (cpu::use_threads(BH * Lq * Lk * dh > kParallelGrain)) {
+  if (tasks > 1 && cpu::use_threads(BH * Lq * Lk * dh > kParallelGrain)) {
 #pragma omp parallel
     {
       kp.key = vp.key = rkp.key = -1;

@@ -177,10 +177,11 @@ inline bool use_threads(bool parallel) {
 }
 
 // f(i) for i in [0, n): split over the threads (static schedule, as `omp parallel for
-// schedule(static)`) when use_threads(parallel), otherwise a plain loop.
+// schedule(static)`) when use_threads(parallel) and there are two or more tasks, otherwise a
+// plain loop (a region for one task would leave every other thread idle and still pay the team).
 template <class F>
 inline void parallel_for(int64_t n, bool parallel, F&& f) {
-  if (use_threads(parallel)) {
+  if (n > 1 && use_threads(parallel)) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) f(i);
   } else {
@@ -192,7 +193,7 @@ inline void parallel_for(int64_t n, bool parallel, F&& f) {
 template <class F>
 inline bool parallel_any(int64_t n, bool parallel, F&& f) {
   bool any = false;
-  if (use_threads(parallel)) {
+  if (n > 1 && use_threads(parallel)) {
 #pragma omp parallel for schedule(static) reduction(|| : any)
     for (int64_t i = 0; i < n; ++i) any = f(i) || any;
   } else {

@@ -718,7 +718,7 @@ bool lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
     }
     return any_bad;
   };
-  if (!cpu::use_threads(parallel)) return run(0, outer);
+  if (outer <= 1 || !cpu::use_threads(parallel)) return run(0, outer);
   bool any_bad = false;
 #pragma omp parallel reduction(|| : any_bad)
   {  // contiguous blocks of rows, as schedule(static)
