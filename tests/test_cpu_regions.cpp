@@ -125,4 +125,35 @@ TEST(CpuRegions, OneTaskOpensNoRegion) {
   set_num_threads(saved);
 }
 
+// An AdamW step updates every parameter in one region: one per parameter above the grain before,
+// and none for the ones below it, which ran on one thread. The update of each element does not
+// depend on the split: one and two threads give the same bits.
+TEST(CpuRegions, AdamWStepOpensOneRegion) {
+  const int saved = num_threads();
+  auto run = [](int threads, long* regions) {
+    set_num_threads(threads);
+    std::vector<Tensor> ps;
+    for (int64_t n : {int64_t{20000}, int64_t{128}, kParallelGrain, int64_t{20000}}) {
+      Tensor p = Tensor::arange(n);
+      ps.push_back(mul_scalar(p, 1e-4).detach().set_requires_grad(true));
+    }
+    AdamW opt(ps, 1e-2);
+    for (int step = 0; step < 2; ++step) {
+      Tensor l = sum(mul(ps[0], ps[0]));
+      for (size_t i = 1; i < ps.size(); ++i) l = add(l, sum(mul(ps[i], ps[i])));
+      l.backward();
+      *regions = regions_of([&] { opt.step(); });
+      for (Tensor& p : ps) p.zero_grad();
+    }
+    return ps;
+  };
+  long one_thread = -1, two_threads = -1;
+  const std::vector<Tensor> a = run(1, &one_thread), b = run(2, &two_threads);
+  EXPECT_EQ(one_thread, 0);
+  EXPECT_EQ(two_threads, 1);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(sum(ne(a[i], b[i])).item(), 0.0) << "parameter " << i;
+  set_num_threads(saved);
+}
+
 }  // namespace

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pelab/tensor.h"
 
@@ -221,6 +222,20 @@ class Backend {
   virtual void sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
                         double momentum, double dampening, double weight_decay, bool nesterov,
                         bool first_step) = 0;
+  // adamw_step on several parameters with the same settings; no two entries' buffers overlap. A
+  // backend may run them as one parallel pass (the CPU backend: one region for the whole step
+  // instead of one per large parameter and none for the small ones); each element's result is
+  // that of adamw_step.
+  struct AdamWBuffers {
+    View param, grad, m, v;
+  };
+  virtual void adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
+                               double beta2, double eps, double weight_decay,
+                               double bias_correction1, double bias_correction2) {
+    for (const AdamWBuffers& b : bufs)
+      adamw_step(b.param, b.grad, b.m, b.v, lr, beta1, beta2, eps, weight_decay, bias_correction1,
+                 bias_correction2);
+  }
 };
 
 // The block count P of a gather / scatter_add index (see Backend::gather), checked.

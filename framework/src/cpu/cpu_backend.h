@@ -28,6 +28,9 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
 
 #include "backend_kernels.inc"  // the Backend interface's kernels and memory methods
+  void adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, double bias_correction1,
+                       double bias_correction2) override;
 
   void empty_cache() override;
   // Caching-allocator statistics (for tests and diagnostics).

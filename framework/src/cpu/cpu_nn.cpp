@@ -5,6 +5,7 @@
 // results are identical run to run (and across thread counts).
 #include <omp.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 #include "pelab/random.h"
+#include "pelab/small_vector.h"
 #include "pelab/strings.h"
 
 namespace pelab {
@@ -900,49 +902,93 @@ void CpuBackend::random_normal(const View& out, double mean, double std, uint64_
 }
 
 // =====================================================================================
+namespace {
+
+// AdamW on `count` parameters' buffers of one dtype T with the same settings, in chunks of kChunk
+// elements: one loop over every parameter's chunks, split over the threads when their elements
+// together are above the grain. Each element's result does not depend on the split.
+template <class T>
+void adamw_chunks(const Backend::AdamWBuffers* bufs, size_t count, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, double bias_correction1,
+                  double bias_correction2) {
+  // PyTorch AdamW: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
+  // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+  const T decay = static_cast<T>(1.0 - lr * weight_decay);
+  const T b1 = static_cast<T>(beta1), ob1 = static_cast<T>(1.0 - beta1);
+  const T b2 = static_cast<T>(beta2), ob2 = static_cast<T>(1.0 - beta2);
+  const T step = static_cast<T>(lr / bias_correction1);
+  const T inv_bc2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
+  const T e = static_cast<T>(eps);
+  constexpr int64_t kChunk = 512;
+  // first[k]: parameter k's first chunk; first[count]: the chunk count (on the heap only for a
+  // model of more than 127 parameter tensors)
+  SmallVector<int64_t, 128> first_chunk(count + 1);
+  int64_t* first = first_chunk.data();
+  int64_t chunks = 0, total = 0;
+  for (size_t k = 0; k < count; ++k) {
+    const int64_t n = bufs[k].param.numel();
+    first[k] = chunks;
+    chunks += (n + kChunk - 1) / kChunk;
+    total += n;
+  }
+  first[count] = chunks;
+  cpu::parallel_for(chunks, total > kParallelGrain, [&](int64_t c) {
+    const size_t k = static_cast<size_t>(std::upper_bound(first, first + count + 1, c) - first) - 1;
+    const Backend::AdamWBuffers& b = bufs[k];
+    const int64_t n = b.param.numel();
+    const int64_t i0 = (c - first[k]) * kChunk, len = std::min(kChunk, n - i0);
+    T* pc = static_cast<T*>(b.param.data) + i0;
+    T* mc = static_cast<T*>(b.m.data) + i0;
+    T* vc = static_cast<T*>(b.v.data) + i0;
+    const T* gc = static_cast<const T*>(b.grad.data) + i0;
+    T den[kChunk];
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) {
+      const T gi = gc[i];
+      mc[i] = b1 * mc[i] + ob1 * gi;
+      const T vi = b2 * vc[i] + ob2 * gi * gi;
+      vc[i] = vi;
+      den[i] = vi;
+    }
+    cpu::sqrt_inplace(den, len);
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i)
+      pc[i] = pc[i] * decay - step * mc[i] / (den[i] * inv_bc2_sqrt + e);
+  });
+}
+
+}  // namespace
+
 void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, const View& v,
                             double lr, double beta1, double beta2, double eps, double weight_decay,
                             double bias_correction1, double bias_correction2) {
   const char* op = "adamw_step";
-  const int64_t n = param.numel();
   check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
+  const AdamWBuffers b{param, grad, m, v};
   cpu::dispatch_float(param.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = static_cast<T*>(param.data);
-    const T* g = static_cast<const T*>(grad.data);
-    T* mp = static_cast<T*>(m.data);
-    T* vp = static_cast<T*>(v.data);
-    // PyTorch AdamW: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
-    // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
-    const T decay = static_cast<T>(1.0 - lr * weight_decay);
-    const T b1 = static_cast<T>(beta1), ob1 = static_cast<T>(1.0 - beta1);
-    const T b2 = static_cast<T>(beta2), ob2 = static_cast<T>(1.0 - beta2);
-    const T step = static_cast<T>(lr / bias_correction1);
-    const T inv_bc2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
-    const T e = static_cast<T>(eps);
-    constexpr int64_t kChunk = 512;
-    const int64_t nc = (n + kChunk - 1) / kChunk;
-    cpu::parallel_for(nc, n > kParallelGrain, [&](int64_t c) {
-      const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
-      T* pc = p + i0;
-      T* mc = mp + i0;
-      T* vc = vp + i0;
-      const T* gc = g + i0;
-      T den[kChunk];
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i) {
-        const T gi = gc[i];
-        mc[i] = b1 * mc[i] + ob1 * gi;
-        const T vi = b2 * vc[i] + ob2 * gi * gi;
-        vc[i] = vi;
-        den[i] = vi;
-      }
-      cpu::sqrt_inplace(den, len);
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i)
-        pc[i] = pc[i] * decay - step * mc[i] / (den[i] * inv_bc2_sqrt + e);
-    });
+    adamw_chunks<decltype(tag)>(&b, 1, lr, beta1, beta2, eps, weight_decay, bias_correction1,
+                                bias_correction2);
   });
+}
+
+// Every parameter in one parallel loop (runs of one dtype each): one region for the step instead
+// of one per parameter above the grain, and the parameters below it (a d 128 model's 128 x 128
+// projections, biases, layer norms) no longer run on one thread while the others wait.
+void CpuBackend::adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
+                                 double beta2, double eps, double weight_decay,
+                                 double bias_correction1, double bias_correction2) {
+  const char* op = "adamw_step";
+  for (const AdamWBuffers& b : bufs)
+    check_adamw_step(b.param, b.grad, b.m, b.v, bias_correction1, bias_correction2);
+  for (size_t k0 = 0; k0 < bufs.size();) {
+    size_t k1 = k0 + 1;
+    while (k1 < bufs.size() && bufs[k1].param.dtype == bufs[k0].param.dtype) ++k1;
+    cpu::dispatch_float(bufs[k0].param.dtype, op, [&](auto tag) {
+      adamw_chunks<decltype(tag)>(bufs.data() + k0, k1 - k0, lr, beta1, beta2, eps, weight_decay,
+                                  bias_correction1, bias_correction2);
+    });
+    k0 = k1;
+  }
 }
 
 void CpuBackend::sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
