@@ -156,4 +156,19 @@ TEST(CpuRegions, AdamWStepOpensOneRegion) {
   set_num_threads(saved);
 }
 
+// A linear layer's bias is written into each thread's block of the output inside the product's
+// region: one region for [1024, 128] x [128, 128]ᵀ + bias, where the copy of the bias used to open
+// a region of its own.
+TEST(CpuRegions, LinearBiasOpensNoRegionOfItsOwn) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  Tensor x = Tensor::full({1024, 128}, 0.5), w = Tensor::full({128, 128}, 0.25),
+         b = Tensor::full({128}, 1.0);
+  linear(x, w, b);  // warm-up
+  EXPECT_EQ(regions_of([&] { linear(x, w, b); }), 1);
+  EXPECT_EQ(regions_of([&] { linear(x, w, Tensor()); }), 1);
+  EXPECT_EQ(sum(linear(x, w, b)).item(), 1024.0 * 128.0 * (128 * 0.125 + 1.0));
+  set_num_threads(saved);
+}
+
 }  // namespace

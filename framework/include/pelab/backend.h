@@ -121,6 +121,23 @@ class Backend {
                     double alpha, const void* A, int64_t lda, int64_t strideA,
                     const void* B, int64_t ldb, int64_t strideB, double beta,
                     void* C, int64_t ldc, int64_t strideC, int64_t batch) = 0;
+  // C = op(A) * op(B) + bias broadcast over C's M rows (one product; bias contiguous [N]). The
+  // default copies the bias into C, then runs gemm with beta = 1; the CPU backend fills each
+  // thread's block of C inside the product's parallel region (no region of its own), with the same
+  // result.
+  virtual void gemm_bias(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                         const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
+                         void* C, int64_t ldc) {
+    View c, b;
+    c.data = C;
+    c.dtype = b.dtype = dtype;
+    c.shape = b.shape = {M, N};
+    c.strides = {ldc, 1};
+    b.data = const_cast<void*>(bias);
+    b.strides = {0, 1};
+    copy(c, b);
+    if (K > 0) gemm(dtype, transA, transB, M, N, K, 1.0, A, lda, 0, B, ldb, 0, 1.0, C, ldc, 0, 1);
+  }
 
   // ---- fused softmax family on contiguous [outer, n, inner], along n ----
   virtual void softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
