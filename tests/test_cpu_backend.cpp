@@ -765,6 +765,39 @@ TEST(CpuBackendBlas, SmallGemmWidthsAgreeBitForBit) {
       }
 }
 
+// gemm_bias (the bias written into each thread's block of C inside the product) gives the bits of
+// Backend's default (the bias copied into C, then gemm with beta = 1) on every path of the
+// threaded product: one call (small), blocks of rows (M >= N), blocks of columns, and K cut across
+// threads (a small output with a long K), with 1, 2 and 3 threads.
+TEST(CpuBackendBlas, GemmBiasMatchesCopyThenGemmBitForBit) {
+  CpuBackend be;
+  const int saved = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const auto& s : std::vector<std::array<int64_t, 3>>{
+                 {5, 7, 3}, {300, 70, 64}, {40, 300, 64}, {33, 32, 4096}, {20, 9, 0}}) {
+          const int64_t M = s[0], N = s[1], K = s[2];
+          const int64_t lda = std::max<int64_t>(ta ? M : K, 1) + 1, ldb = (tb ? K : N) + 2,
+                        ldc = N + 3;
+          const auto A = randv(std::max<int64_t>(ta ? K : M, 1) * lda, 81),
+                     B = randv(std::max<int64_t>(tb ? N : K, 1) * ldb, 82), bias = randv(N, 83);
+          std::vector<float> a(A.begin(), A.end()), b(B.begin(), B.end()),
+              bs(bias.begin(), bias.end());
+          std::vector<float> fused(static_cast<size_t>(M * ldc), 7.0f), ref = fused;
+          be.gemm_bias(DType::Float32, ta, tb, M, N, K, a.data(), lda, b.data(), ldb, bs.data(),
+                       fused.data(), ldc);
+          be.Backend::gemm_bias(DType::Float32, ta, tb, M, N, K, a.data(), lda, b.data(), ldb,
+                                bs.data(), ref.data(), ldc);
+          for (size_t i = 0; i < fused.size(); ++i)
+            ASSERT_EQ(fused[i], ref[i]) << threads << " threads, ta=" << ta << " tb=" << tb
+                                        << " M=" << M << " N=" << N << " K=" << K << " at " << i;
+        }
+  }
+  set_num_threads(saved);
+}
+
 // ---------------------------------------------------------------------------------------------
 TEST(CpuBackendOptim, AdamWAndSgdOneStepMatchHandFormula) {
   CpuBackend be;

@@ -11,8 +11,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "pelab/nn.h"
 #include "pelab/ops.h"
+#include "pelab/optim.h"
 #include "pelab/parallel.h"
+#include "pelab/random.h"
 #include "pelab/tensor.h"
 
 namespace {
@@ -53,17 +56,118 @@ void small_ops() {
   sum(mul(z, z)).backward();
 }
 
+// The kernels with loops of their own, each on a few elements with its backward: softmax and
+// log-softmax along the last and a leading axis, cross-entropy, max along both, rotate_pairs,
+// gather / scatter-add, gather_lerp along the last and a leading axis, batched small products, the
+// fused attention, dropout, a transposing copy, random fills, the gradient-norm clip, SGD, AdamW.
+void small_nn_ops() {
+  Generator gen(7);
+  Tensor x = Tensor::empty({3, 5});
+  init::normal_(x, 0.0, 1.0, gen);
+  x.set_requires_grad(true);
+  Tensor pos = Tensor::from_vector({0.0, 1.5, 4.0, 2.25, 3.0, 0.5, 1.0, 3.75, 2.0, 2.5, 0.0, 4.0},
+                                   {3, 4});
+  Tensor pos0 = Tensor::from_vector({0.0, 1.5, 2.0, 1.25, 0.5, 0.0}, {2, 3});
+  Tensor idx = Tensor::from_ints({0, 4, 4, 1, 2, 2, 3, 0, 1, 1, 1, 4}, {3, 4});
+  Tensor t = Tensor::from_ints({1, 0, 4}, {3});
+  Tensor terms = add(add(sum(softmax(x, 1)), sum(log_softmax(x, 0))), cross_entropy(x, t));
+  terms = add(terms, add(sum(max(x, 1)), sum(max(x, 0))));
+  terms = add(terms, add(sum(gather(x, 1, idx)), sum(gather_lerp(x, 1, pos))));
+  terms = add(terms, sum(gather_lerp(x, 0, pos0)));
+  Tensor r = reshape(slice(x, 1, 0, 4), {3, 1, 4});
+  Tensor c = Tensor::full({1, 2}, 0.6), s = Tensor::full({1, 2}, 0.8);
+  terms = add(terms, sum(rotate_pairs(r, c, s)));
+  Tensor q = reshape(concat({x, x}, 0), {1, 2, 3, 5});  // [B, H, L, dh]
+  terms = add(terms, sum(scaled_dot_attention(q, q, q, Tensor(), Tensor(), 0.5, -1e9)));
+  terms = add(terms, sum(matmul(q, transpose(q, 2, 3))));  // a batch of two 3 x 5 x 3 products
+  terms = add(terms, sum(dropout(x, 0.25, true, gen)));
+  Tensor sq = reshape(concat({x, x, x, x}, 1), {12, 5});  // a transposed copy of 8 x 8 tiles
+  sq = transpose(reshape(concat({sq, sq}, 0), {8, 15}), 0, 1).contiguous();
+  terms = add(terms, sum(sq));
+  terms.backward();
+  std::vector<Tensor> params{x};
+  clip_grad_norm(params, 1.0);
+  SGDOptions momentum;
+  momentum.momentum = 0.9;
+  SGD(params, 0.1).step();
+  SGD(params, 0.1, momentum).step();
+  AdamW(params, 0.1).step();
+}
+
 TEST(CpuRegions, SmallOpsOpenNoOpenMpRegion) {
   const int saved = num_threads();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     small_ops();  // warm-up (caches, first-use allocations)
     EXPECT_EQ(regions_of(small_ops), 0) << threads << " threads";
+    small_nn_ops();
+    EXPECT_EQ(regions_of(small_nn_ops), 0) << threads << " threads";
   }
   // The counter sees regions: an elementwise op above the grain with two threads opens one.
   set_num_threads(2);
   Tensor big = Tensor::full({2 * kParallelGrain}, 1.0);
   EXPECT_GE(regions_of([&] { add_scalar(big, 1.0); }), 1);
+  set_num_threads(saved);
+}
+
+// Work above the grain that makes one task opens no region either: it would leave the other
+// threads idle and still pay for the team. A column sum of [1024, 32] (the vocabulary-32 head's
+// bias gradient) is one block of rows; one of [1024, 128] is two blocks of rows, summed in one
+// region, and their partial sums are added without one.
+TEST(CpuRegions, OneTaskOpensNoRegion) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  Tensor narrow = Tensor::full({1024, 32}, 1.0), wide = Tensor::full({1024, 128}, 1.0);
+  sum(narrow, {0});  // warm-up
+  EXPECT_EQ(regions_of([&] { sum(narrow, {0}); }), 0);
+  EXPECT_EQ(regions_of([&] { sum(wide, {0}); }), 1);
+  EXPECT_EQ(sum(sum(wide, {0})).item(), 1024.0 * 128.0);
+  set_num_threads(saved);
+}
+
+// An AdamW step updates every parameter in one region: one per parameter above the grain before,
+// and none for the ones below it, which ran on one thread. The update of each element does not
+// depend on the split: one and two threads give the same bits.
+TEST(CpuRegions, AdamWStepOpensOneRegion) {
+  const int saved = num_threads();
+  auto run = [](int threads, long* regions) {
+    set_num_threads(threads);
+    std::vector<Tensor> ps;
+    for (int64_t n : {int64_t{20000}, int64_t{128}, kParallelGrain, int64_t{20000}}) {
+      Tensor p = Tensor::arange(n);
+      ps.push_back(mul_scalar(p, 1e-4).detach().set_requires_grad(true));
+    }
+    AdamW opt(ps, 1e-2);
+    for (int step = 0; step < 2; ++step) {
+      Tensor l = sum(mul(ps[0], ps[0]));
+      for (size_t i = 1; i < ps.size(); ++i) l = add(l, sum(mul(ps[i], ps[i])));
+      l.backward();
+      *regions = regions_of([&] { opt.step(); });
+      for (Tensor& p : ps) p.zero_grad();
+    }
+    return ps;
+  };
+  long one_thread = -1, two_threads = -1;
+  const std::vector<Tensor> a = run(1, &one_thread), b = run(2, &two_threads);
+  EXPECT_EQ(one_thread, 0);
+  EXPECT_EQ(two_threads, 1);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(sum(ne(a[i], b[i])).item(), 0.0) << "parameter " << i;
+  set_num_threads(saved);
+}
+
+// A linear layer's bias is written into each thread's block of the output inside the product's
+// region: one region for [1024, 128] x [128, 128]ᵀ + bias, where the copy of the bias used to open
+// a region of its own.
+TEST(CpuRegions, LinearBiasOpensNoRegionOfItsOwn) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  Tensor x = Tensor::full({1024, 128}, 0.5), w = Tensor::full({128, 128}, 0.25),
+         b = Tensor::full({128}, 1.0);
+  linear(x, w, b);  // warm-up
+  EXPECT_EQ(regions_of([&] { linear(x, w, b); }), 1);
+  EXPECT_EQ(regions_of([&] { linear(x, w, Tensor()); }), 1);
+  EXPECT_EQ(sum(linear(x, w, b)).item(), 1024.0 * 128.0 * (128 * 0.125 + 1.0));
   set_num_threads(saved);
 }
 

@@ -6,6 +6,7 @@
 #include <climits>
 #include <utility>
 
+#include "cpu/cpu_backend.h"  // cpu::parallel_any (check_targets reads host memory)
 #include "pelab/parallel.h"
 
 namespace pelab {
@@ -214,9 +215,9 @@ void check_cross_entropy_backward(const View& grad_logits, const View& logits, c
 }
 
 void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index) {
-  bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (rows > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) bad = bad || (t[r] != ignore_index && (t[r] < 0 || t[r] >= C));
+  const bool bad = cpu::parallel_any(rows, rows > kParallelGrain, [&](int64_t r) {
+    return t[r] != ignore_index && (t[r] < 0 || t[r] >= C);
+  });
   if (!bad) return;
   for (int64_t r = 0; r < rows; ++r)
     PELAB_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < C), "cross_entropy: target ", t[r],

@@ -63,6 +63,10 @@ StepBuffers prepare(const char* opt, size_t i, const Tensor& p, const Tensor& g,
   }
   return b;
 }
+bool shares_storage(const Tensor& a, const Tensor& b) {
+  return a.impl()->storage == b.impl()->storage;
+}
+
 }  // namespace
 
 // ---------------- SGD ----------------
@@ -118,16 +122,35 @@ void AdamW::step() {
   const double bc1 = 1.0 - std::pow(opt.beta1, t);
   const double bc2 = 1.0 - std::pow(opt.beta2, t);
   const std::vector<std::string> names = state_names();
+  // One backend call for consecutive parameters on one device whose memory does not overlap (a
+  // parameter sharing storage with one already collected waits for the next call, so the updates
+  // stay in order).
+  std::vector<StepBuffers> batch;
+  std::vector<Backend::AdamWBuffers> views;
+  batch.reserve(params_.size());
+  views.reserve(params_.size());
+  auto flush = [&] {
+    if (batch.empty()) return;
+    backend_for(batch.front().param.device())
+        .adamw_step_many(views, lr_, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, bc1, bc2);
+    for (StepBuffers& b : batch) b.finish();
+    batch.clear();
+    views.clear();
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    StepBuffers b = prepare("AdamW", i, p, g, state_[i], names);
-    backend_for(p.device())
-        .adamw_step(view_of(b.work), view_of(b.grad), view_of(b.state[0]), view_of(b.state[1]), lr_,
-                    opt.beta1, opt.beta2, opt.eps, opt.weight_decay, bc1, bc2);
-    b.finish();
+    if (!batch.empty() && (p.device() != batch.front().param.device() ||
+                           std::any_of(batch.begin(), batch.end(), [&](const StepBuffers& b) {
+                             return shares_storage(b.param, p);
+                           })))
+      flush();
+    batch.push_back(prepare("AdamW", i, p, g, state_[i], names));
+    const StepBuffers& b = batch.back();
+    views.push_back({view_of(b.work), view_of(b.grad), view_of(b.state[0]), view_of(b.state[1])});
   }
+  flush();
 }
 
 // ---------------- clipping ----------------

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pelab/tensor.h"
 
@@ -120,6 +121,23 @@ class Backend {
                     double alpha, const void* A, int64_t lda, int64_t strideA,
                     const void* B, int64_t ldb, int64_t strideB, double beta,
                     void* C, int64_t ldc, int64_t strideC, int64_t batch) = 0;
+  // C = op(A) * op(B) + bias broadcast over C's M rows (one product; bias contiguous [N]). The
+  // default copies the bias into C, then runs gemm with beta = 1; the CPU backend fills each
+  // thread's block of C inside the product's parallel region (no region of its own), with the same
+  // result.
+  virtual void gemm_bias(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                         const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
+                         void* C, int64_t ldc) {
+    View c, b;
+    c.data = C;
+    c.dtype = b.dtype = dtype;
+    c.shape = b.shape = {M, N};
+    c.strides = {ldc, 1};
+    b.data = const_cast<void*>(bias);
+    b.strides = {0, 1};
+    copy(c, b);
+    if (K > 0) gemm(dtype, transA, transB, M, N, K, 1.0, A, lda, 0, B, ldb, 0, 1.0, C, ldc, 0, 1);
+  }
 
   // ---- fused softmax family on contiguous [outer, n, inner], along n ----
   virtual void softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
@@ -221,6 +239,20 @@ class Backend {
   virtual void sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
                         double momentum, double dampening, double weight_decay, bool nesterov,
                         bool first_step) = 0;
+  // adamw_step on several parameters with the same settings; no two entries' buffers overlap. A
+  // backend may run them as one parallel pass (the CPU backend: one region for the whole step
+  // instead of one per large parameter and none for the small ones); each element's result is
+  // that of adamw_step.
+  struct AdamWBuffers {
+    View param, grad, m, v;
+  };
+  virtual void adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
+                               double beta2, double eps, double weight_decay,
+                               double bias_correction1, double bias_correction2) {
+    for (const AdamWBuffers& b : bufs)
+      adamw_step(b.param, b.grad, b.m, b.v, lr, beta1, beta2, eps, weight_decay, bias_correction1,
+                 bias_correction2);
+  }
 };
 
 // The block count P of a gather / scatter_add index (see Backend::gather), checked.

@@ -413,50 +413,56 @@ void attention_fwd(const AttentionArgs& a) {
   const Rows bias(a.bias);
   const MaskRuns mask(a.mask, T(), B, H, Lq, Lk);
   const int64_t QB = block_rows<T>(Lk), nqb = (Lq + QB - 1) / QB, tasks = BH * nqb;
-#pragma omp parallel if (BH * Lq * Lk * dh > kParallelGrain)
-  {
-    thread_local HeadPanel<T> kp, vp, rkp;  // a thread's tasks run whole heads' blocks in a row
-    kp.key = vp.key = rkp.key = -1;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t bh = t / nqb, i0 = (t % nqb) * QB, rows = std::min(QB, Lq - i0);
-      const int64_t b = bh / H, h = bh % H, n = mask.block_end(b, h, i0, rows, Lk);
-      kp.get(bh, true, Lk, dh, K.at(bh, H), K.ld);
-      vp.get(bh, false, dh, Lk, Vp.at(bh, H), Vp.ld);
-      if (rel.keys) rkp.get(rel.keys_heads == 1 ? 0 : h, true, R, dh, rel.keys_of(h), dh);
-      thread_local std::vector<T> buf, wbuf;  // scores; [rows, R] relative-table weights
-      T* S = PR ? PR + (bh * Lq + i0) * Lk : nullptr;  // kept probabilities: work in place there
-      if (!S) {
-        if (buf.size() < static_cast<size_t>(QB * Lk)) buf.resize(static_cast<size_t>(QB * Lk));
-        S = buf.data();
-      }
-      if (wbuf.size() < static_cast<size_t>(QB * R)) wbuf.resize(static_cast<size_t>(QB * R));
-      block_scores<T>(S, rows, i0, b, h, Q.at(bh, H), Q.ld, kp, Lk, n, dh, scale, bias, mask,
-                      masked, rel, rkp, wbuf.data());
-      for (int64_t r = 0; r < rows; ++r) {  // softmax in place; max and log-sum for the backward
-        T* x = S + r * Lk;
-        const T m = row_max(x, n);
-        // exp and the double sum in two loops: together (float exp, double accumulator) GCC left
-        // the loop scalar, which made the exp pass most of the forward at short lengths
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) x[j] = cpu::vexp(x[j] - m);
-        const double s = row_sum<T>(x, nullptr, n);
-        const T inv = static_cast<T>(1.0 / s);
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) x[j] *= inv;
-        if (PR) std::fill(x + n, x + Lk, T(0));  // the skipped keys' probability is exactly 0
-        T* st = ST + 2 * (bh * Lq + i0 + r);
-        st[0] = m;
-        st[1] = static_cast<T>(std::log(s));
-      }
-      T* o_blk = O.at(bh, H) + i0 * O.ld;
-      vp.gemm(rows, dh, n, T(1), S, Lk, T(0), o_blk, O.ld);
-      if (rel.values) {  // + Σ_j p_ij values[r_ij] = w · values, w the block's bin weights
-        bin_block<T>(wbuf.data(), S, rows, n, Lk, R, rel.runs, i0);
-        cpu::small_gemm<T>(false, false, rows, dh, R, T(1), wbuf.data(), R, rel.values_of(h), dh,
-                           T(1), o_blk, O.ld);
-      }
+  thread_local HeadPanel<T> kp, vp, rkp;  // a thread's tasks run whole heads' blocks in a row
+  auto task = [&](int64_t t) {
+    const int64_t bh = t / nqb, i0 = (t % nqb) * QB, rows = std::min(QB, Lq - i0);
+    const int64_t b = bh / H, h = bh % H, n = mask.block_end(b, h, i0, rows, Lk);
+    kp.get(bh, true, Lk, dh, K.at(bh, H), K.ld);
+    vp.get(bh, false, dh, Lk, Vp.at(bh, H), Vp.ld);
+    if (rel.keys) rkp.get(rel.keys_heads == 1 ? 0 : h, true, R, dh, rel.keys_of(h), dh);
+    thread_local std::vector<T> buf, wbuf;  // scores; [rows, R] relative-table weights
+    T* S = PR ? PR + (bh * Lq + i0) * Lk : nullptr;  // kept probabilities: work in place there
+    if (!S) {
+      if (buf.size() < static_cast<size_t>(QB * Lk)) buf.resize(static_cast<size_t>(QB * Lk));
+      S = buf.data();
     }
+    if (wbuf.size() < static_cast<size_t>(QB * R)) wbuf.resize(static_cast<size_t>(QB * R));
+    block_scores<T>(S, rows, i0, b, h, Q.at(bh, H), Q.ld, kp, Lk, n, dh, scale, bias, mask,
+                    masked, rel, rkp, wbuf.data());
+    for (int64_t r = 0; r < rows; ++r) {  // softmax in place; max and log-sum for the backward
+      T* x = S + r * Lk;
+      const T m = row_max(x, n);
+      // exp and the double sum in two loops: together (float exp, double accumulator) GCC left
+      // the loop scalar, which made the exp pass most of the forward at short lengths
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) x[j] = cpu::vexp(x[j] - m);
+      const double s = row_sum<T>(x, nullptr, n);
+      const T inv = static_cast<T>(1.0 / s);
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+      if (PR) std::fill(x + n, x + Lk, T(0));  // the skipped keys' probability is exactly 0
+      T* st = ST + 2 * (bh * Lq + i0 + r);
+      st[0] = m;
+      st[1] = static_cast<T>(std::log(s));
+    }
+    T* o_blk = O.at(bh, H) + i0 * O.ld;
+    vp.gemm(rows, dh, n, T(1), S, Lk, T(0), o_blk, O.ld);
+    if (rel.values) {  // + Σ_j p_ij values[r_ij] = w · values, w the block's bin weights
+      bin_block<T>(wbuf.data(), S, rows, n, Lk, R, rel.runs, i0);
+      cpu::small_gemm<T>(false, false, rows, dh, R, T(1), wbuf.data(), R, rel.values_of(h), dh,
+                         T(1), o_blk, O.ld);
+    }
+  };
+  if (tasks > 1 && cpu::use_threads(BH * Lq * Lk * dh > kParallelGrain)) {
+#pragma omp parallel
+    {
+      kp.key = vp.key = rkp.key = -1;
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < tasks; ++t) task(t);
+    }
+  } else {
+    kp.key = vp.key = rkp.key = -1;
+    for (int64_t t = 0; t < tasks; ++t) task(t);
   }
 }
 
@@ -486,8 +492,7 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
   if (rk_shared) rkp_shared.get(0, true, R, dh, rel.keys_of(0), dh);
   if (rv_shared) rvp_shared.get(0, true, R, dh, rel.values_of(0), dh);
   // One task per head: its k and v gradients collect every query block's share in order.
-#pragma omp parallel for schedule(static) if (BH * Lq * Lk * dh > kParallelGrain)
-  for (int64_t bh = 0; bh < BH; ++bh) {
+  cpu::parallel_for(BH, BH * Lq * Lk * dh > kParallelGrain, [&](int64_t bh) {
     const int64_t b = bh / H, h = bh % H;
     // kᵀ (recomputing), vᵀ (for dO vᵀ), k (for dS k); the relative tables' transposes
     thread_local HeadPanel<T> kp, vp, kn, rkp_head, rvp_head;
@@ -589,7 +594,7 @@ void attention_bwd(const AttentionArgs& a, const View& go, const AttentionGrads&
       std::fill(gk_bh + j * ldgk, gk_bh + j * ldgk + dh, T(0));
       std::fill(gv_bh + j * ldgv, gv_bh + j * ldgv + dh, T(0));
     }
-  }
+  });
 }
 
 }  // namespace

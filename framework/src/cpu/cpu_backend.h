@@ -28,6 +28,12 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
 
 #include "backend_kernels.inc"  // the Backend interface's kernels and memory methods
+  void gemm_bias(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                 const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias, void* C,
+                 int64_t ldc) override;
+  void adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, double bias_correction1,
+                       double bias_correction2) override;
 
   void empty_cache() override;
   // Caching-allocator statistics (for tests and diagnostics).
@@ -177,15 +183,29 @@ inline bool use_threads(bool parallel) {
 }
 
 // f(i) for i in [0, n): split over the threads (static schedule, as `omp parallel for
-// schedule(static)`) when use_threads(parallel), otherwise a plain loop.
+// schedule(static)`) when use_threads(parallel) and there are two or more tasks, otherwise a
+// plain loop (a region for one task would leave every other thread idle and still pay the team).
 template <class F>
 inline void parallel_for(int64_t n, bool parallel, F&& f) {
-  if (use_threads(parallel)) {
+  if (n > 1 && use_threads(parallel)) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) f(i);
   } else {
     for (int64_t i = 0; i < n; ++i) f(i);
   }
+}
+
+// Whether f(i) returned true for any i in [0, n); every f(i) runs, split as parallel_for.
+template <class F>
+inline bool parallel_any(int64_t n, bool parallel, F&& f) {
+  bool any = false;
+  if (n > 1 && use_threads(parallel)) {
+#pragma omp parallel for schedule(static) reduction(|| : any)
+    for (int64_t i = 0; i < n; ++i) any = f(i) || any;
+  } else {
+    for (int64_t i = 0; i < n; ++i) any = f(i) || any;
+  }
+  return any;
 }
 
 // Function (not macro) dtype dispatch, so lambda bodies may contain #pragma omp.

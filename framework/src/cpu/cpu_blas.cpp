@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backend_checks.h"
@@ -90,19 +91,31 @@ void gemm_split_k(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T a
 // benchmark machine this ran the transformer's products (M = 1024-2048 rows, N and K = 32-512)
 // 5-50% faster than OpenBLAS's own threading, which forks, syncs and yields inside every call
 // (docs/performance.md).
+//
+// With `bias` (N values) C is first set to the bias broadcast over its rows and beta is 1: each
+// thread fills its own block of C just before its product, so the fill costs no region of its own.
 template <class T>
 void gemm_threaded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                   int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+                   int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc,
+                   const T* bias = nullptr) {
+  // C's rows [0, rows) x columns [c0, c0 + cols) = the bias's columns c0..
+  auto fill_bias = [&](T* c, int64_t rows, int64_t c0, int64_t cols) {
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(c + i * ldc + c0, bias + c0, static_cast<size_t>(cols) * sizeof(T));
+  };
+  if (bias) beta = T(1);
   const int nt = num_threads();
   const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t block = (extent / nt + 15) / 16 * 16;
   const bool parallel = M * N * K >= kLargeGemm && nt > 1 && !omp_in_parallel() && K > 0;
   if (parallel && extent <= kSplitKMaxExtent && K >= 8 * extent * nt) {
+    if (bias) fill_bias(C, M, 0, N);
     gemm_split_k<T>(nt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   if (!parallel || block == 0 || block >= extent) {
+    if (bias) fill_bias(C, M, 0, N);
     gemm_one<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
@@ -110,12 +123,15 @@ void gemm_threaded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, c
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t p = 0; p < parts; ++p) {
     const int64_t s = p * block, len = std::min(block, extent - s);
-    if (by_rows)  // rows s.. of op(A) and of C
+    if (by_rows) {  // rows s.. of op(A) and of C
+      if (bias) fill_bias(C + s * ldc, len, 0, N);
       gemm_one<T>(ta, tb, len, N, K, alpha, ta ? A + s : A + s * lda, lda, B, ldb, beta,
                   C + s * ldc, ldc);
-    else  // columns s.. of op(B) and of C
+    } else {  // columns s.. of op(B) and of C
+      if (bias) fill_bias(C, M, s, len);
       gemm_one<T>(ta, tb, M, len, K, alpha, A, lda, tb ? B + s * ldb : B + s, ldb, beta, C + s,
                   ldc);
+    }
   }
 }
 
@@ -147,6 +163,18 @@ void CpuBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t 
                     c + i * strideC, ldc);
       });
     }
+  });
+}
+
+void CpuBackend::gemm_bias(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                           const void* A, int64_t lda, const void* B, int64_t ldb,
+                           const void* bias, void* C, int64_t ldc) {
+  if (!check_gemm(transA, transB, M, N, K, lda, ldb, ldc, 1, "BLAS")) return;
+  cpu::dispatch_float(dtype, "gemm_bias", [&](auto tag) {
+    using T = decltype(tag);
+    gemm_threaded<T>(transA, transB, M, N, K, T(1), static_cast<const T*>(A), lda,
+                     static_cast<const T*>(B), ldb, T(1), static_cast<T*>(C), ldc,
+                     static_cast<const T*>(bias));
   });
 }
 

@@ -58,8 +58,7 @@ void copy_transposed(const Layout<2>& L) {
   const int64_t ta = (A + kTile - 1) / kTile, tb = (B + kTile - 1) / kTile;
   const int64_t planes = L.numel / (A * B);
   const int64_t tasks = planes * ta * tb;
-#pragma omp parallel for schedule(static) if (L.numel > kParallelGrain)
-  for (int64_t t = 0; t < tasks; ++t) {
+  cpu::parallel_for(tasks, L.numel > kParallelGrain, [&](int64_t t) {
     int64_t p = t / (ta * tb);
     const int64_t a0 = (t / tb) % ta * kTile, b0 = t % tb * kTile;
     int64_t offo = 0, offi = 0;
@@ -74,7 +73,7 @@ void copy_transposed(const Layout<2>& L) {
     const int64_t a1 = std::min(A, a0 + kTile), b1 = std::min(B, b0 + kTile);
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t a = a0; a < a1; ++a) o[a * oa + b] = static_cast<To>(x[a + b * ib]);
-  }
+  });
 }
 
 template <class To, class Ti>

@@ -5,6 +5,7 @@
 // results are identical run to run (and across thread counts).
 #include <omp.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "backend_checks.h"
 #include "cpu/cpu_backend.h"
 #include "pelab/random.h"
+#include "pelab/small_vector.h"
 #include "pelab/strings.h"
 
 namespace pelab {
@@ -176,12 +178,11 @@ template <class F>
 void for_rows_cols(int64_t outer, int64_t n, int64_t inner, F f) {
   const int64_t nic = ceil_div(inner, kInnerChunk);
   const int64_t tasks = outer * nic;
-#pragma omp parallel for schedule(static) if (outer * n * inner > kParallelGrain)
-  for (int64_t t = 0; t < tasks; ++t) {
+  cpu::parallel_for(tasks, outer * n * inner > kParallelGrain, [&](int64_t t) {
     const int64_t o = t / nic, c = t % nic;
     const int64_t i0 = c * kInnerChunk;
     f(o, i0, std::min(kInnerChunk, inner - i0));
-  }
+  });
 }
 
 }  // namespace
@@ -213,8 +214,9 @@ void CpuBackend::softmax(const View& out, const View& in, int64_t outer, int64_t
     T* y = static_cast<T*>(out.data);
     const T* x = static_cast<const T*>(in.data);
     if (inner == 1) {
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-      for (int64_t o = 0; o < outer; ++o) softmax_row<T>(y + o * n, x + o * n, n, log);
+      cpu::parallel_for(outer, total > kParallelGrain, [&](int64_t o) {
+        softmax_row<T>(y + o * n, x + o * n, n, log);
+      });
     } else {
       for_rows_cols(outer, n, inner, [&](int64_t o, int64_t i0, int64_t len) {
         const int64_t base = o * n * inner + i0;
@@ -236,9 +238,9 @@ void CpuBackend::softmax_backward(const View& grad_in, const View& grad_out, con
     const T* g = static_cast<const T*>(grad_out.data);
     const T* yy = static_cast<const T*>(y.data);
     if (inner == 1) {
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-      for (int64_t o = 0; o < outer; ++o)
+      cpu::parallel_for(outer, total > kParallelGrain, [&](int64_t o) {
         softmax_bwd_row<T>(gi + o * n, g + o * n, yy + o * n, n, log);
+      });
     } else {
       for_rows_cols(outer, n, inner, [&](int64_t o, int64_t i0, int64_t len) {
         const int64_t base = o * n * inner + i0;
@@ -394,8 +396,7 @@ void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const Vie
     T* lp = static_cast<T*>(loss_rows.data);
     T* ep = static_cast<T*>(lse.data);
     const double s = smoothing;
-#pragma omp parallel for schedule(static) if (rows * C > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    cpu::parallel_for(rows, rows * C > kParallelGrain, [&](int64_t r) {
       const T* x = xp + r * C;
       const T m = row_max(x, C);
       double se = 0;
@@ -406,7 +407,7 @@ void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const Vie
       const int64_t t = tg[r];
       if (t == ignore_index) {
         lp[r] = T(0);
-        continue;
+        return;
       }
       double dot = (1.0 - s) * static_cast<double>(x[t]);
       if (s != 0.0) {
@@ -416,7 +417,7 @@ void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const Vie
         dot += s / static_cast<double>(C) * sx;
       }
       lp[r] = static_cast<T>(l - dot);
-    }
+    });
   });
 }
 
@@ -436,21 +437,20 @@ void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& log
     const T sc = static_cast<T>(scale);
     const T off = static_cast<T>(scale * smoothing / static_cast<double>(C));
     const T hit = static_cast<T>(scale * (1.0 - smoothing));
-#pragma omp parallel for schedule(static) if (rows * C > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    cpu::parallel_for(rows, rows * C > kParallelGrain, [&](int64_t r) {
       T* g = gp + r * C;
       const int64_t t = tg[r];
       if (t == ignore_index) {
 #pragma omp simd
         for (int64_t i = 0; i < C; ++i) g[i] = T(0);
-        continue;
+        return;
       }
       const T* x = xp + r * C;
       const T l = ep[r];
 #pragma omp simd
       for (int64_t i = 0; i < C; ++i) g[i] = sc * vexp(x[i] - l) - off;
       g[t] -= hit;
-    }
+    });
   });
 }
 
@@ -469,8 +469,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
     const T* sp = static_cast<const T*>(sin.data);
     const T sgn = inverse ? T(-1) : T(1);
     // a row at a time; reads of a pair precede its writes, so out may alias x
-#pragma omp parallel for schedule(static) if (rows * D > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    cpu::parallel_for(rows, rows * D > kParallelGrain, [&](int64_t r) {
       const T* xr = xp + r * D;
       T* o = ob + r * D;
       const T* c = cp + (r % L) * P;
@@ -492,7 +491,7 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
       }
       if (o != xr)
         for (int64_t d = 2 * P; d < D; ++d) o[d] = xr[d];
-    }
+    });
   });
 }
 
@@ -573,8 +572,7 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nj; ++t) {
+    cpu::parallel_for(outer * nj, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
       const int64_t* ib = ix + (o % P) * n_idx * inner;
       const T* sb = src + o * n_in * inner;
@@ -588,7 +586,7 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
           for (int64_t i = 0; i < inner; ++i) d[i] = sb[ir[i] * inner + i];
         }
       }
-    }
+    });
   });
 }
 
@@ -608,8 +606,7 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
     using T = decltype(tag);
     T* a = static_cast<T*>(acc.data);
     const T* s = static_cast<const T*>(src.data);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nc; ++t) {
+    cpu::parallel_for(outer * nc, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nc, c = t % nc;
       const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
       T* ab = a + o * n_in * inner;
@@ -617,14 +614,14 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
       const T* sb = s + o * n_idx * inner;
       if (inner == 1) {  // scatter along the last axis (Shaw's bins)
         add_runs(ab, sb, ib, n_idx);
-        continue;
+        return;
       }
       for (int64_t j = 0; j < n_idx; ++j) {
         const int64_t* ir = ib + j * inner;
         const T* sr = sb + j * inner;
         for (int64_t i = i0; i < i0 + len; ++i) ab[ir[i] * inner + i] += sr[i];
       }
-    }
+    });
   });
 }
 
@@ -736,7 +733,7 @@ void lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
         ab[r] = (acc[r] + acc[n_in + r]) + (acc[2 * n_in + r] + acc[3 * n_in + r]);
     }
   };
-  if (cpu::use_threads(parallel)) {
+  if (outer > 1 && cpu::use_threads(parallel)) {
 #pragma omp parallel
     {
       int64_t o0, o1;
@@ -789,17 +786,16 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
       });
       return;
     }
-    bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nj; ++t) {
+    const bool bad = cpu::parallel_any(outer * nj, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
       const T* sb = src + o * n_in * inner;
+      bool task_bad = false;
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t e0 = (o * n_idx + j) * inner;
         for (int64_t i = 0; i < inner; ++i) {
           const T u = ps[e0 + i];
           if (!lerp_position_ok(u, hi)) {
-            bad = true;
+            task_bad = true;
             dst[e0 + i] = T(0);
             continue;
           }
@@ -810,7 +806,8 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
           dst[e0 + i] = a0 + w * (a1 - a0);
         }
       }
-    }
+      return task_bad;
+    });
     if (bad) lerp_position_error(ps, total, n_in, op);
   });
 }
@@ -841,10 +838,9 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
       lerp_backward_rows(gi, gp, go, src, ps, outer, n_in, n_idx, total > kParallelGrain);
       return;
     }
-    bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nc; ++t) {
+    const bool bad = cpu::parallel_any(outer * nc, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nc, i0 = (t % nc) * cw, i1 = std::min(inner, i0 + cw);
+      bool task_bad = false;
       const T* sb = src + o * n_in * inner;
       T* ab = gi ? gi + o * n_in * inner : nullptr;
       if (ab)
@@ -855,7 +851,7 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
         for (int64_t i = i0; i < i1; ++i) {
           const T u = ps[e0 + i], g = go[e0 + i];
           if (!lerp_position_ok(u, hi)) {
-            bad = true;
+            task_bad = true;
             if (gp) gp[e0 + i] = T(0);
             continue;
           }
@@ -870,7 +866,8 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
           }
         }
       }
-    }
+      return task_bad;
+    });
     if (bad) lerp_position_error(ps, total, n_in, op);
   });
 }
@@ -884,9 +881,9 @@ void CpuBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_
     using T = decltype(tag);
     T* m = static_cast<T*>(mask.data);
     const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
+    cpu::parallel_for(n, n > kParallelGrain, [&](int64_t i) {
       m[i] = rng_uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? keep : T(0);
+    });
   });
 }
 
@@ -899,9 +896,9 @@ void CpuBackend::random_uniform(const View& out, double lo, double hi, uint64_t 
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
     const double w = hi - lo;
-#pragma omp parallel for schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
+    cpu::parallel_for(n, n > kParallelGrain, [&](int64_t i) {
       o[i] = static_cast<T>(lo + w * rng_uniform(seed, offset + static_cast<uint64_t>(i)));
+    });
   });
 }
 
@@ -913,56 +910,100 @@ void CpuBackend::random_normal(const View& out, double mean, double std, uint64_
   cpu::dispatch_float(out.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
-#pragma omp parallel for schedule(static) if (n > kParallelGrain / 4)
-    for (int64_t i = 0; i < n; ++i)
+    cpu::parallel_for(n, n > kParallelGrain / 4, [&](int64_t i) {
       o[i] = static_cast<T>(mean + std * rng_normal(seed, offset + static_cast<uint64_t>(i)));
+    });
   });
 }
 
 // =====================================================================================
+namespace {
+
+// AdamW on `count` parameters' buffers of one dtype T with the same settings, in chunks of kChunk
+// elements: one loop over every parameter's chunks, split over the threads when their elements
+// together are above the grain. Each element's result does not depend on the split.
+template <class T>
+void adamw_chunks(const Backend::AdamWBuffers* bufs, size_t count, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, double bias_correction1,
+                  double bias_correction2) {
+  // PyTorch AdamW: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
+  // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+  const T decay = static_cast<T>(1.0 - lr * weight_decay);
+  const T b1 = static_cast<T>(beta1), ob1 = static_cast<T>(1.0 - beta1);
+  const T b2 = static_cast<T>(beta2), ob2 = static_cast<T>(1.0 - beta2);
+  const T step = static_cast<T>(lr / bias_correction1);
+  const T inv_bc2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
+  const T e = static_cast<T>(eps);
+  constexpr int64_t kChunk = 512;
+  // first[k]: parameter k's first chunk; first[count]: the chunk count (on the heap only for a
+  // model of more than 127 parameter tensors)
+  SmallVector<int64_t, 128> first_chunk(count + 1);
+  int64_t* first = first_chunk.data();
+  int64_t chunks = 0, total = 0;
+  for (size_t k = 0; k < count; ++k) {
+    const int64_t n = bufs[k].param.numel();
+    first[k] = chunks;
+    chunks += (n + kChunk - 1) / kChunk;
+    total += n;
+  }
+  first[count] = chunks;
+  cpu::parallel_for(chunks, total > kParallelGrain, [&](int64_t c) {
+    const size_t k = static_cast<size_t>(std::upper_bound(first, first + count + 1, c) - first) - 1;
+    const Backend::AdamWBuffers& b = bufs[k];
+    const int64_t n = b.param.numel();
+    const int64_t i0 = (c - first[k]) * kChunk, len = std::min(kChunk, n - i0);
+    T* pc = static_cast<T*>(b.param.data) + i0;
+    T* mc = static_cast<T*>(b.m.data) + i0;
+    T* vc = static_cast<T*>(b.v.data) + i0;
+    const T* gc = static_cast<const T*>(b.grad.data) + i0;
+    T den[kChunk];
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) {
+      const T gi = gc[i];
+      mc[i] = b1 * mc[i] + ob1 * gi;
+      const T vi = b2 * vc[i] + ob2 * gi * gi;
+      vc[i] = vi;
+      den[i] = vi;
+    }
+    cpu::sqrt_inplace(den, len);
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i)
+      pc[i] = pc[i] * decay - step * mc[i] / (den[i] * inv_bc2_sqrt + e);
+  });
+}
+
+}  // namespace
+
 void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, const View& v,
                             double lr, double beta1, double beta2, double eps, double weight_decay,
                             double bias_correction1, double bias_correction2) {
   const char* op = "adamw_step";
-  const int64_t n = param.numel();
   check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
+  const AdamWBuffers b{param, grad, m, v};
   cpu::dispatch_float(param.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = static_cast<T*>(param.data);
-    const T* g = static_cast<const T*>(grad.data);
-    T* mp = static_cast<T*>(m.data);
-    T* vp = static_cast<T*>(v.data);
-    // PyTorch AdamW: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
-    // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
-    const T decay = static_cast<T>(1.0 - lr * weight_decay);
-    const T b1 = static_cast<T>(beta1), ob1 = static_cast<T>(1.0 - beta1);
-    const T b2 = static_cast<T>(beta2), ob2 = static_cast<T>(1.0 - beta2);
-    const T step = static_cast<T>(lr / bias_correction1);
-    const T inv_bc2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
-    const T e = static_cast<T>(eps);
-    constexpr int64_t kChunk = 512;
-    const int64_t nc = (n + kChunk - 1) / kChunk;
-    cpu::parallel_for(nc, n > kParallelGrain, [&](int64_t c) {
-      const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
-      T* pc = p + i0;
-      T* mc = mp + i0;
-      T* vc = vp + i0;
-      const T* gc = g + i0;
-      T den[kChunk];
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i) {
-        const T gi = gc[i];
-        mc[i] = b1 * mc[i] + ob1 * gi;
-        const T vi = b2 * vc[i] + ob2 * gi * gi;
-        vc[i] = vi;
-        den[i] = vi;
-      }
-      cpu::sqrt_inplace(den, len);
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i)
-        pc[i] = pc[i] * decay - step * mc[i] / (den[i] * inv_bc2_sqrt + e);
-    });
+    adamw_chunks<decltype(tag)>(&b, 1, lr, beta1, beta2, eps, weight_decay, bias_correction1,
+                                bias_correction2);
   });
+}
+
+// Every parameter in one parallel loop (runs of one dtype each): one region for the step instead
+// of one per parameter above the grain, and the parameters below it (a d 128 model's 128 x 128
+// projections, biases, layer norms) no longer run on one thread while the others wait.
+void CpuBackend::adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
+                                 double beta2, double eps, double weight_decay,
+                                 double bias_correction1, double bias_correction2) {
+  const char* op = "adamw_step";
+  for (const AdamWBuffers& b : bufs)
+    check_adamw_step(b.param, b.grad, b.m, b.v, bias_correction1, bias_correction2);
+  for (size_t k0 = 0; k0 < bufs.size();) {
+    size_t k1 = k0 + 1;
+    while (k1 < bufs.size() && bufs[k1].param.dtype == bufs[k0].param.dtype) ++k1;
+    cpu::dispatch_float(bufs[k0].param.dtype, op, [&](auto tag) {
+      adamw_chunks<decltype(tag)>(bufs.data() + k0, k1 - k0, lr, beta1, beta2, eps, weight_decay,
+                                  bias_correction1, bias_correction2);
+    });
+    k0 = k1;
+  }
 }
 
 void CpuBackend::sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
@@ -979,6 +1020,12 @@ void CpuBackend::sgd_step(const View& param, const View& grad, const View& momen
     T* buf = static_cast<T*>(momentum_buf.data);
     const T lrt = static_cast<T>(lr), wd = static_cast<T>(weight_decay);
     const T mu = static_cast<T>(momentum), damp = static_cast<T>(1.0 - dampening);
+    // f(i0, i1) over chunks of kChunk elements, split over the threads above the grain
+    constexpr int64_t kChunk = 512;
+    auto chunks = [&](auto&& f) {
+      cpu::parallel_for((n + kChunk - 1) / kChunk, n > kParallelGrain,
+                        [&](int64_t c) { f(c * kChunk, std::min(n, (c + 1) * kChunk)); });
+    };
     // the invariant choices (first step, nesterov) are compile-time in each loop so it vectorises
     auto run = [&](auto first_c, auto nesterov_c) {
       constexpr bool kFirst = decltype(first_c)::value, kNesterov = decltype(nesterov_c)::value;
@@ -986,22 +1033,26 @@ void CpuBackend::sgd_step(const View& param, const View& grad, const View& momen
       T* bp = buf;
       const T* gp = g;
       const T lr_ = lrt, wd_ = wd, mu_ = mu, damp_ = damp;
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        const T d = gp[i] + wd_ * pp[i];                   // wd == 0 adds an exact zero
-        const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
-        bp[i] = b;
-        pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);
-      }
+      chunks([&](int64_t i0, int64_t i1) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) {
+          const T d = gp[i] + wd_ * pp[i];                   // wd == 0 adds an exact zero
+          const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
+          bp[i] = b;
+          pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);
+        }
+      });
     };
     using F = std::false_type;
     using Tr = std::true_type;
     if (!use_mom) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
-        p[i] -= lrt * d;
-      }
+      chunks([&](int64_t i0, int64_t i1) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) {
+          const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
+          p[i] -= lrt * d;
+        }
+      });
     } else if (first_step) {
       nesterov ? run(Tr{}, Tr{}) : run(Tr{}, F{});
     } else {

@@ -101,8 +101,7 @@ void reduce_max(T* out, int64_t* arg, const T* in, int64_t outer, int64_t n, int
     const int64_t nb = ceil_div(n, kBlock1);
     std::vector<T> pv(outer * nb);
     std::vector<int64_t> pi(outer * nb);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-    for (int64_t t = 0; t < outer * nb; ++t) {
+    cpu::parallel_for(outer * nb, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nb, b = t % nb;
       const int64_t j0 = b * kBlock1, j1 = std::min(n, j0 + kBlock1);
       const T* x = in + o * n;
@@ -116,7 +115,7 @@ void reduce_max(T* out, int64_t* arg, const T* in, int64_t outer, int64_t n, int
       }
       pv[t] = best;
       pi[t] = bi;
-    }
+    });
     for (int64_t o = 0; o < outer; ++o) {
       T best = pv[o * nb];
       int64_t bi = pi[o * nb];
@@ -133,8 +132,7 @@ void reduce_max(T* out, int64_t* arg, const T* in, int64_t outer, int64_t n, int
   }
   // inner > 1: running max per column, chunks of columns in parallel (j in order)
   const int64_t nic = ceil_div(inner, kInnerChunk);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-  for (int64_t t = 0; t < outer * nic; ++t) {
+  cpu::parallel_for(outer * nic, total > kParallelGrain, [&](int64_t t) {
     const int64_t o = t / nic, c = t % nic;
     const int64_t i0 = c * kInnerChunk, ilen = std::min(kInnerChunk, inner - i0);
     T* best = out + o * inner + i0;
@@ -156,7 +154,7 @@ void reduce_max(T* out, int64_t* arg, const T* in, int64_t outer, int64_t n, int
         for (int64_t i = 0; i < ilen; ++i) best[i] = better(row[i], best[i]) ? row[i] : best[i];
       }
     }
-  }
+  });
 }
 
 // Running sums along n. With inner == 1 each row is one dependent chain of additions, so rows are
@@ -214,15 +212,14 @@ template <class T>
 double sum_squares_impl(const T* x, int64_t total) {
   const int64_t nb = ceil_div(total, kBlock1);
   std::vector<double> part(nb);
-#pragma omp parallel for schedule(static) if (total > kParallelGrain)
-  for (int64_t b = 0; b < nb; ++b) {
+  cpu::parallel_for(nb, total > kParallelGrain, [&](int64_t b) {
     const T* p = x + b * kBlock1;
     const int64_t len = std::min(kBlock1, total - b * kBlock1);
     double s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < len; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
     part[b] = s;
-  }
+  });
   double s = 0;
   for (int64_t b = 0; b < nb; ++b) s += part[b];
   return s;

@@ -128,13 +128,18 @@ Mat materialize(const Mat& m, DType dt, Device dev, std::vector<Tensor>& keep) {
 
 // C[M, N] (row stride ldc) = alpha * A[M, K] @ B[K, N] + beta * C. Operands that BLAS cannot read
 // in place are copied first.
+// With `bias` (contiguous, N values): C = A B + bias over every row, alpha and beta unused
+// (Backend::gemm_bias).
 void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta,
-           double alpha = 1.0) {
+           double alpha = 1.0, const void* bias = nullptr) {
   const int64_t M = A.rows, K = A.cols, N = B.cols;
   Backend& be = backend_for(dev);
   if (M == 0 || N == 0) return;
   if (K == 0) {
-    if (beta == 0.0) {
+    if (bias) {
+      be.gemm_bias(dt, false, false, M, N, 0, nullptr, 1, nullptr, N, bias, C,
+                   std::max<int64_t>(ldc, 1));
+    } else if (beta == 0.0) {
       View c;
       c.data = C;
       c.dtype = dt;
@@ -154,8 +159,12 @@ void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta
     B = materialize(B, dt, dev, keep);
     blas_layout(B, lb);
   }
-  be.gemm(dt, la.trans, lb.trans, M, N, K, alpha, A.ptr, la.ld, 0, B.ptr, lb.ld, 0, beta, C,
-          std::max<int64_t>(ldc, 1), 0, 1);
+  if (bias)
+    be.gemm_bias(dt, la.trans, lb.trans, M, N, K, A.ptr, la.ld, B.ptr, lb.ld, bias, C,
+                 std::max<int64_t>(ldc, 1));
+  else
+    be.gemm(dt, la.trans, lb.trans, M, N, K, alpha, A.ptr, la.ld, 0, B.ptr, lb.ld, 0, beta, C,
+            std::max<int64_t>(ldc, 1), 0, 1);
 }
 
 // Rows view of t, copying t when its leading dims do not merge.
@@ -371,12 +380,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   const int64_t rows = xm.rows;
   if (out.numel() > 0) {
-    double beta = 0.0;
-    if (has_bias) {
-      backend_for(dev).copy(view_of(out), view_broadcast(bias, out_shape));
-      beta = 1.0;
+    if (has_bias) {  // the bias is written into each thread's block of out inside the product
+      const Tensor bc = bias.is_contiguous() ? Tensor() : contig(bias);  // no handle if contiguous
+      gemm2(dt, dev, xm, last2(weight).t(), base_ptr(out), out_f, 1.0, 1.0,
+            base_ptr(bc.defined() ? bc : bias));
+    } else {
+      gemm2(dt, dev, xm, last2(weight).t(), base_ptr(out), out_f, 0.0);
     }
-    gemm2(dt, dev, xm, last2(weight).t(), base_ptr(out), out_f, beta);
   }
 
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
