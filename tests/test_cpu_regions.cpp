@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cpu/cpu_backend.h"
+#include "pelab/backend.h"
 #include "pelab/nn.h"
 #include "pelab/ops.h"
 #include "pelab/optim.h"
@@ -168,6 +170,49 @@ TEST(CpuRegions, LinearBiasOpensNoRegionOfItsOwn) {
   EXPECT_EQ(regions_of([&] { linear(x, w, b); }), 1);
   EXPECT_EQ(regions_of([&] { linear(x, w, Tensor()); }), 1);
   EXPECT_EQ(sum(linear(x, w, b)).item(), 1024.0 * 128.0 * (128 * 0.125 + 1.0));
+  set_num_threads(saved);
+}
+
+// Layer norm backward with parameter gradients opens one region above the grain: its row blocks
+// and then the column sums of the blocks' partials (the grad_weight / grad_bias sums over the rows)
+// share it, so the sums are split over the threads too. They used to be a second pass after the
+// blocks' region: one region of its own where the partials exceed the grain ([1024, 512]: 64
+// blocks x 512), on one thread below it ([1024, 128]). The results do not depend on the split.
+TEST(CpuRegions, LayerNormBackwardSumsShareTheRowsRegion) {
+  const int saved = num_threads();
+  CpuBackend be;
+  auto view = [](std::vector<float>& v, Shape shape) {
+    View r;
+    r.data = v.data();
+    r.dtype = DType::Float32;
+    r.shape = shape;
+    r.strides = contiguous_strides(shape);
+    return r;
+  };
+  for (int64_t n : {int64_t{128}, int64_t{512}}) {
+    const int64_t rows = 1024;
+    std::vector<float> x(rows * n), gy(rows * n), mean(rows, 0.25f), rstd(rows, 1.5f), w(n);
+    for (int64_t i = 0; i < rows * n; ++i) {
+      x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+      gy[i] = static_cast<float>((i * 53) % 97) / 48.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < n; ++i) w[i] = 0.5f + static_cast<float>(i % 7) / 7.0f;
+    std::vector<float> gx[2], gw[2], gb[2];
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<float>& ox = gx[threads - 1] = std::vector<float>(rows * n);
+      std::vector<float>& ow = gw[threads - 1] = std::vector<float>(n);
+      std::vector<float>& ob = gb[threads - 1] = std::vector<float>(n);
+      const long regions = regions_of([&] {
+        be.layer_norm_backward(view(ox, {rows, n}), view(ow, {n}), view(ob, {n}),
+                               view(gy, {rows, n}), view(x, {rows, n}), view(mean, {rows}),
+                               view(rstd, {rows}), view(w, {n}), rows, n);
+      });
+      EXPECT_EQ(regions, threads == 1 ? 0 : 1) << "[" << rows << ", " << n << "], " << threads
+                                               << " threads";
+    }
+    EXPECT_TRUE(gx[0] == gx[1] && gw[0] == gw[1] && gb[0] == gb[1]) << "[" << rows << ", " << n << "]";
+  }
   set_num_threads(saved);
 }
 
