@@ -518,6 +518,91 @@ TEST(CpuBackendNN, LayerNormForwardAndBackwardMatchNaive) {
       EXPECT_NEAR(yf[r * N + i], (x[r * N + i] - mean[r]) * rstd[r], 2e-5);
 }
 
+// Layer norm backward on rows above the grain, so the row blocks and the column sums of their
+// partials run split over the threads: at 1, 2 and 3 threads, with and without the affine weight,
+// with and without grad_x, Float64 against a float64 reference and Float32 within float tolerance
+// of it, and the same bits whatever the thread count.
+TEST(CpuBackendNN, LayerNormBackwardThreadedMatchesReference) {
+  CpuBackend be;
+  const int64_t R = 1000, N = 96;  // 63 row blocks of 16; 3 column chunks
+  ASSERT_GT(R * N, kParallelGrain);
+  auto x = randv(R * N, 71, -3, 3), w = randv(N, 72, 0.5, 1.5), gy = randv(R * N, 73);
+  std::vector<double> mean(R), rstd(R);
+  std::vector<double> rgx(R * N), rgx_nw(R * N), rgw(N, 0), rgb(N, 0);
+  for (int64_t r = 0; r < R; ++r) {
+    double mu = 0, var = 0;
+    for (int64_t i = 0; i < N; ++i) mu += x[r * N + i];
+    mu /= N;
+    for (int64_t i = 0; i < N; ++i) var += (x[r * N + i] - mu) * (x[r * N + i] - mu);
+    mean[r] = mu;
+    rstd[r] = 1 / std::sqrt(var / N + 1e-5);
+    const double rs = rstd[r];
+    double s1 = 0, s2 = 0, t1 = 0, t2 = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      const double xh = (x[r * N + i] - mu) * rs, g = gy[r * N + i];
+      s1 += g * w[i];
+      s2 += g * w[i] * xh;
+      t1 += g;
+      t2 += g * xh;
+      rgw[i] += g * xh;
+      rgb[i] += g;
+    }
+    for (int64_t i = 0; i < N; ++i) {
+      const double xh = (x[r * N + i] - mu) * rs;
+      rgx[r * N + i] = rs / N * (N * gy[r * N + i] * w[i] - s1 - xh * s2);
+      rgx_nw[r * N + i] = rs / N * (N * gy[r * N + i] - t1 - xh * t2);
+    }
+  }
+  auto xf = to_f(x), wf = to_f(w), gyf = to_f(gy), mf = to_f(mean), rf = to_f(rstd);
+  const int saved = num_threads();
+  std::vector<float> first_gx, first_gw, first_gb, first_gx_nw, first_pw;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    // Float64: grad_x, grad_weight, grad_bias
+    std::vector<double> gx(R * N, 99), gw(N, 99), gb(N, 99);
+    be.layer_norm_backward(mk(gx.data(), DType::Float64, {R, N}), mk(gw.data(), DType::Float64, {N}),
+                           mk(gb.data(), DType::Float64, {N}), mk(gy.data(), DType::Float64, {R, N}),
+                           mk(x.data(), DType::Float64, {R, N}),
+                           mk(mean.data(), DType::Float64, {R}), mk(rstd.data(), DType::Float64, {R}),
+                           mk(w.data(), DType::Float64, {N}), R, N);
+    for (int64_t k = 0; k < R * N; ++k) ASSERT_NEAR(gx[k], rgx[k], 1e-10) << k;
+    for (int64_t i = 0; i < N; ++i) {
+      ASSERT_NEAR(gw[i], rgw[i], 1e-9) << i;
+      ASSERT_NEAR(gb[i], rgb[i], 1e-9) << i;
+    }
+    // Float32, the same three
+    std::vector<float> fgx(R * N, 99), fgw(N, 99), fgb(N, 99);
+    View fx = mk(xf.data(), DType::Float32, {R, N}), fg = mk(gyf.data(), DType::Float32, {R, N});
+    View fm = mk(mf.data(), DType::Float32, {R}), fr = mk(rf.data(), DType::Float32, {R});
+    be.layer_norm_backward(mk(fgx.data(), DType::Float32, {R, N}),
+                           mk(fgw.data(), DType::Float32, {N}), mk(fgb.data(), DType::Float32, {N}),
+                           fg, fx, fm, fr, mk(wf.data(), DType::Float32, {N}), R, N);
+    for (int64_t k = 0; k < R * N; ++k) ASSERT_NEAR(fgx[k], rgx[k], 2e-4) << k;
+    for (int64_t i = 0; i < N; ++i) {
+      ASSERT_NEAR(fgw[i], rgw[i], 1e-5 * (1 + std::abs(rgw[i])) + 2e-3) << i;
+      ASSERT_NEAR(fgb[i], rgb[i], 1e-5 * (1 + std::abs(rgb[i])) + 2e-3) << i;
+    }
+    // Float32 without the affine weight and parameter gradients; then the parameter gradients
+    // alone (no grad_x)
+    std::vector<float> fgx_nw(R * N, 99), pw(N, 99);
+    be.layer_norm_backward(mk(fgx_nw.data(), DType::Float32, {R, N}), View{}, View{}, fg, fx, fm,
+                           fr, View{}, R, N);
+    for (int64_t k = 0; k < R * N; ++k) ASSERT_NEAR(fgx_nw[k], rgx_nw[k], 2e-4) << k;
+    be.layer_norm_backward(View{}, mk(pw.data(), DType::Float32, {N}), View{}, fg, fx, fm, fr,
+                           mk(wf.data(), DType::Float32, {N}), R, N);
+    for (int64_t i = 0; i < N; ++i) ASSERT_EQ(pw[i], fgw[i]) << i;
+    if (threads == 1) {
+      first_gx = fgx, first_gw = fgw, first_gb = fgb, first_gx_nw = fgx_nw, first_pw = pw;
+    } else {
+      EXPECT_TRUE(fgx == first_gx && fgw == first_gw && fgb == first_gb &&
+                  fgx_nw == first_gx_nw && pw == first_pw)
+          << "results differ from one thread's";
+    }
+  }
+  set_num_threads(saved);
+}
+
 TEST(CpuBackendNN, CrossEntropySmoothingIgnoreMatchesNaive) {
   CpuBackend be;
   const int64_t R = 6, C = 11, ignore = -100;

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cpu/cpu_backend.h"
+#include "pelab/backend.h"
 #include "pelab/nn.h"
 #include "pelab/ops.h"
 #include "pelab/optim.h"
@@ -168,6 +170,111 @@ TEST(CpuRegions, LinearBiasOpensNoRegionOfItsOwn) {
   EXPECT_EQ(regions_of([&] { linear(x, w, b); }), 1);
   EXPECT_EQ(regions_of([&] { linear(x, w, Tensor()); }), 1);
   EXPECT_EQ(sum(linear(x, w, b)).item(), 1024.0 * 128.0 * (128 * 0.125 + 1.0));
+  set_num_threads(saved);
+}
+
+// Layer norm backward with parameter gradients opens one region above the grain: its row blocks
+// and then the column sums of the blocks' partials (the grad_weight / grad_bias sums over the rows)
+// share it, so the sums are split over the threads too. They used to be a second pass after the
+// blocks' region: one region of its own where the partials exceed the grain ([1024, 512]: 64
+// blocks x 512), on one thread below it ([1024, 128]). The results do not depend on the split.
+TEST(CpuRegions, LayerNormBackwardSumsShareTheRowsRegion) {
+  const int saved = num_threads();
+  CpuBackend be;
+  auto view = [](std::vector<float>& v, Shape shape) {
+    View r;
+    r.data = v.data();
+    r.dtype = DType::Float32;
+    r.shape = shape;
+    r.strides = contiguous_strides(shape);
+    return r;
+  };
+  for (int64_t n : {int64_t{128}, int64_t{512}}) {
+    const int64_t rows = 1024;
+    std::vector<float> x(rows * n), gy(rows * n), mean(rows, 0.25f), rstd(rows, 1.5f), w(n);
+    for (int64_t i = 0; i < rows * n; ++i) {
+      x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+      gy[i] = static_cast<float>((i * 53) % 97) / 48.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < n; ++i) w[i] = 0.5f + static_cast<float>(i % 7) / 7.0f;
+    std::vector<float> gx[2], gw[2], gb[2];
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<float>& ox = gx[threads - 1] = std::vector<float>(rows * n);
+      std::vector<float>& ow = gw[threads - 1] = std::vector<float>(n);
+      std::vector<float>& ob = gb[threads - 1] = std::vector<float>(n);
+      const long regions = regions_of([&] {
+        be.layer_norm_backward(view(ox, {rows, n}), view(ow, {n}), view(ob, {n}),
+                               view(gy, {rows, n}), view(x, {rows, n}), view(mean, {rows}),
+                               view(rstd, {rows}), view(w, {n}), rows, n);
+      });
+      EXPECT_EQ(regions, threads == 1 ? 0 : 1) << "[" << rows << ", " << n << "], " << threads
+                                               << " threads";
+    }
+    EXPECT_TRUE(gx[0] == gx[1] && gw[0] == gw[1] && gb[0] == gb[1]) << "[" << rows << ", " << n << "]";
+  }
+  set_num_threads(saved);
+}
+
+// AdamW batches consecutive parameters into one backend call (one region above the grain) unless a
+// parameter shares storage with one already in the batch: then the batch is flushed first, so
+// parameters whose memory overlaps are updated in order, each seeing the one before. Parameters
+// A and B own their storage; V1, V2 (disjoint), V3 (overlapping both) and the strided V4 are views
+// of one storage S. Calls: [A, V1] [V2, B] [V3] [V4]. The results equal stepping one parameter at
+// a time in order, with one and two threads.
+TEST(CpuRegions, AdamWParametersSharingStorageWaitForTheNextCall) {
+  const int saved = num_threads();
+  const int64_t n = 20000;  // each parameter above the grain
+  ASSERT_GT(n, kParallelGrain);
+  struct Params {
+    Tensor s;
+    std::vector<Tensor> ps;
+  };
+  auto make = [&] {
+    Params r;
+    r.s = mul_scalar(Tensor::arange(3 * n, DType::Float64), 1e-4).detach();
+    Tensor a = mul_scalar(Tensor::arange(n, DType::Float64), 2e-4).detach();
+    Tensor b = mul_scalar(Tensor::arange(n, DType::Float64), -3e-4).detach();
+    Tensor v1 = slice(r.s, 0, 0, n), v2 = slice(r.s, 0, n, 2 * n),
+           v3 = slice(r.s, 0, n / 2, n / 2 + n),
+           v4 = transpose(reshape(slice(r.s, 0, 2 * n, 3 * n), {100, n / 100}), 0, 1);
+    for (Tensor t : {a, v1, v2, b, v3, v4}) r.ps.push_back(t.set_requires_grad(true));
+    return r;
+  };
+  auto set_grads = [&](Params& r, int step) {
+    for (size_t i = 0; i < r.ps.size(); ++i) {
+      Tensor g = Tensor::arange(r.ps[i].numel(), DType::Float64);
+      g = mul_scalar(add_scalar(mul_scalar(g, 1e-3), -static_cast<double>(i + step)), 0.1);
+      r.ps[i].set_grad(reshape(g, r.ps[i].shape()).contiguous());
+    }
+  };
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Params batched = make(), one_by_one = make();
+    AdamW opt(batched.ps, 1e-2);
+    opt.state_buffers();  // the zero-filled moments, outside the counts
+    std::vector<AdamW> singles;
+    for (const Tensor& p : one_by_one.ps) singles.emplace_back(std::vector<Tensor>{p}, 1e-2);
+    for (int step = 0; step < 2; ++step) {
+      set_grads(batched, step);
+      set_grads(one_by_one, step);
+      const long regions = regions_of([&] { opt.step(); });
+      for (AdamW& o : singles) o.step();
+      if (threads == 2) {
+        // the strided V4's update alone: its copy in, its call, its copy back
+        Params solo = make();
+        set_grads(solo, step);
+        AdamW solo_opt({solo.ps.back()}, 1e-2);
+        solo_opt.state_buffers();
+        const long v4_regions = regions_of([&] { solo_opt.step(); });
+        EXPECT_EQ(regions - v4_regions, 3) << "step " << step << ": [A, V1] [V2, B] [V3]";
+      }
+      EXPECT_EQ(sum(ne(batched.s, one_by_one.s)).item(), 0.0) << threads << " threads, step " << step;
+      for (size_t i = 0; i < batched.ps.size(); ++i)
+        EXPECT_EQ(sum(ne(batched.ps[i], one_by_one.ps[i])).item(), 0.0)
+            << threads << " threads, step " << step << ", parameter " << i;
+    }
+  }
   set_num_threads(saved);
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <utility>
 
 #include "pelab/autograd.h"
 #include "pelab/backend.h"
@@ -63,9 +65,6 @@ StepBuffers prepare(const char* opt, size_t i, const Tensor& p, const Tensor& g,
   }
   return b;
 }
-bool shares_storage(const Tensor& a, const Tensor& b) {
-  return a.impl()->storage == b.impl()->storage;
-}
 
 }  // namespace
 
@@ -122,11 +121,26 @@ void AdamW::step() {
   const double bc1 = 1.0 - std::pow(opt.beta1, t);
   const double bc2 = 1.0 - std::pow(opt.beta2, t);
   const std::vector<std::string> names = state_names();
-  // One backend call for consecutive parameters on one device whose memory does not overlap (a
+  // One backend call for consecutive parameters on one device with no storage in common (a
   // parameter sharing storage with one already collected waits for the next call, so the updates
-  // stay in order).
+  // stay in order). prev[i] is the last parameter before i with a gradient on i's storage, found
+  // by sorting (storage, index) once: a scan of the batch per parameter made the step quadratic in
+  // the parameter count.
+  const size_t none = params_.size();
+  std::vector<size_t> prev(params_.size(), none);
+  {
+    std::vector<std::pair<std::uintptr_t, size_t>> keys;
+    keys.reserve(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].grad().defined())
+        keys.emplace_back(reinterpret_cast<std::uintptr_t>(params_[i].impl()->storage.get()), i);
+    std::sort(keys.begin(), keys.end());
+    for (size_t k = 1; k < keys.size(); ++k)
+      if (keys[k].first == keys[k - 1].first) prev[keys[k].second] = keys[k - 1].second;
+  }
   std::vector<StepBuffers> batch;
   std::vector<Backend::AdamWBuffers> views;
+  size_t first = 0;  // the batch's first parameter
   batch.reserve(params_.size());
   views.reserve(params_.size());
   auto flush = [&] {
@@ -141,11 +155,11 @@ void AdamW::step() {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    // every parameter with a gradient in [first, i) is in the batch
     if (!batch.empty() && (p.device() != batch.front().param.device() ||
-                           std::any_of(batch.begin(), batch.end(), [&](const StepBuffers& b) {
-                             return shares_storage(b.param, p);
-                           })))
+                           (prev[i] != none && prev[i] >= first)))
       flush();
+    if (batch.empty()) first = i;
     batch.push_back(prepare("AdamW", i, p, g, state_[i], names));
     const StepBuffers& b = batch.back();
     views.push_back({view_of(b.work), view_of(b.grad), view_of(b.state[0]), view_of(b.state[1])});

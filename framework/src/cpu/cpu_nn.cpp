@@ -9,6 +9,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -250,6 +251,41 @@ void CpuBackend::softmax_backward(const View& grad_in, const View& grad_out, con
   });
 }
 
+namespace {
+
+// Columns per task of layer norm backward's sums of the row blocks' partials.
+constexpr int64_t kLnColumns = 32;
+
+// One row of layer norm backward: s1 = sum g and s2 = sum g * xhat with g = gy * w (gy without
+// W), xhat = (x - m) * k; with PARAMS also bw += gy * xhat and bb += gy (in double), in the same
+// pass over the row.
+template <class T, bool W, bool PARAMS>
+inline void ln_bwd_row_sums(const T* gr, const T* xr, const T* w, T m, T k, int64_t n, double* bw,
+                            double* bb, double& s1_out, double& s2_out) {
+  double s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+  for (int64_t i = 0; i < n; ++i) {
+    const T xh = (xr[i] - m) * k;
+    if constexpr (PARAMS) {
+      const double g = static_cast<double>(gr[i]);
+      bw[i] += g * static_cast<double>(xh);
+      bb[i] += g;
+    }
+    if constexpr (W) {
+      const T g = gr[i] * w[i];
+      s1 += static_cast<double>(g);
+      s2 += static_cast<double>(g * xh);
+    } else {
+      s1 += static_cast<double>(gr[i]);
+      s2 += static_cast<double>(gr[i] * xh);
+    }
+  }
+  s1_out = s1;
+  s2_out = s2;
+}
+
+}  // namespace
+
 // =====================================================================================
 void CpuBackend::layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
                             const View& weight, const View& bias, int64_t rows, int64_t n,
@@ -316,13 +352,17 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
     T* gw = static_cast<T*>(grad_weight.data);
     T* gb = static_cast<T*>(grad_bias.data);
     const bool want_params = gw || gb;
-    // row blocks fixed by the shape; each block writes its own partial sums
+    // Row blocks fixed by the shape, each with its own partial sums of the parameter gradients (in
+    // double), added in block order: the result does not depend on the thread count. One region
+    // runs the blocks and then the column sums of their partials, so both are split over the
+    // threads (the sums used to run on one thread after the blocks' region).
     const int64_t rb = std::max<int64_t>(8, ceil_div(rows, 64));
     const int64_t nb = ceil_div(rows, rb);
-    std::vector<double> pw(want_params ? nb * n : 0), pb(want_params ? nb * n : 0);
-    cpu::parallel_for(nb, rows * n > kParallelGrain, [&](int64_t blk) {
-      double* bw = want_params ? pw.data() + blk * n : nullptr;
-      double* bb = want_params ? pb.data() + blk * n : nullptr;
+    // [nb, n] partials of grad_weight, then [nb, n] of grad_bias; each block sets all of its own
+    std::unique_ptr<double[]> part(want_params ? new double[2 * nb * n] : nullptr);
+    auto block = [&](int64_t blk) {
+      double* bw = want_params ? part.get() + blk * n : nullptr;
+      double* bb = want_params ? part.get() + (nb + blk) * n : nullptr;
       if (want_params)
         for (int64_t i = 0; i < n; ++i) bw[i] = bb[i] = 0;
       const int64_t r1 = std::min(rows, (blk + 1) * rb);
@@ -330,30 +370,27 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
         const T* xr = xp + r * n;
         const T* gr = gy + r * n;
         const T m = mp[r], k = rp[r];
-        if (want_params) {
+        if (!gx) {
+          if (!want_params) continue;
 #pragma omp simd
           for (int64_t i = 0; i < n; ++i) {
             const double g = static_cast<double>(gr[i]);
             bw[i] += g * static_cast<double>((xr[i] - m) * k);
             bb[i] += g;
           }
+          continue;
         }
-        if (!gx) continue;
-        // gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w
+        // gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * w; the parameter sums in
+        // the same pass
         double s1 = 0, s2 = 0;
-        if (w) {
-#pragma omp simd reduction(+ : s1, s2)
-          for (int64_t i = 0; i < n; ++i) {
-            const T g = gr[i] * w[i];
-            s1 += static_cast<double>(g);
-            s2 += static_cast<double>(g * ((xr[i] - m) * k));
-          }
+        if (w && want_params) {
+          ln_bwd_row_sums<T, true, true>(gr, xr, w, m, k, n, bw, bb, s1, s2);
+        } else if (w) {
+          ln_bwd_row_sums<T, true, false>(gr, xr, w, m, k, n, bw, bb, s1, s2);
+        } else if (want_params) {
+          ln_bwd_row_sums<T, false, true>(gr, xr, w, m, k, n, bw, bb, s1, s2);
         } else {
-#pragma omp simd reduction(+ : s1, s2)
-          for (int64_t i = 0; i < n; ++i) {
-            s1 += static_cast<double>(gr[i]);
-            s2 += static_cast<double>(gr[i] * ((xr[i] - m) * k));
-          }
+          ln_bwd_row_sums<T, false, false>(gr, xr, w, m, k, n, bw, bb, s1, s2);
         }
         const T a = static_cast<T>(s1 / static_cast<double>(n));
         const T c = static_cast<T>(s2 / static_cast<double>(n));
@@ -366,17 +403,45 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
           for (int64_t i = 0; i < n; ++i) out[i] = k * (gr[i] - a - (xr[i] - m) * k * c);
         }
       }
-    });
-    if (want_params) {
-      cpu::parallel_for(n, nb * n > kParallelGrain, [&](int64_t i) {
-        double sw = 0, sb = 0;
-        for (int64_t blk = 0; blk < nb; ++blk) {
-          sw += pw[blk * n + i];
-          sb += pb[blk * n + i];
+    };
+    // columns [c0, c1) of the parameter gradients: the blocks' partials in block order
+    auto column_sums = [&](int64_t c0, int64_t c1) {
+      double sw[kLnColumns], sb[kLnColumns];
+      const int64_t len = c1 - c0;
+      for (int64_t i = 0; i < len; ++i) sw[i] = sb[i] = 0;
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const double* pw = part.get() + blk * n + c0;
+        const double* pb = part.get() + (nb + blk) * n + c0;
+#pragma omp simd
+        for (int64_t i = 0; i < len; ++i) {
+          sw[i] += pw[i];
+          sb[i] += pb[i];
         }
-        if (gw) gw[i] = static_cast<T>(sw);
-        if (gb) gb[i] = static_cast<T>(sb);
-      });
+      }
+      if (gw)
+        for (int64_t i = 0; i < len; ++i) gw[c0 + i] = static_cast<T>(sw[i]);
+      if (gb)
+        for (int64_t i = 0; i < len; ++i) gb[c0 + i] = static_cast<T>(sb[i]);
+    };
+    const int64_t ncc = ceil_div(n, kLnColumns);
+    auto column_chunk = [&](int64_t c) {
+      column_sums(c * kLnColumns, std::min(n, (c + 1) * kLnColumns));
+    };
+    if (nb > 1 && cpu::use_threads(rows * n > kParallelGrain)) {
+#pragma omp parallel
+      {
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < nb; ++blk) block(blk);
+        // the loop's implicit barrier: every block's partials are written
+        if (want_params) {
+#pragma omp for schedule(static)
+          for (int64_t c = 0; c < ncc; ++c) column_chunk(c);
+        }
+      }
+    } else {
+      for (int64_t blk = 0; blk < nb; ++blk) block(blk);
+      if (want_params)
+        for (int64_t c = 0; c < ncc; ++c) column_chunk(c);
     }
   });
 }
