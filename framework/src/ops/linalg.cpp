@@ -167,28 +167,35 @@ void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta
             std::max<int64_t>(ldc, 1), 0, 1);
 }
 
-// Rows view of t, copying t when its leading dims do not merge.
-Mat rows_of(const Tensor& t, std::vector<Tensor>& keep) {
+// Rows view of a contiguous copy of t (kept alive by `keep`).
+Mat copy_rows(const Tensor& t, std::vector<Tensor>& keep) {
   Mat m;
-  if (rows_matrix(t, m)) return m;
   Tensor c = contig(t);
   keep.push_back(c);
   rows_matrix(c, m);
   return m;
 }
 
-// Whether b is one matrix shared by every batch entry and a's batch rows can be made one matrix:
-// either they already are one (rows_matrix), or a holds no broadcast dim, so a contiguous copy of
-// a costs one pass over its own elements. a's head-split view [B, H, L, dh] of a token-major
-// projection is the second case: copying it (L·B·H rows) beats B·H small products of L rows, each
-// packing b again, or in the backward B·H partial dB products and their sum.
-bool shared_b_rows(const Tensor& a, const Shape& b_batch) {
-  if (shape_numel(b_batch) != 1) return false;
+// Rows view of t, copying t when its leading dims do not merge.
+Mat rows_of(const Tensor& t, std::vector<Tensor>& keep) {
   Mat m;
-  if (rows_matrix(a, m)) return true;
+  if (rows_matrix(t, m)) return m;
+  return copy_rows(t, keep);
+}
+
+// Whether b is one matrix shared by every batch entry and a's batch rows can be made one matrix:
+// either they already are one (Rows: rows_matrix, whose view lands in `rows`), or a holds no
+// broadcast dim (Copy), so a contiguous copy of a costs one pass over its own elements. a's
+// head-split view [B, H, L, dh] of a token-major projection is the second case: copying it
+// (L·B·H rows) beats B·H small products of L rows, each packing b again, or in the backward B·H
+// partial dB products and their sum.
+enum class SharedB { No, Rows, Copy };
+SharedB shared_b_rows(const Tensor& a, const Shape& b_batch, Mat& rows) {
+  if (shape_numel(b_batch) != 1) return SharedB::No;
+  if (rows_matrix(a, rows)) return SharedB::Rows;
   for (int64_t d = 0; d < a.dim(); ++d)
-    if (a.shape()[d] > 1 && a.strides()[d] == 0) return false;
-  return true;
+    if (a.shape()[d] > 1 && a.strides()[d] == 0) return SharedB::No;
+  return SharedB::Copy;
 }
 
 // Effective stride of batch dim d (of an nb-dim output batch) for operand x, 0 where broadcast.
@@ -222,19 +229,16 @@ Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0) {
 
   // b shared by every batch and a's rows form one matrix (or are copied into one, see
   // shared_b_rows): one [batch*M, K] @ [K, N] GEMM.
-  Mat ar;
-  if (shape_numel(bb) == 1 && rows_matrix(a, ar) && (ar.sc == 1 || K == 1)) {
+  Mat ar{};
+  std::vector<Tensor> keep;
+  const SharedB shared = shared_b_rows(a, bb, ar);
+  if (shared == SharedB::Copy) ar = copy_rows(a, keep);
+  if (shared == SharedB::Copy || (shared == SharedB::Rows && (ar.sc == 1 || K == 1))) {
     gemm2(dt, dev, ar, last2(b), C, N, 0.0, alpha);
-    return out;
-  }
-  if (shape_numel(ba) > 1 && !rows_matrix(a, ar) && shared_b_rows(a, bb)) {
-    std::vector<Tensor> keep;
-    gemm2(dt, dev, rows_of(a, keep), last2(b), C, N, 0.0, alpha);
     return out;
   }
 
   // Operands whose last two dims BLAS cannot read in place are made contiguous.
-  std::vector<Tensor> keep;
   auto prep = [&](Tensor& x) {
     Blas l{};
     if (!blas_layout(last2(x), l)) {
@@ -333,10 +337,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, double alpha) {
     }
     if (need_b) {
       const Shape bbatch(b2.shape().begin(), b2.shape().end() - 2);
-      if (shared_b_rows(a2, bbatch) && shared_b_rows(g2, bbatch)) {
+      Mat ar{}, gr{};
+      const SharedB sa = shared_b_rows(a2, bbatch, ar);
+      const SharedB sg = sa == SharedB::No ? SharedB::No : shared_b_rows(g2, bbatch, gr);
+      if (sg != SharedB::No) {
         // Shared B: dB = A_rows^T @ g_rows summed over every batch row in one GEMM.
         std::vector<Tensor> keep;
-        const Mat ar = rows_of(a2, keep), gr = rows_of(g2, keep);
+        if (sa == SharedB::Copy) ar = copy_rows(a2, keep);
+        if (sg == SharedB::Copy) gr = copy_rows(g2, keep);
         Tensor r = Tensor::empty(b_shape, dt, dev);
         gemm2(dt, dev, ar.t(), gr, base_ptr(r), b2.size(-1), 0.0, alpha);
         gb = r;
