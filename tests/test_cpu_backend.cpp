@@ -883,6 +883,83 @@ TEST(CpuBackendBlas, GemmBiasMatchesCopyThenGemmBitForBit) {
   set_num_threads(saved);
 }
 
+// gemm_group (independent products, on several threads one whole product per thread) gives the
+// bits of Backend's default (gemm on each in turn, each cut across the threads) with 1, 2 and 3
+// threads, float32 and float64, every transpose: the reference config's dX / dW pairs of a
+// linear layer (dW's rows, then its columns, the longer side; the d 128 dW on pelab's small
+// kernel), a pair with alpha, beta and padded leading dimensions, pairs below the grain or
+// unequal (the default's route), a pair with a product that gemm cuts along K, and a product
+// whose blocks fit pelab's small kernel while the whole goes to BLAS (with a transposed A:
+// computed whole, its bits differed from the blocks', so it runs as its blocks).
+template <class T>
+void check_gemm_group(DType dt, int threads) {
+  CpuBackend be;
+  using Dims = std::array<int64_t, 3>;  // M, N, K
+  const std::vector<std::array<Dims, 2>> pairs{
+      {Dims{1024, 128, 512}, Dims{512, 128, 1024}},   // d_ff 512 <- 128: dX, dW
+      {Dims{1024, 512, 128}, Dims{128, 512, 1024}},   // 128 <- d_ff 512
+      {Dims{1024, 128, 128}, Dims{128, 128, 1024}},   // 128 <- 128
+      {Dims{300, 70, 64}, Dims{70, 64, 300}},         // odd sizes
+      {Dims{8, 8, 8}, Dims{9, 7, 5}},                 // below the grain
+      {Dims{300, 70, 64}, Dims{40, 40, 40}},          // unequal work
+      {Dims{256, 128, 512}, Dims{33, 32, 4096}},      // the second is cut along K
+      {Dims{1024, 96, 96}, Dims{96, 96, 1024}},       // BLAS whole and in blocks
+      {Dims{2048, 80, 48}, Dims{80, 48, 2048}},       // small kernel whole and in blocks
+      {Dims{512, 64, 256}, Dims{256, 64, 512}}};      // dW (ta): small kernel in blocks only
+  for (const auto& pair : pairs)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        std::vector<std::vector<T>> a(2), b(2), fused(2), ref(2);
+        Backend::GemmItem items[2], ref_items[2];
+        for (int i = 0; i < 2; ++i) {
+          const int64_t M = pair[i][0], N = pair[i][1], K = pair[i][2];
+          const bool tbi = i == 0 ? tb : !tb;   // mixed transposes within a pair
+          const int64_t pad = i == 0 ? 0 : 3;  // the second item: padded rows, alpha, beta
+          const int64_t lda = (ta ? M : K) + pad, ldb = (tbi ? K : N) + pad, ldc = N + pad;
+          const auto A = randv((ta ? K : M) * lda, 101 + i),
+                     B = randv((tbi ? N : K) * ldb, 103 + i), C = randv(M * ldc, 105 + i);
+          a[i].assign(A.begin(), A.end());
+          b[i].assign(B.begin(), B.end());
+          fused[i].assign(C.begin(), C.end());
+          ref[i] = fused[i];
+          Backend::GemmItem& g = items[i];
+          g.transA = ta;
+          g.transB = tbi;
+          g.M = M;
+          g.N = N;
+          g.K = K;
+          g.alpha = i == 0 ? 1.0 : -0.75;
+          g.A = a[i].data();
+          g.lda = lda;
+          g.B = b[i].data();
+          g.ldb = ldb;
+          g.beta = i == 0 ? 0.0 : 0.5;
+          g.C = fused[i].data();
+          g.ldc = ldc;
+          ref_items[i] = g;
+          ref_items[i].C = ref[i].data();
+        }
+        be.gemm_group(dt, items, 2);
+        be.Backend::gemm_group(dt, ref_items, 2);
+        for (int i = 0; i < 2; ++i)
+          for (size_t j = 0; j < fused[i].size(); ++j)
+            ASSERT_EQ(fused[i][j], ref[i][j])
+                << threads << " threads, " << dtype_name(dt) << " ta=" << ta << " tb=" << tb
+                << " item " << i << " " << pair[i][0] << " x " << pair[i][1] << " x "
+                << pair[i][2] << " at " << j;
+      }
+}
+
+TEST(CpuBackendBlas, GemmGroupMatchesSerialGemmsBitForBit) {
+  const int saved = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    check_gemm_group<float>(DType::Float32, threads);
+    check_gemm_group<double>(DType::Float64, threads);
+  }
+  set_num_threads(saved);
+}
+
 // ---------------------------------------------------------------------------------------------
 TEST(CpuBackendOptim, AdamWAndSgdOneStepMatchHandFormula) {
   CpuBackend be;

@@ -278,4 +278,39 @@ TEST(CpuRegions, AdamWParametersSharingStorageWaitForTheNextCall) {
   set_num_threads(saved);
 }
 
+// A linear layer's dX = g W and dW = gᵀ x (equal work) run one per thread in one region
+// (Backend::gemm_group), where each product cut across both threads opened one of its own; so do
+// matmul's dA and dB when B is shared. One thread opens none; with two the gradients are those of
+// one thread up to rounding (a whole product against blocks of it).
+TEST(CpuRegions, LinearBackwardProductsShareOneRegion) {
+  const int saved = num_threads();
+  Generator gen(11);
+  Tensor x = Tensor::empty({1024, 128}), w = Tensor::empty({512, 128}),
+         a = Tensor::empty({4, 256, 128}), b = Tensor::empty({128, 128});
+  for (Tensor* t : {&x, &w, &a, &b}) init::normal_(*t, 0.0, 1.0, gen);
+  const Tensor g = Tensor::full({1024, 512}, 0.5), gm = Tensor::full({4, 256, 128}, 0.25);
+  std::vector<Tensor> grads[3];
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (int rep = 0; rep < 2; ++rep) {  // the first a warm-up
+      Tensor xl = x.detach().set_requires_grad(true), wl = w.detach().set_requires_grad(true);
+      Tensor y = linear(xl, wl, Tensor());
+      const long linear_regions = regions_of([&] { y.backward(g); });
+      Tensor al = a.detach().set_requires_grad(true), bl = b.detach().set_requires_grad(true);
+      Tensor z = matmul(al, bl);
+      const long matmul_regions = regions_of([&] { z.backward(gm); });
+      if (rep == 0) continue;
+      EXPECT_EQ(linear_regions, threads == 1 ? 0 : 1) << threads << " threads";
+      EXPECT_EQ(matmul_regions, threads == 1 ? 0 : 1) << threads << " threads";
+      grads[threads] = {xl.grad(), wl.grad(), al.grad(), bl.grad()};
+    }
+  }
+  for (size_t i = 0; i < grads[1].size(); ++i) {
+    const Tensor d = sub(grads[1][i], grads[2][i]);
+    EXPECT_LE(sum(mul(d, d)).item(), 1e-10 * sum(mul(grads[1][i], grads[1][i])).item())
+        << "gradient " << i;
+  }
+  set_num_threads(saved);
+}
+
 }  // namespace

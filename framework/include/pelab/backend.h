@@ -139,6 +139,33 @@ class Backend {
     if (K > 0) gemm(dtype, transA, transB, M, N, K, 1.0, A, lda, 0, B, ldb, 0, 1.0, C, ldc, 0, 1);
   }
 
+  // One product of gemm_group: C = alpha * op(A) * op(B) + beta * C, as gemm with batch 1.
+  struct GemmItem {
+    bool transA = false, transB = false;
+    int64_t M = 0, N = 0, K = 0;
+    double alpha = 1.0;
+    const void* A = nullptr;
+    int64_t lda = 1;
+    const void* B = nullptr;
+    int64_t ldb = 1;
+    double beta = 0.0;
+    void* C = nullptr;
+    int64_t ldc = 1;
+  };
+  // n independent products (no item's C overlaps another item's operands or C; a backward's dX
+  // and dW) as one call: a backend may run them concurrently. The default runs gemm on each in
+  // order. The CPU backend runs them one per thread, each a single-threaded product in one region
+  // for the group, when several threads are set, the products are large and their work divides
+  // evenly over the threads; otherwise as the default. Results are deterministic for a thread
+  // count either way.
+  virtual void gemm_group(DType dtype, const GemmItem* items, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const GemmItem& g = items[i];
+      gemm(dtype, g.transA, g.transB, g.M, g.N, g.K, g.alpha, g.A, g.lda, 0, g.B, g.ldb, 0,
+           g.beta, g.C, g.ldc, 0, 1);
+    }
+  }
+
   // ---- fused softmax family on contiguous [outer, n, inner], along n ----
   virtual void softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
                        bool log) = 0;

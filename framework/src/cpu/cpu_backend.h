@@ -31,6 +31,7 @@ class CpuBackend : public Backend {
   void gemm_bias(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                  const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias, void* C,
                  int64_t ldc) override;
+  void gemm_group(DType dtype, const GemmItem* items, size_t n) override;
   void adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
                        double beta2, double eps, double weight_decay, double bias_correction1,
                        double bias_correction2) override;

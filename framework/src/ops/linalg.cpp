@@ -2,6 +2,7 @@
 // transposes, batch dims collapsed into strided-batched GEMMs, a shared right operand folded into
 // one tall GEMM) and linear (x @ W^T + b as one GEMM over all rows), with backward passes.
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -126,30 +127,30 @@ Mat materialize(const Mat& m, DType dt, Device dev, std::vector<Tensor>& keep) {
   return {base_ptr(tmp), m.rows, m.cols, m.cols, 1};
 }
 
-// C[M, N] (row stride ldc) = alpha * A[M, K] @ B[K, N] + beta * C. Operands that BLAS cannot read
-// in place are copied first.
-// With `bias` (contiguous, N values): C = A B + bias over every row, alpha and beta unused
-// (Backend::gemm_bias).
-void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta,
-           double alpha = 1.0, const void* bias = nullptr) {
-  const int64_t M = A.rows, K = A.cols, N = B.cols;
-  Backend& be = backend_for(dev);
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (bias) {
-      be.gemm_bias(dt, false, false, M, N, 0, nullptr, 1, nullptr, N, bias, C,
-                   std::max<int64_t>(ldc, 1));
-    } else if (beta == 0.0) {
-      View c;
-      c.data = C;
-      c.dtype = dt;
-      c.shape = {M, N};
-      c.strides = {ldc, 1};
-      be.fill(c, 0.0);
-    }
-    return;
+// The products with nothing to multiply: an empty C, or K = 0 (C = the bias over every row when
+// given, zeros when beta = 0, else left as it is). True when the product was one of them.
+bool gemm2_trivial(Backend& be, DType dt, int64_t M, int64_t N, int64_t K, void* C, int64_t ldc,
+                   double beta, const void* bias) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0) return false;
+  if (bias) {
+    be.gemm_bias(dt, false, false, M, N, 0, nullptr, 1, nullptr, N, bias, C,
+                 std::max<int64_t>(ldc, 1));
+  } else if (beta == 0.0) {
+    View c;
+    c.data = C;
+    c.dtype = dt;
+    c.shape = {M, N};
+    c.strides = {ldc, 1};
+    be.fill(c, 0.0);
   }
-  std::vector<Tensor> keep;
+  return true;
+}
+
+// C[M, N] (row stride ldc) = alpha * A[M, K] @ B[K, N] + beta * C as the backend's GEMM sees it
+// (M, N, K > 0). Operands that BLAS cannot read in place are copied first (into `keep`).
+Backend::GemmItem gemm_item(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta,
+                            double alpha, std::vector<Tensor>& keep) {
   Blas la{}, lb{};
   if (!blas_layout(A, la)) {
     A = materialize(A, dt, dev, keep);
@@ -159,36 +160,98 @@ void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta
     B = materialize(B, dt, dev, keep);
     blas_layout(B, lb);
   }
-  if (bias)
-    be.gemm_bias(dt, la.trans, lb.trans, M, N, K, A.ptr, la.ld, B.ptr, lb.ld, bias, C,
-                 std::max<int64_t>(ldc, 1));
-  else
-    be.gemm(dt, la.trans, lb.trans, M, N, K, alpha, A.ptr, la.ld, 0, B.ptr, lb.ld, 0, beta, C,
-            std::max<int64_t>(ldc, 1), 0, 1);
+  Backend::GemmItem g;
+  g.transA = la.trans;
+  g.transB = lb.trans;
+  g.M = A.rows;
+  g.N = B.cols;
+  g.K = A.cols;
+  g.alpha = alpha;
+  g.A = A.ptr;
+  g.lda = la.ld;
+  g.B = B.ptr;
+  g.ldb = lb.ld;
+  g.beta = beta;
+  g.C = C;
+  g.ldc = std::max<int64_t>(ldc, 1);
+  return g;
 }
 
-// Rows view of t, copying t when its leading dims do not merge.
-Mat rows_of(const Tensor& t, std::vector<Tensor>& keep) {
+// C[M, N] (row stride ldc) = alpha * A[M, K] @ B[K, N] + beta * C. Operands that BLAS cannot read
+// in place are copied first.
+// With `bias` (contiguous, N values): C = A B + bias over every row, alpha and beta unused
+// (Backend::gemm_bias).
+void gemm2(DType dt, Device dev, Mat A, Mat B, void* C, int64_t ldc, double beta,
+           double alpha = 1.0, const void* bias = nullptr) {
+  Backend& be = backend_for(dev);
+  if (gemm2_trivial(be, dt, A.rows, B.cols, A.cols, C, ldc, beta, bias)) return;
+  std::vector<Tensor> keep;
+  const Backend::GemmItem g = gemm_item(dt, dev, A, B, C, ldc, beta, alpha, keep);
+  if (bias)
+    be.gemm_bias(dt, g.transA, g.transB, g.M, g.N, g.K, g.A, g.lda, g.B, g.ldb, bias, C, g.ldc);
+  else
+    be.gemm(dt, g.transA, g.transB, g.M, g.N, g.K, alpha, g.A, g.lda, 0, g.B, g.ldb, 0, beta, C,
+            g.ldc, 0, 1);
+}
+
+// Independent gemm2 products (a backward's dX and dW) collected, then run as one
+// Backend::gemm_group, which may run them concurrently. Each C holds its result after run().
+class Gemm2Group {
+ public:
+  explicit Gemm2Group(DType dt, Device dev) : dt_(dt), dev_(dev) {}
+  void add(Mat A, Mat B, void* C, int64_t ldc, double beta, double alpha = 1.0) {
+    if (gemm2_trivial(backend_for(dev_), dt_, A.rows, B.cols, A.cols, C, ldc, beta, nullptr))
+      return;
+    PELAB_CHECK(n_ < items_.size(), "linalg: more than ", items_.size(), " grouped products");
+    items_[n_++] = gemm_item(dt_, dev_, A, B, C, ldc, beta, alpha, keep_);
+  }
+  // Tensors the products read (operand copies made by the caller), kept until the group has run.
+  void hold(std::vector<Tensor>& ts) {
+    for (Tensor& t : ts) keep_.push_back(std::move(t));
+    ts.clear();
+  }
+  void run() {
+    if (n_ > 0) backend_for(dev_).gemm_group(dt_, items_.data(), n_);
+    n_ = 0;
+  }
+
+ private:
+  DType dt_;
+  Device dev_;
+  std::array<Backend::GemmItem, 2> items_{};
+  size_t n_ = 0;
+  std::vector<Tensor> keep_;  // operand copies, alive until the group has run
+};
+
+// Rows view of a contiguous copy of t (kept alive by `keep`).
+Mat copy_rows(const Tensor& t, std::vector<Tensor>& keep) {
   Mat m;
-  if (rows_matrix(t, m)) return m;
   Tensor c = contig(t);
   keep.push_back(c);
   rows_matrix(c, m);
   return m;
 }
 
-// Whether b is one matrix shared by every batch entry and a's batch rows can be made one matrix:
-// either they already are one (rows_matrix), or a holds no broadcast dim, so a contiguous copy of
-// a costs one pass over its own elements. a's head-split view [B, H, L, dh] of a token-major
-// projection is the second case: copying it (L·B·H rows) beats B·H small products of L rows, each
-// packing b again, or in the backward B·H partial dB products and their sum.
-bool shared_b_rows(const Tensor& a, const Shape& b_batch) {
-  if (shape_numel(b_batch) != 1) return false;
+// Rows view of t, copying t when its leading dims do not merge.
+Mat rows_of(const Tensor& t, std::vector<Tensor>& keep) {
   Mat m;
-  if (rows_matrix(a, m)) return true;
+  if (rows_matrix(t, m)) return m;
+  return copy_rows(t, keep);
+}
+
+// Whether b is one matrix shared by every batch entry and a's batch rows can be made one matrix:
+// either they already are one (Rows: rows_matrix, whose view lands in `rows`), or a holds no
+// broadcast dim (Copy), so a contiguous copy of a costs one pass over its own elements. a's
+// head-split view [B, H, L, dh] of a token-major projection is the second case: copying it
+// (L·B·H rows) beats B·H small products of L rows, each packing b again, or in the backward B·H
+// partial dB products and their sum.
+enum class SharedB { No, Rows, Copy };
+SharedB shared_b_rows(const Tensor& a, const Shape& b_batch, Mat& rows) {
+  if (shape_numel(b_batch) != 1) return SharedB::No;
+  if (rows_matrix(a, rows)) return SharedB::Rows;
   for (int64_t d = 0; d < a.dim(); ++d)
-    if (a.shape()[d] > 1 && a.strides()[d] == 0) return false;
-  return true;
+    if (a.shape()[d] > 1 && a.strides()[d] == 0) return SharedB::No;
+  return SharedB::Copy;
 }
 
 // Effective stride of batch dim d (of an nb-dim output batch) for operand x, 0 where broadcast.
@@ -200,8 +263,9 @@ int64_t batch_stride(const Tensor& x, int64_t d, int64_t nb) {
 }
 
 // out[batch..., M, N] = alpha * a[..., M, K] @ b[..., K, N]; both rank >= 2, K already checked;
-// untracked.
-Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0) {
+// untracked. With `defer`, a product that is one 2-D GEMM (a shared b) is added to it instead of
+// run: out holds the result once the group has run.
+Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0, Gemm2Group* defer = nullptr) {
   const DType dt = a.dtype();
   const Device dev = a.device();
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
@@ -222,19 +286,21 @@ Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0) {
 
   // b shared by every batch and a's rows form one matrix (or are copied into one, see
   // shared_b_rows): one [batch*M, K] @ [K, N] GEMM.
-  Mat ar;
-  if (shape_numel(bb) == 1 && rows_matrix(a, ar) && (ar.sc == 1 || K == 1)) {
-    gemm2(dt, dev, ar, last2(b), C, N, 0.0, alpha);
-    return out;
-  }
-  if (shape_numel(ba) > 1 && !rows_matrix(a, ar) && shared_b_rows(a, bb)) {
-    std::vector<Tensor> keep;
-    gemm2(dt, dev, rows_of(a, keep), last2(b), C, N, 0.0, alpha);
+  Mat ar{};
+  std::vector<Tensor> keep;
+  const SharedB shared = shared_b_rows(a, bb, ar);
+  if (shared == SharedB::Copy) ar = copy_rows(a, keep);
+  if (shared == SharedB::Copy || (shared == SharedB::Rows && (ar.sc == 1 || K == 1))) {
+    if (defer) {
+      defer->add(ar, last2(b), C, N, 0.0, alpha);
+      defer->hold(keep);
+    } else {
+      gemm2(dt, dev, ar, last2(b), C, N, 0.0, alpha);
+    }
     return out;
   }
 
   // Operands whose last two dims BLAS cannot read in place are made contiguous.
-  std::vector<Tensor> keep;
   auto prep = [&](Tensor& x) {
     Blas l{};
     if (!blas_layout(last2(x), l)) {
@@ -325,26 +391,40 @@ Tensor matmul(const Tensor& a, const Tensor& b, double alpha) {
     Tensor g2 = g;
     if (a1) g2 = unsqueeze_view(g2, g2.dim() - (b1 ? 0 : 1));
     if (b1) g2 = unsqueeze_view(g2, g2.dim());
-    Tensor ga, gb;
-    if (need_a) {
-      Tensor r = matmul_impl(g2, mT(b2), alpha);  // dA = alpha g @ B^T
-      if (r.shape() != a2.shape()) r = sum_to(r, a2.shape());
-      ga = a1 ? squeeze_view(r, 0) : r;
-    }
+    // dA and dB, when each is one 2-D product (a shared B), run as one group.
+    Gemm2Group group(dt, dev);
+    Tensor ra, rb;
+    bool b_rows = false;  // rb is dB itself (the shared-B product)
+    if (need_a) ra = matmul_impl(g2, mT(b2), alpha, &group);  // dA = alpha g @ B^T
     if (need_b) {
       const Shape bbatch(b2.shape().begin(), b2.shape().end() - 2);
-      if (shared_b_rows(a2, bbatch) && shared_b_rows(g2, bbatch)) {
+      Mat ar{}, gr{};
+      const SharedB sa = shared_b_rows(a2, bbatch, ar);
+      const SharedB sg = sa == SharedB::No ? SharedB::No : shared_b_rows(g2, bbatch, gr);
+      if (sg != SharedB::No) {
         // Shared B: dB = A_rows^T @ g_rows summed over every batch row in one GEMM.
         std::vector<Tensor> keep;
-        const Mat ar = rows_of(a2, keep), gr = rows_of(g2, keep);
-        Tensor r = Tensor::empty(b_shape, dt, dev);
-        gemm2(dt, dev, ar.t(), gr, base_ptr(r), b2.size(-1), 0.0, alpha);
-        gb = r;
+        if (sa == SharedB::Copy) ar = copy_rows(a2, keep);
+        if (sg == SharedB::Copy) gr = copy_rows(g2, keep);
+        rb = Tensor::empty(b_shape, dt, dev);
+        group.add(ar.t(), gr, base_ptr(rb), b2.size(-1), 0.0, alpha);
+        group.hold(keep);
+        b_rows = true;
       } else {
-        Tensor r = matmul_impl(mT(a2), g2, alpha);  // dB = alpha A^T @ g
-        if (r.shape() != b2.shape()) r = sum_to(r, b2.shape());
-        gb = b1 ? squeeze_view(r, r.dim() - 1) : r;
+        rb = matmul_impl(mT(a2), g2, alpha, &group);  // dB = alpha A^T @ g
       }
+    }
+    group.run();
+    Tensor ga, gb;
+    if (need_a) {
+      if (ra.shape() != a2.shape()) ra = sum_to(ra, a2.shape());
+      ga = a1 ? squeeze_view(ra, 0) : ra;
+    }
+    if (need_b && b_rows) {
+      gb = rb;
+    } else if (need_b) {
+      if (rb.shape() != b2.shape()) rb = sum_to(rb, b2.shape());
+      gb = b1 ? squeeze_view(rb, rb.dim() - 1) : rb;
     }
     return {ga, gb};
   });
@@ -399,18 +479,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     std::vector<Tensor> keep2;
     Mat gm = rows_of(g, keep2);  // [rows, out]
     std::vector<Tensor> grads(has_bias ? 3 : 2);
+    Gemm2Group group(dt, dev);  // dX and dW: independent, one backend call
     if (need_x) {  // dX = g @ W
       Tensor gx = Tensor::empty(x_shape, dt, dev);
-      gemm2(dt, dev, gm, last2(ws), base_ptr(gx), in_f, 0.0);
+      group.add(gm, last2(ws), base_ptr(gx), in_f, 0.0);
       grads[0] = gx;
     }
     if (need_w) {  // dW = g^T @ x over all rows at once
       Mat xm2;
       rows_matrix(xs, xm2);
       Tensor gw = Tensor::empty({out_f, in_f}, dt, dev);
-      gemm2(dt, dev, gm.t(), xm2, base_ptr(gw), in_f, 0.0);
+      group.add(gm.t(), xm2, base_ptr(gw), in_f, 0.0);
       grads[1] = gw;
     }
+    group.run();
     if (need_b) {  // db = sum of g rows
       Tensor gb = Tensor::empty({out_f}, dt, dev);
       Backend& be = backend_for(dev);
