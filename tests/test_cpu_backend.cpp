@@ -850,6 +850,38 @@ TEST(CpuBackendBlas, SmallGemmWidthsAgreeBitForBit) {
       }
 }
 
+// Products at most one 256-bit vector wide take the one-vector kernel (small_gemm_narrow; CoPE's
+// gates q·kᵀ at 8 keys): every width 1..W, both transposes, beta 0 and not, row counts around the
+// 8-row block, K around the 8 x 8 transposed pack, float and double, padded strides: the bits of the
+// two-vector kernel the products took before.
+template <class T>
+void check_narrow_matches_two_vector_tile() {
+  constexpr int64_t W = cpu::SmallGemmTraits<T, 32>::W;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const T beta : {T(0), T(-1.25)})
+        for (int64_t N = 1; N <= W; ++N)
+          for (int64_t M : {1, 5, 8, 9, 16, 19})
+            for (int64_t K : {1, 7, 8, 16, 17}) {
+              const int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+              const auto A = randv((ta ? K : M) * lda, 81), B = randv((tb ? N : K) * ldb, 82),
+                         C0 = randv(M * ldc, 83);
+              std::vector<T> a(A.begin(), A.end()), b(B.begin(), B.end()), cn(C0.begin(), C0.end());
+              std::vector<T> ct = cn;
+              cpu::small_gemm_narrow<T>(ta, tb, M, N, K, T(0.5), a.data(), lda, b.data(), ldb, beta,
+                                        cn.data(), ldc);
+              cpu::small_gemm_width<T, 32>(ta, tb, M, N, K, T(0.5), a.data(), lda, b.data(), ldb,
+                                           beta, ct.data(), ldc);
+              for (size_t i = 0; i < cn.size(); ++i)
+                ASSERT_EQ(cn[i], ct[i]) << "ta=" << ta << " tb=" << tb << " beta=" << beta
+                                        << " M=" << M << " N=" << N << " K=" << K << " at " << i;
+            }
+}
+TEST(CpuBackendBlas, SmallGemmNarrowMatchesTwoVectorTileBitForBit) {
+  check_narrow_matches_two_vector_tile<float>();
+  check_narrow_matches_two_vector_tile<double>();
+}
+
 // gemm_bias (the bias written into each thread's block of C inside the product) gives the bits of
 // Backend's default (the bias copied into C, then gemm with beta = 1) on every path of the
 // threaded product: one call (small), blocks of rows (M >= N), blocks of columns, and K cut across
