@@ -148,4 +148,42 @@ TEST(TensorHeap, AdamWStepBlocksPerParameter) {
                             << ", three: " << three;
 }
 
+// matmul of a head-split a [B, H, L, dh] (a permuted view of a token-major [B, L, H·dh]) by a
+// shared b copies a into contiguous rows for one GEMM; the backward's dB = a_rowsᵀ g reuses the
+// forward's copy instead of copying a again (CoPE's z = q tableᵀ). Its backward therefore costs
+// the blocks of the same product with an already contiguous a (no copy in either), and dB and the
+// output are the same bits (the same product on the same rows).
+TEST(TensorHeap, MatmulBackwardReusesForwardRowCopy) {
+  const int saved = num_threads();
+  set_num_threads(1);
+  const int64_t B = 3, L = 5, H = 2, dh = 7, N = 9;
+  std::vector<double> xv(B * L * H * dh), bv(dh * N);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.1 + 0.37 * static_cast<double>(i % 23) / 7.0;
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.3 - 0.11 * static_cast<double>(i % 13) / 3.0;
+  const Tensor x = Tensor::from_vector(xv, {B, L, H * dh});
+  const Tensor split = permute(reshape(x, {B, L, H, dh}), {0, 2, 1, 3});  // not contiguous
+  const Tensor rows = split.contiguous();
+  ASSERT_FALSE(split.is_contiguous());
+  struct Run {
+    long blocks;
+    std::vector<double> out, grad;
+  };
+  auto run = [&](const Tensor& a) {
+    Tensor b = Tensor::from_vector(bv, {dh, N}).set_requires_grad(true);
+    Tensor y = matmul(a, b);
+    Tensor l = sum(mul(y, y));
+    Run r;
+    r.blocks = blocks_of([&] { l.backward(); });
+    r.out = y.to_vector();
+    r.grad = b.grad().to_vector();
+    return r;
+  };
+  run(split), run(rows);  // warm-up
+  const Run s = run(split), c = run(rows);
+  EXPECT_EQ(s.blocks, c.blocks) << "the backward copied the head-split a again";
+  EXPECT_EQ(s.out, c.out);
+  EXPECT_EQ(s.grad, c.grad);
+  set_num_threads(saved);
+}
+
 }  // namespace

@@ -264,8 +264,10 @@ int64_t batch_stride(const Tensor& x, int64_t d, int64_t nb) {
 
 // out[batch..., M, N] = alpha * a[..., M, K] @ b[..., K, N]; both rank >= 2, K already checked;
 // untracked. With `defer`, a product that is one 2-D GEMM (a shared b) is added to it instead of
-// run: out holds the result once the group has run.
-Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0, Gemm2Group* defer = nullptr) {
+// run: out holds the result once the group has run. With `a_rows`, the contiguous copy of a made
+// for a shared b (SharedB::Copy) is handed back there, for the backward's dB to reuse.
+Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0, Gemm2Group* defer = nullptr,
+                   Tensor* a_rows = nullptr) {
   const DType dt = a.dtype();
   const Device dev = a.device();
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
@@ -289,7 +291,10 @@ Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0, Gemm2Group* defer = n
   Mat ar{};
   std::vector<Tensor> keep;
   const SharedB shared = shared_b_rows(a, bb, ar);
-  if (shared == SharedB::Copy) ar = copy_rows(a, keep);
+  if (shared == SharedB::Copy) {
+    ar = copy_rows(a, keep);
+    if (a_rows) *a_rows = keep.back();
+  }
   if (shared == SharedB::Copy || (shared == SharedB::Rows && (ar.sc == 1 || K == 1))) {
     if (defer) {
       defer->add(ar, last2(b), C, N, 0.0, alpha);
@@ -376,13 +381,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, double alpha) {
   // 1-D operands become [1, K] / [K, 1] views; their unit dims are dropped from the result.
   const Tensor a2 = a1 ? unsqueeze_view(a, 0) : plain(a);
   const Tensor b2 = b1 ? unsqueeze_view(b, 1) : plain(b);
-  Tensor full = matmul_impl(a2, b2, alpha);
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  // The forward's contiguous copy of a head-split a (shared b), kept for dB while the graph lives
+  // (the size of a) instead of copying a again in the backward.
+  Tensor a_rows;
+  Tensor full = matmul_impl(a2, b2, alpha, nullptr, need_b && grad_enabled() ? &a_rows : nullptr);
   Tensor out = full;
   if (b1) out = squeeze_view(out, out.dim() - 1);
   if (a1) out = squeeze_view(out, out.dim() - (b1 ? 1 : 2));
   out = plain(out);
 
-  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   const Shape b_shape = b.shape();
   const DType dt = a.dtype();
   const Device dev = a.device();
@@ -404,7 +412,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, double alpha) {
       if (sg != SharedB::No) {
         // Shared B: dB = A_rows^T @ g_rows summed over every batch row in one GEMM.
         std::vector<Tensor> keep;
-        if (sa == SharedB::Copy) ar = copy_rows(a2, keep);
+        if (sa == SharedB::Copy) {
+          if (a_rows.defined())
+            rows_matrix(a_rows, ar);
+          else
+            ar = copy_rows(a2, keep);
+        }
         if (sg == SharedB::Copy) gr = copy_rows(g2, keep);
         rb = Tensor::empty(b_shape, dt, dev);
         group.add(ar.t(), gr, base_ptr(rb), b2.size(-1), 0.0, alpha);
