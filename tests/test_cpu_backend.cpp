@@ -882,6 +882,26 @@ TEST(CpuBackendBlas, SmallGemmNarrowMatchesTwoVectorTileBitForBit) {
   check_narrow_matches_two_vector_tile<double>();
 }
 
+// transpose_square<S> (the small kernel's register transposes: S = 8 packs CoPE's 8-key kᵀ, S = 16
+// a 16-column strip of op(B) in AVX-512 builds) is the transpose, element for element, with padded
+// strides on both sides and nothing written outside the block. Both sizes run on every machine
+// (without AVX-512 GCC splits the 512-bit vectors), so the 16 x 16 masks are checked here too.
+template <int S>
+void check_transpose_square() {
+  const int64_t lds = S + 3, ldd = S + 5;
+  std::vector<float> src(static_cast<size_t>(S * lds)), dst(static_cast<size_t>(S * ldd), -7.0f);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.25f;
+  cpu::transpose_square<S>(src.data(), lds, dst.data(), ldd);
+  for (int64_t k = 0; k < S; ++k)
+    for (int64_t j = 0; j < ldd; ++j)
+      ASSERT_EQ(dst[k * ldd + j], j < S ? src[j * lds + k] : -7.0f)
+          << "S=" << S << " dst row " << k << " column " << j;
+}
+TEST(CpuBackendBlas, TransposeSquareIsTheTranspose) {
+  check_transpose_square<8>();
+  check_transpose_square<16>();
+}
+
 // gemm_bias (the bias written into each thread's block of C inside the product) gives the bits of
 // Backend's default (the bias copied into C, then gemm with beta = 1) on every path of the
 // threaded product: one call (small), blocks of rows (M >= N), blocks of columns, and K cut across

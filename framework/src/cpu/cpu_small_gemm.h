@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace pelab::cpu {
@@ -98,39 +99,43 @@ inline void small_row_block(int64_t N, int64_t K, const T* A, int64_t lda, bool 
                         C, ldc);
 }
 
-#ifdef __AVX512F__
-// dst[k * ldd + j] = src[j * lds + k] for a 16 x 16 block of floats, in registers: four rounds of
-// two-source shuffles, round w swapping the off-diagonal w x w blocks of each 2w x 2w block (GCC
-// vector extensions; intrinsics' _mm512_undefined operands trip -Wuninitialized in GCC 12). The
-// scalar strip copy took ~2x as long for a 32 x 32 head's kᵀ (128 heads: 25 -> 12 us).
-inline void transpose_16x16(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  typedef float V __attribute__((vector_size(64)));
-  typedef int I __attribute__((vector_size(64)));
-  const I lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-  const I hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
-  const I lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-  const I hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-  const I lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-  const I hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-  const I lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-  const I hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-  V r[16];
-  for (int i = 0; i < 16; ++i) std::memcpy(&r[i], src + i * lds, sizeof(V));
-  auto round = [&r](int w, const I& lo, const I& hi) {
-    for (int i = 0; i < 16; ++i)
-      if ((i & w) == 0) {
-        const V a = r[i], b = r[i + w];
-        r[i] = __builtin_shuffle(a, b, lo);
-        r[i + w] = __builtin_shuffle(a, b, hi);
-      }
-  };
-  round(1, lo1, hi1);
-  round(2, lo2, hi2);
-  round(4, lo4, hi4);
-  round(8, lo8, hi8);
-  for (int i = 0; i < 16; ++i) std::memcpy(dst + i * ldd, &r[i], sizeof(V));
+// dst[k * ldd + j] = src[j * lds + k] for an S x S block of floats (S = 8: one 256-bit vector per
+// row; S = 16: one 512-bit vector), in registers: log2(S) rounds of two-source shuffles, round w
+// swapping the off-diagonal w x w blocks of each 2w x 2w block (GCC vector extensions; intrinsics'
+// _mm512_undefined operands trip -Wuninitialized in GCC 12). The masks are constants, so each
+// shuffle compiles to fixed permutes. The scalar strip copy took ~2x as long for a 32 x 32 head's kᵀ
+// (128 heads: 25 -> 12 us). Without AVX-512, GCC splits the 512-bit vectors (correct, not fast:
+// pack_b uses S = 16 only in AVX-512 builds; the tests run both sizes on every machine).
+template <int S, int w, class V, size_t... j>
+inline void transpose_round(V (&r)[S], std::index_sequence<j...>) {
+  typedef int I __attribute__((vector_size(sizeof(V))));
+  // lane j of the pair (a = r[i], b = r[i + w]): lanes with bit w clear keep a's lane in the first
+  // output and take a's lane j + w in the second; lanes with it set take b's lanes j - w and j
+  const I lo = {((int(j) & w) ? int(j) - w + S : int(j))...};
+  const I hi = {((int(j) & w) ? int(j) + S : int(j) + w)...};
+  for (int i = 0; i < S; ++i)
+    if ((i & w) == 0) {
+      const V a = r[i], b = r[i + w];
+      r[i] = __builtin_shuffle(a, b, lo);
+      r[i + w] = __builtin_shuffle(a, b, hi);
+    }
 }
-#endif
+template <int S, int w = 1, class V>
+inline void transpose_rounds(V (&r)[S]) {
+  if constexpr (w < S) {
+    transpose_round<S, w>(r, std::make_index_sequence<S>{});
+    transpose_rounds<S, 2 * w>(r);
+  }
+}
+template <int S>
+inline void transpose_square(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  static_assert(S == 8 || S == 16, "one 256-bit or one 512-bit vector per row");
+  typedef float V __attribute__((vector_size(S * sizeof(float))));
+  V r[S];
+  for (int i = 0; i < S; ++i) std::memcpy(&r[i], src + i * lds, sizeof(V));
+  transpose_rounds<S>(r);
+  for (int i = 0; i < S; ++i) std::memcpy(dst + i * ldd, &r[i], sizeof(V));
+}
 
 // op(B) [K, N] as the micro-kernel reads it: a zero-padded [K, Np] panel (Np = N rounded up to whole
 // tiles) written to `panel` (at least small_panel_size(N, K) elements). Returns Np, the row stride.
@@ -153,7 +158,8 @@ int64_t pack_b(bool tb, int64_t N, int64_t K, const T* B, int64_t ldb, T* panel)
 #ifdef __AVX512F__
       if constexpr (std::is_same<T, float>::value)
         if (nj == 16)
-          for (; k + 16 <= K; k += 16) transpose_16x16(B + j0 * ldb + k, ldb, panel + k * np + j0, np);
+          for (; k + 16 <= K; k += 16)
+            transpose_square<16>(B + j0 * ldb + k, ldb, panel + k * np + j0, np);
 #endif
       for (; k < K; ++k)
         for (int64_t j = 0; j < nj; ++j) panel[k * np + j0 + j] = B[(j0 + j) * ldb + k];
@@ -218,29 +224,6 @@ void small_gemm_width(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha
 // the results are the two-vector kernel's bits (tested). 128 heads on the AVX-512 Xeon, 1 thread:
 // q·kᵀ (8 x 8 x 16, kᵀ packed) 12.5 -> 10.5 us, qᵀ·dG (16 x 8 x 8, dG in place) 7.9 -> 6.4 us.
 constexpr int kNarrowMR = 8;
-// dst[k * ldd + j] = src[j * lds + k] for an 8 x 8 block of floats, in 256-bit registers (three
-// rounds of two-source shuffles, as transpose_16x16).
-inline void transpose_8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  typedef float V __attribute__((vector_size(32)));
-  typedef int I __attribute__((vector_size(32)));
-  const I lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
-  const I lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const I lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
-  V r[8];
-  for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * lds, sizeof(V));
-  auto round = [&r](int w, const I& lo, const I& hi) {
-    for (int i = 0; i < 8; ++i)
-      if ((i & w) == 0) {
-        const V a = r[i], b = r[i + w];
-        r[i] = __builtin_shuffle(a, b, lo);
-        r[i + w] = __builtin_shuffle(a, b, hi);
-      }
-  };
-  round(1, lo1, hi1);
-  round(2, lo2, hi2);
-  round(4, lo4, hi4);
-  for (int i = 0; i < 8; ++i) std::memcpy(dst + i * ldd, &r[i], sizeof(V));
-}
 template <class T, int ROWS>
 inline void narrow_tile(int64_t K, const T* A, int64_t lda, bool ta, int64_t i0, const T* bp,
                         int64_t np, int64_t cols, T alpha, T beta, T* C, int64_t ldc) {
@@ -294,7 +277,7 @@ void small_gemm_narrow(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alph
       int64_t k0 = 0;
       if constexpr (std::is_same<T, float>::value)
         if (N == W)
-          for (; k0 + 8 <= K; k0 += 8) transpose_8x8(B + k0, ldb, p + k0 * W, W);
+          for (; k0 + 8 <= K; k0 += 8) transpose_square<8>(B + k0, ldb, p + k0 * W, W);
       for (int64_t j = 0; j < N; ++j)
         for (int64_t k = k0; k < K; ++k) p[k * W + j] = B[j * ldb + k];
     } else {
