@@ -16,6 +16,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -32,6 +35,66 @@ constexpr int kSmallWideBytes = 64;
 #else
 constexpr int kSmallWideBytes = 32;
 #endif
+
+// acc += a * b lane by lane with one rounding (a fused multiply-add) wherever the build has FMA,
+// written out rather than left to GCC's contraction: GCC decides that per loop by its tuning (for
+// -march=znver3, avoid_fma256_chains leaves a one-accumulator chain such as narrow_tile's as a
+// multiply and an add, while the two-accumulator tile is fused), so the kernels' bits would depend
+// on the CPU that built them and the kernels would disagree with each other (seen on an AMD EPYC,
+// Zen 3: CpuBackendBlas.SmallGemmNarrowMatchesTwoVectorTileBitForBit failed in its last bits).
+// Without FMA (an SSE-only build) it is a multiply and an add everywhere. By reference: a vector
+// wider than the build's registers passed by value would change the ABI (-Wpsabi).
+template <class V>
+inline void fma_into(V& acc, const V& a, const V& b) {
+  using T = std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>;
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value, "float or double");
+#if defined(__FMA__)
+  if constexpr (sizeof(V) == 32) {
+    if constexpr (std::is_same<T, float>::value)
+      acc = reinterpret_cast<V>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a),
+                                                reinterpret_cast<__m256>(b),
+                                                reinterpret_cast<__m256>(acc)));
+    else
+      acc = reinterpret_cast<V>(_mm256_fmadd_pd(reinterpret_cast<__m256d>(a),
+                                                reinterpret_cast<__m256d>(b),
+                                                reinterpret_cast<__m256d>(acc)));
+    return;
+  }
+  if constexpr (sizeof(V) == 64) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same<T, float>::value)
+      acc = reinterpret_cast<V>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a),
+                                                reinterpret_cast<__m512>(b),
+                                                reinterpret_cast<__m512>(acc)));
+    else
+      acc = reinterpret_cast<V>(_mm512_fmadd_pd(reinterpret_cast<__m512d>(a),
+                                                reinterpret_cast<__m512d>(b),
+                                                reinterpret_cast<__m512d>(acc)));
+#else  // a 512-bit vector in a build without AVX-512 (the tests' wide kernel): two 256-bit halves
+    typedef T H __attribute__((vector_size(32)));
+    H ah[2], bh[2], ch[2];
+    std::memcpy(ah, &a, sizeof(V));
+    std::memcpy(bh, &b, sizeof(V));
+    std::memcpy(ch, &acc, sizeof(V));
+    fma_into(ch[0], ah[0], bh[0]);
+    fma_into(ch[1], ah[1], bh[1]);
+    std::memcpy(&acc, ch, sizeof(V));
+#endif
+    return;
+  }
+#endif
+  acc += a * b;
+}
+// v = a in every lane (a whole initializer list, which GCC compiles to one broadcast; lane-by-lane
+// stores became a chain of inserts, 1.5-2x slower kernels)
+template <class V, class T, size_t... i>
+inline void splat_lanes(V& v, T a, std::index_sequence<i...>) {
+  v = V{((void)i, a)...};
+}
+template <class V, class T>
+inline void splat(V& v, T a) {
+  splat_lanes(v, a, std::make_index_sequence<sizeof(V) / sizeof(T)>{});
+}
 
 template <class T, int BYTES = 32>
 struct SmallGemmTraits {
@@ -58,21 +121,23 @@ inline void small_tile(int64_t K, const T* A, int64_t lda, bool ta, int64_t i0, 
     std::memcpy(&b0, bp + k * np + j0, sizeof(V));
     std::memcpy(&b1, bp + k * np + j0 + W, sizeof(V));
     for (int r = 0; r < ROWS; ++r) {
-      const T a = ta ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k];
-      acc[r][0] += a * b0;
-      acc[r][1] += a * b1;
+      V a;
+      splat(a, ta ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k]);
+      fma_into(acc[r][0], a, b0);
+      fma_into(acc[r][1], a, b1);
     }
   }
   for (int r = 0; r < ROWS; ++r) {
     T* c = C + (i0 + r) * ldc + j0;
     if (cols == 2 * W) {  // a full tile row: vector stores
       V c0 = alpha * acc[r][0], c1 = alpha * acc[r][1];
-      if (beta != T(0)) {
-        V o0, o1;
+      if (beta != T(0)) {  // fused as the accumulation is, so both widths give the same bits
+        V o0, o1, bv;
         std::memcpy(&o0, c, sizeof(V));
         std::memcpy(&o1, c + W, sizeof(V));
-        c0 += beta * o0;
-        c1 += beta * o1;
+        splat(bv, beta);
+        fma_into(c0, bv, o0);
+        fma_into(c1, bv, o1);
       }
       std::memcpy(c, &c0, sizeof(V));
       std::memcpy(c + W, &c1, sizeof(V));
@@ -236,8 +301,9 @@ inline void narrow_tile(int64_t K, const T* A, int64_t lda, bool ta, int64_t i0,
     V b;
     std::memcpy(&b, bp + k * np, sizeof(V));
     for (int r = 0; r < ROWS; ++r) {
-      const T a = ta ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k];
-      acc[r] += a * b;
+      V a;
+      splat(a, ta ? A[k * lda + i0 + r] : A[(i0 + r) * lda + k]);
+      fma_into(acc[r], a, b);
     }
   }
   for (int r = 0; r < ROWS; ++r) {
