@@ -263,9 +263,12 @@ BlasStep plan_blas_kernels(const BlasEnv& e, const BlasFacts& facts,
       const std::string& deflt = d[3];
       if (named && !same_name(facts.corename, d[2])) {
         step.kind = BlasStep::Error;
+        // OpenBLAS loads others without a word both for a name it lacks and for kernels this CPU
+        // cannot run (0.3.21 on an AMD Zen 3 asked for Cooperlake loads Haswell)
         step.error = std::string(kPolicyVar) + "=" + d[2] + ": this OpenBLAS (" + facts.config +
-                     ") has no kernels of that name (it loaded " + facts.corename +
-                     "); use auto, keep or one it has, e.g. " + kKernelExamples;
+                     ") did not load kernels of that name (it loaded " + facts.corename +
+                     "): it has none, or they need instructions this CPU lacks; use auto, keep or "
+                     "one it has that this CPU runs, e.g. " + kKernelExamples;
         return step;
       }
       if (openblas_kernel_level(facts.corename) < openblas_kernel_level(d[2])) {
