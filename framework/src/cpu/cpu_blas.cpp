@@ -255,6 +255,8 @@ void CpuBackend::gemm_group(DType dtype, const GemmItem* items, size_t n) {
     Backend::gemm_group(dtype, items, n);
     return;
   }
+  // A copy, as gemm's arguments are: check_gemm raises a leading dimension that does not matter
+  // (a single row) to its legal value, and the items are the caller's.
   std::array<GemmItem, kMaxGroup> g{};
   for (size_t i = 0; i < n; ++i) {
     g[i] = items[i];
