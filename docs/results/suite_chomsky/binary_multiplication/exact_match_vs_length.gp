@@ -13,4 +13,6 @@ plot \
   keyentry with boxes fc rgb '#e6e6e6' fs solid 1.0 title "training range (task lengths 3–16)", \
   "exact_match_vs_length.dat" index 0 using 1:2:3:4 with yerrorbars lc rgb '#1f77b4' lw 1.5 pt 6 ps 1.6 title "sinusoidal (not converged)", \
   "exact_match_vs_length.dat" index 1 using 1:2:3:4 with yerrorbars lc rgb '#ff7f0e' lw 1.5 pt 4 ps 1.6 title "learned (not converged)", \
-  "exact_match_vs_length.dat" index 2 using 1:2:3:4 with yerrorbars lc rgb '#2ca02c' lw 1.5 pt 8 ps 1.6 title "rope (not converged)"
+  "exact_match_vs_length.dat" index 2 using 1:2:3:4 with yerrorbars lc rgb '#2ca02c' lw 1.5 pt 8 ps 1.6 title "shaw (not converged)", \
+  "exact_match_vs_length.dat" index 3 using 1:2:3:4 with yerrorbars lc rgb '#d62728' lw 1.5 pt 10 ps 1.6 title "t5 (not converged)", \
+  "exact_match_vs_length.dat" index 4 using 1:2:3:4 with yerrorbars lc rgb '#9467bd' lw 1.5 pt 12 ps 1.6 title "rope (not converged)"
