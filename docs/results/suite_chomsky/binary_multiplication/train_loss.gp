@@ -1,6 +1,6 @@
 set output (ARGC > 0 ? ARG1 : "train_loss.png")
 set terminal pngcairo size 1100,620 noenhanced font 'Sans,10'
-set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: binary_multiplication: training loss\nline: mean over n = 1–3 seeds (n per point in the .csv); band: min–max over seeds; runs stopped by their criterion end early"
+set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: binary_multiplication: training loss\nline: mean over n = 3 seeds; band: min–max over seeds"
 set xlabel 'step'
 set ylabel 'training loss (nats/token)'
 set logscale y
@@ -16,4 +16,12 @@ plot \
   "train_loss.dat" index 3 using 1:3:4 with filledcurves fc rgb '#d62728' fs transparent solid 0.2 noborder notitle, \
   "train_loss.dat" index 3 using 1:2 with lines lc rgb '#d62728' lw 2 title "t5 (3/3 not converged)", \
   "train_loss.dat" index 4 using 1:3:4 with filledcurves fc rgb '#9467bd' fs transparent solid 0.2 noborder notitle, \
-  "train_loss.dat" index 4 using 1:2 with lines lc rgb '#9467bd' lw 2 title "rope (1/1 not converged)"
+  "train_loss.dat" index 4 using 1:2 with lines lc rgb '#9467bd' lw 2 title "rope (3/3 not converged)", \
+  "train_loss.dat" index 5 using 1:3:4 with filledcurves fc rgb '#8c564b' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 5 using 1:2 with lines lc rgb '#8c564b' lw 2 title "alibi (3/3 not converged)", \
+  "train_loss.dat" index 6 using 1:3:4 with filledcurves fc rgb '#e377c2' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 6 using 1:2 with lines lc rgb '#e377c2' lw 2 title "none (3/3 not converged)", \
+  "train_loss.dat" index 7 using 1:3:4 with filledcurves fc rgb '#7f7f7f' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 7 using 1:2 with lines lc rgb '#7f7f7f' lw 2 title "rope+rand (3/3 not converged)", \
+  "train_loss.dat" index 8 using 1:3:4 with filledcurves fc rgb '#bcbd22' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 8 using 1:2 with lines lc rgb '#bcbd22' lw 2 title "sinusoidal+rand (3/3 not converged)"
