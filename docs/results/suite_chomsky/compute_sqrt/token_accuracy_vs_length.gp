@@ -1,14 +1,16 @@
 set output (ARGC > 0 ? ARG1 : "token_accuracy_vs_length.png")
 set terminal pngcairo size 1200,700 noenhanced font 'Sans,10'
-set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: compute_sqrt: token accuracy (%) vs task length\nmean and 95 % t-interval, n = 1 seed, clipped to [0, 100]"
+set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: compute_sqrt: token accuracy (%) vs task length\nmean and 95 % t-interval, n = 1–3 seeds (n per point in the .csv), clipped to [0, 100]\npoints offset by up to ±0.6 in x (jitter) so that none hides another"
 set xlabel "task length (points at the measured lengths)"
 set ylabel "token accuracy (%)"
 set key outside right top
 set grid
-set xrange [14.08:65.92]
+set xrange [13.432:66.568]
 set xtics (16, 20, 24, 32, 48, 64)
 set yrange [-2:102]
-set object 1 rect from first 14.08, graph 0 to first 16.5, graph 1 behind fc rgb '#e6e6e6' fs solid 1.0 noborder
+set object 1 rect from first 13.432, graph 0 to first 16.8, graph 1 behind fc rgb '#e6e6e6' fs solid 1.0 noborder
 plot \
   keyentry with boxes fc rgb '#e6e6e6' fs solid 1.0 title "training range (task lengths 1–16)", \
-  "token_accuracy_vs_length.dat" index 0 using 1:2:3:4 with yerrorbars lc rgb '#1f77b4' lw 1.5 pt 7 ps 1.6 title "rope"
+  "token_accuracy_vs_length.dat" index 0 using 1:2:3:4 with yerrorbars lc rgb '#1f77b4' lw 1.5 pt 7 ps 1.6 title "sinusoidal", \
+  "token_accuracy_vs_length.dat" index 1 using 1:2:3:4 with yerrorbars lc rgb '#ff7f0e' lw 1.5 pt 4 ps 1.6 title "learned (not converged)", \
+  "token_accuracy_vs_length.dat" index 2 using 1:2:3:4 with yerrorbars lc rgb '#2ca02c' lw 1.5 pt 9 ps 1.6 title "rope"

@@ -1,6 +1,6 @@
 set output (ARGC > 0 ? ARG1 : "train_loss.png")
 set terminal pngcairo size 1100,620 noenhanced font 'Sans,10'
-set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: compute_sqrt: training loss\nline: mean over n = 1 seed; band: min–max over seeds"
+set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: compute_sqrt: training loss\nline: mean over n = 1–3 seeds (n per point in the .csv); band: min–max over seeds; runs stopped by their criterion end early"
 set xlabel 'step'
 set ylabel 'training loss (nats/token)'
 set logscale y
@@ -8,4 +8,8 @@ set key outside right top
 set grid
 plot \
   "train_loss.dat" index 0 using 1:3:4 with filledcurves fc rgb '#1f77b4' fs transparent solid 0.2 noborder notitle, \
-  "train_loss.dat" index 0 using 1:2 with lines lc rgb '#1f77b4' lw 2 title "rope"
+  "train_loss.dat" index 0 using 1:2 with lines lc rgb '#1f77b4' lw 2 title "sinusoidal", \
+  "train_loss.dat" index 1 using 1:3:4 with filledcurves fc rgb '#ff7f0e' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 1 using 1:2 with lines lc rgb '#ff7f0e' lw 2 title "learned (1/3 not converged)", \
+  "train_loss.dat" index 2 using 1:3:4 with filledcurves fc rgb '#2ca02c' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 2 using 1:2 with lines lc rgb '#2ca02c' lw 2 title "rope"
