@@ -13,4 +13,8 @@ plot \
   keyentry with boxes fc rgb '#e6e6e6' fs solid 1.0 title "training range (task lengths 1–16)", \
   "exact_match_vs_length.dat" index 0 using 1:2:3:4 with yerrorbars lc rgb '#1f77b4' lw 1.5 pt 7 ps 1.6 title "sinusoidal", \
   "exact_match_vs_length.dat" index 1 using 1:2:3:4 with yerrorbars lc rgb '#ff7f0e' lw 1.5 pt 4 ps 1.6 title "learned (not converged)", \
-  "exact_match_vs_length.dat" index 2 using 1:2:3:4 with yerrorbars lc rgb '#2ca02c' lw 1.5 pt 9 ps 1.6 title "rope"
+  "exact_match_vs_length.dat" index 2 using 1:2:3:4 with yerrorbars lc rgb '#2ca02c' lw 1.5 pt 9 ps 1.6 title "shaw", \
+  "exact_match_vs_length.dat" index 3 using 1:2:3:4 with yerrorbars lc rgb '#d62728' lw 1.5 pt 11 ps 1.6 title "t5", \
+  "exact_match_vs_length.dat" index 4 using 1:2:3:4 with yerrorbars lc rgb '#9467bd' lw 1.5 pt 13 ps 1.6 title "rope", \
+  "exact_match_vs_length.dat" index 5 using 1:2:3:4 with yerrorbars lc rgb '#8c564b' lw 1.5 pt 14 ps 1.6 title "alibi (not converged)", \
+  "exact_match_vs_length.dat" index 6 using 1:2:3:4 with yerrorbars lc rgb '#e377c2' lw 1.5 pt 6 ps 1.4 title "none (cannot learn by construction) (not converged)"

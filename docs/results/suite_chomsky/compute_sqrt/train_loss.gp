@@ -12,4 +12,12 @@ plot \
   "train_loss.dat" index 1 using 1:3:4 with filledcurves fc rgb '#ff7f0e' fs transparent solid 0.2 noborder notitle, \
   "train_loss.dat" index 1 using 1:2 with lines lc rgb '#ff7f0e' lw 2 title "learned (1/3 not converged)", \
   "train_loss.dat" index 2 using 1:3:4 with filledcurves fc rgb '#2ca02c' fs transparent solid 0.2 noborder notitle, \
-  "train_loss.dat" index 2 using 1:2 with lines lc rgb '#2ca02c' lw 2 title "rope"
+  "train_loss.dat" index 2 using 1:2 with lines lc rgb '#2ca02c' lw 2 title "shaw", \
+  "train_loss.dat" index 3 using 1:3:4 with filledcurves fc rgb '#d62728' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 3 using 1:2 with lines lc rgb '#d62728' lw 2 title "t5", \
+  "train_loss.dat" index 4 using 1:3:4 with filledcurves fc rgb '#9467bd' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 4 using 1:2 with lines lc rgb '#9467bd' lw 2 title "rope", \
+  "train_loss.dat" index 5 using 1:3:4 with filledcurves fc rgb '#8c564b' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 5 using 1:2 with lines lc rgb '#8c564b' lw 2 title "alibi (1/3 not converged)", \
+  "train_loss.dat" index 6 using 1:3:4 with filledcurves fc rgb '#e377c2' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 6 using 1:2 with lines lc rgb '#e377c2' lw 2 title "none (1/1 not converged)"
