@@ -1,6 +1,6 @@
 set output (ARGC > 0 ? ARG1 : "token_accuracy_vs_length.png")
 set terminal pngcairo size 1200,700 noenhanced font 'Sans,10'
-set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: compute_sqrt: token accuracy (%) vs task length\nmean and 95 % t-interval, n = 1–3 seeds (n per point in the .csv), clipped to [0, 100]\npoints offset by up to ±0.6 in x (jitter) so that none hides another"
+set title "Deletang et al. tasks (seq2seq), train lengths 1-16, test to 64: compute_sqrt: token accuracy (%) vs task length\nmean and 95 % t-interval, n = 3 seeds, clipped to [0, 100]\npoints offset by up to ±0.6 in x (jitter) so that none hides another"
 set xlabel "task length (points at the measured lengths)"
 set ylabel "token accuracy (%)"
 set key outside right top
@@ -17,4 +17,8 @@ plot \
   "token_accuracy_vs_length.dat" index 3 using 1:2:3:4 with yerrorbars lc rgb '#d62728' lw 1.5 pt 11 ps 1.6 title "t5", \
   "token_accuracy_vs_length.dat" index 4 using 1:2:3:4 with yerrorbars lc rgb '#9467bd' lw 1.5 pt 13 ps 1.6 title "rope", \
   "token_accuracy_vs_length.dat" index 5 using 1:2:3:4 with yerrorbars lc rgb '#8c564b' lw 1.5 pt 14 ps 1.6 title "alibi (not converged)", \
-  "token_accuracy_vs_length.dat" index 6 using 1:2:3:4 with yerrorbars lc rgb '#e377c2' lw 1.5 pt 6 ps 1.4 title "none (cannot learn by construction) (not converged)"
+  "token_accuracy_vs_length.dat" index 6 using 1:2:3:4 with yerrorbars lc rgb '#e377c2' lw 1.5 pt 6 ps 1.4 title "none (cannot learn by construction) (not converged)", \
+  "token_accuracy_vs_length.dat" index 7 using 1:2:3:4 with yerrorbars lc rgb '#7f7f7f' lw 1.5 pt 4 ps 1.4 title "rope+rand (not converged)", \
+  "token_accuracy_vs_length.dat" index 8 using 1:2:3:4 with yerrorbars lc rgb '#bcbd22' lw 1.5 pt 8 ps 1.4 title "rope+rand+randpos (not converged)", \
+  "token_accuracy_vs_length.dat" index 9 using 1:2:3:4 with yerrorbars lc rgb '#17becf' lw 1.5 pt 10 ps 1.4 title "sinusoidal+rand (not converged)", \
+  "token_accuracy_vs_length.dat" index 10 using 1:2:3:4 with yerrorbars lc rgb '#000000' lw 1.5 pt 12 ps 1.4 title "sinusoidal+rand+randpos (not converged)"
