@@ -10,4 +10,4 @@ set grid ytics
 set xtics rotate by -30
 set ylabel "exact match (%)"
 set yrange [0:105]
-plot "summary.dat" using 2:3:4:xtic(1) title "nope", '' using 5:6:7 title "t5", '' using 8:9:10 title "alibi", '' using 11:12:13 title "rope", '' using 14:15:16 title "ape", '' using 17:18:19 title "sinusoidal"
+plot "summary.dat" using 2:3:4:xtic(1) title "nope", '' using 5:6:7 title "t5", '' using 8:9:10 title "alibi", '' using 11:12:13 title "rope", '' using 14:15:16 title "ape", '' using 17:18:19 title "sinusoidal", '' using 20:21:22 title "kerple", '' using 23:24:25 title "fire", '' using 26:27:28 title "xpos", '' using 29:30:31 title "cope"
