@@ -1,6 +1,6 @@
 set output (ARGC > 0 ? ARG1 : "exact_match_vs_length.png")
 set terminal pngcairo size 1200,700 noenhanced font 'Sans,10'
-set title "Kazemnejad et al. tasks (decoder-only), train lengths 1-10, test to 2x: addition: exact match (%) vs task length\nmean and 95 % t-interval, n = 1–3 seeds (n per point in the .csv), clipped to [0, 100]\npoints offset by up to ±0.15 in x (jitter) so that none hides another"
+set title "Kazemnejad et al. tasks (decoder-only), train lengths 1-10, test to 2x: addition: exact match (%) vs task length\nmean and 95 % t-interval, n = 3 seeds, clipped to [0, 100]\npoints offset by up to ±0.15 in x (jitter) so that none hides another"
 set xlabel "task length (points at the measured lengths)"
 set ylabel "exact match (%)"
 set key outside right top
@@ -18,4 +18,6 @@ plot \
   "exact_match_vs_length.dat" index 4 using 1:2:3:4 with yerrorbars lc rgb '#9467bd' lw 1.5 pt 12 ps 1.6 title "ape (not converged)", \
   "exact_match_vs_length.dat" index 5 using 1:2:3:4 with yerrorbars lc rgb '#8c564b' lw 1.5 pt 14 ps 1.6 title "sinusoidal (not converged)", \
   "exact_match_vs_length.dat" index 6 using 1:2:3:4 with yerrorbars lc rgb '#e377c2' lw 1.5 pt 6 ps 1.4 title "kerple (not converged)", \
-  "exact_match_vs_length.dat" index 7 using 1:2:3:4 with yerrorbars lc rgb '#7f7f7f' lw 1.5 pt 4 ps 1.4 title "fire (not converged)"
+  "exact_match_vs_length.dat" index 7 using 1:2:3:4 with yerrorbars lc rgb '#7f7f7f' lw 1.5 pt 4 ps 1.4 title "fire (not converged)", \
+  "exact_match_vs_length.dat" index 8 using 1:2:3:4 with yerrorbars lc rgb '#bcbd22' lw 1.5 pt 9 ps 1.4 title "xpos", \
+  "exact_match_vs_length.dat" index 9 using 1:2:3:4 with yerrorbars lc rgb '#17becf' lw 1.5 pt 10 ps 1.4 title "cope (not converged)"

@@ -22,4 +22,8 @@ plot \
   "train_loss.dat" index 6 using 1:3:4 with filledcurves fc rgb '#e377c2' fs transparent solid 0.2 noborder notitle, \
   "train_loss.dat" index 6 using 1:2 with lines lc rgb '#e377c2' lw 2 title "kerple (2/3 not converged)", \
   "train_loss.dat" index 7 using 1:3:4 with filledcurves fc rgb '#7f7f7f' fs transparent solid 0.2 noborder notitle, \
-  "train_loss.dat" index 7 using 1:2 with lines lc rgb '#7f7f7f' lw 2 title "fire (1/1 not converged)"
+  "train_loss.dat" index 7 using 1:2 with lines lc rgb '#7f7f7f' lw 2 title "fire (3/3 not converged)", \
+  "train_loss.dat" index 8 using 1:3:4 with filledcurves fc rgb '#bcbd22' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 8 using 1:2 with lines lc rgb '#bcbd22' lw 2 title "xpos", \
+  "train_loss.dat" index 9 using 1:3:4 with filledcurves fc rgb '#17becf' fs transparent solid 0.2 noborder notitle, \
+  "train_loss.dat" index 9 using 1:2 with lines lc rgb '#17becf' lw 2 title "cope (1/3 not converged)"

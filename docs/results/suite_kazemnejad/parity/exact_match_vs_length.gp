@@ -16,4 +16,8 @@ plot \
   "exact_match_vs_length.dat" index 2 using 1:2:3:4 with yerrorbars lc rgb '#2ca02c' lw 1.5 pt 9 ps 1.6 title "alibi", \
   "exact_match_vs_length.dat" index 3 using 1:2:3:4 with yerrorbars lc rgb '#d62728' lw 1.5 pt 11 ps 1.6 title "rope", \
   "exact_match_vs_length.dat" index 4 using 1:2:3:4 with yerrorbars lc rgb '#9467bd' lw 1.5 pt 13 ps 1.6 title "ape", \
-  "exact_match_vs_length.dat" index 5 using 1:2:3:4 with yerrorbars lc rgb '#8c564b' lw 1.5 pt 15 ps 1.6 title "sinusoidal"
+  "exact_match_vs_length.dat" index 5 using 1:2:3:4 with yerrorbars lc rgb '#8c564b' lw 1.5 pt 15 ps 1.6 title "sinusoidal", \
+  "exact_match_vs_length.dat" index 6 using 1:2:3:4 with yerrorbars lc rgb '#e377c2' lw 1.5 pt 7 ps 1.4 title "kerple", \
+  "exact_match_vs_length.dat" index 7 using 1:2:3:4 with yerrorbars lc rgb '#7f7f7f' lw 1.5 pt 5 ps 1.4 title "fire", \
+  "exact_match_vs_length.dat" index 8 using 1:2:3:4 with yerrorbars lc rgb '#bcbd22' lw 1.5 pt 9 ps 1.4 title "xpos", \
+  "exact_match_vs_length.dat" index 9 using 1:2:3:4 with yerrorbars lc rgb '#17becf' lw 1.5 pt 11 ps 1.4 title "cope"

@@ -16,4 +16,8 @@ plot \
   "token_accuracy_vs_length.dat" index 2 using 1:2:3:4 with yerrorbars lc rgb '#2ca02c' lw 1.5 pt 8 ps 1.6 title "alibi (not converged)", \
   "token_accuracy_vs_length.dat" index 3 using 1:2:3:4 with yerrorbars lc rgb '#d62728' lw 1.5 pt 10 ps 1.6 title "rope (not converged)", \
   "token_accuracy_vs_length.dat" index 4 using 1:2:3:4 with yerrorbars lc rgb '#9467bd' lw 1.5 pt 13 ps 1.6 title "ape", \
-  "token_accuracy_vs_length.dat" index 5 using 1:2:3:4 with yerrorbars lc rgb '#8c564b' lw 1.5 pt 14 ps 1.6 title "sinusoidal (not converged)"
+  "token_accuracy_vs_length.dat" index 5 using 1:2:3:4 with yerrorbars lc rgb '#8c564b' lw 1.5 pt 14 ps 1.6 title "sinusoidal (not converged)", \
+  "token_accuracy_vs_length.dat" index 6 using 1:2:3:4 with yerrorbars lc rgb '#e377c2' lw 1.5 pt 6 ps 1.4 title "kerple (not converged)", \
+  "token_accuracy_vs_length.dat" index 7 using 1:2:3:4 with yerrorbars lc rgb '#7f7f7f' lw 1.5 pt 4 ps 1.4 title "fire (not converged)", \
+  "token_accuracy_vs_length.dat" index 8 using 1:2:3:4 with yerrorbars lc rgb '#bcbd22' lw 1.5 pt 8 ps 1.4 title "xpos (not converged)", \
+  "token_accuracy_vs_length.dat" index 9 using 1:2:3:4 with yerrorbars lc rgb '#17becf' lw 1.5 pt 11 ps 1.4 title "cope"
