@@ -2,7 +2,8 @@
 // for one configuration and prints one JSON line (ms/step, peak RSS). `--sgemm N` instead measures
 // the cblas_sgemm peak (GFLOP/s) on N x N x N. Driven by bench/run.sh (alternating with PyTorch).
 // Every JSON line carries "blas": the BLAS this process actually ran on (see blas_record_json);
-// `--blas-info` prints only that record (after setting --threads).
+// `--blas-info` prints only that record (after setting --threads). `--products` times the step's
+// matrix products alone (run_products below: the ceiling of the step's share of the sgemm peak).
 //   bench_train --scheme rope --d_model 128 --heads 4 --d_ff 512 --layers 2 --batch 32 --len 32
 //               --steps 20 --warmup 3 --threads 2
 #include <cblas.h>
@@ -113,17 +114,84 @@ static int run_sgemm(int64_t n, int threads) {
   return 0;
 }
 
+// `--products`: the matrix products of one training step alone, through the engine's own product
+// path (pelab::matmul: output allocation, the cut over threads, OpenBLAS or the small kernel), with
+// nothing else of the step around them. They are the products bench/run_bench.py's train_flops
+// counts: for every linear layer (per layer 4 projections in the encoder, 8 in the decoder, the
+// feed-forward pair; the lm head) the forward x·Wᵀ, dX = G·W and dW = Gᵀ·x on B·L rows, and for
+// every attention site (one per encoder layer, two per decoder layer) the forward Q·Kᵀ and P·V and
+// the backward dO·Vᵀ, Pᵀ·dO, dS·K and dSᵀ·Q, each over B·H heads of [L, d_model / H]. A step's
+// share of the sgemm peak can be no higher than these products' own GFLOP/s allow; run_bench.py
+// reports that ceiling next to the share (docs/performance.md).
+static int run_products(int64_t d_model, int64_t heads, int64_t d_ff, int64_t layers, int64_t batch,
+                        int64_t len, int64_t vocab, int reps, int warmup, int threads) {
+  set_num_threads(threads);
+  const int64_t n = batch * len, dh = d_model / heads, bh = batch * heads;
+  struct Product {
+    Tensor a, b;  // a @ b, b possibly a transposed view (as the step's backward passes it)
+  };
+  std::vector<Product> list;
+  double flops = 0;
+  auto filled = [](const Shape& s) { return Tensor::full(s, 0.25); };
+  auto add = [&](const Tensor& a, const Tensor& b) {
+    list.push_back({a, b});
+    flops += 2.0 * static_cast<double>(a.numel()) * static_cast<double>(b.size(-1));
+  };
+  auto linear_products = [&](int64_t in, int64_t out, int64_t count) {
+    const Tensor x = filled({n, in}), w = filled({out, in}), g = filled({n, out});
+    for (int64_t i = 0; i < count; ++i) {
+      add(x, transpose(w, 0, 1));  // forward x·Wᵀ
+      add(g, w);                   // dX = G·W
+      add(transpose(g, 0, 1), x);  // dW = Gᵀ·x
+    }
+  };
+  auto attention_products = [&](int64_t count) {
+    const Tensor q = filled({bh, len, dh}), p = filled({bh, len, len});
+    const Tensor qt = transpose(q, 1, 2), pt = transpose(p, 1, 2);
+    for (int64_t i = 0; i < count; ++i) {
+      add(q, qt);  // scores Q·Kᵀ
+      add(p, q);   // P·V
+      add(q, qt);  // dP = dO·Vᵀ
+      add(pt, q);  // dV = Pᵀ·dO
+      add(p, q);   // dQ = dS·K
+      add(pt, q);  // dK = dSᵀ·Q
+    }
+  };
+  linear_products(d_model, d_model, layers * 4 + layers * 8);  // projections
+  linear_products(d_model, d_ff, 2 * layers);                   // feed-forward in
+  linear_products(d_ff, d_model, 2 * layers);                   // feed-forward out
+  linear_products(d_model, vocab, 1);                           // lm head
+  attention_products(layers + 2 * layers);
+  auto once = [&] {
+    for (const Product& pr : list) (void)matmul(pr.a, pr.b);
+  };
+  for (int i = 0; i < warmup; ++i) once();
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now_ms();
+    once();
+    times.push_back(now_ms() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2], best = times.front();
+  std::printf("{\"impl\": \"pelab\", \"products\": %zu, \"flops\": %.0f, \"median_ms\": %.4f, "
+              "\"min_ms\": %.4f, \"gflops\": %.3f, \"gflops_median\": %.3f, \"blas\": %s}\n",
+              list.size(), flops, median, best, flops / (best * 1e-3) / 1e9,
+              flops / (median * 1e-3) / 1e9, blas_record_json().c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   select_blas_kernels(argv);  // the kernels a pelab run gets (pelab/blas_kernels.h)
   std::string scheme = "sinusoidal";
   int64_t d_model = 128, heads = 4, d_ff = 512, layers = 2, batch = 32, len = 32, vocab = 32;
   int steps = 20, warmup = 3, threads = 2;
   int64_t sgemm = 0;
-  bool blas_info = false;
+  bool blas_info = false, products = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--blas-info") {
-      blas_info = true;
+    if (k == "--blas-info" || k == "--products") {
+      (k == "--products" ? products : blas_info) = true;
       --i;  // a flag: no value
       continue;
     }
@@ -155,6 +223,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (sgemm > 0) return run_sgemm(sgemm, threads);
+  if (products) {
+    if (d_model < 1 || heads < 1 || d_model % heads != 0 || d_ff < 1 || layers < 1 || batch < 1 ||
+        len < 1 || vocab < 1 || steps < 1 || warmup < 0) {
+      std::fprintf(stderr, "bench_train: --products needs positive sizes, d_model divisible by "
+                           "heads, steps >= 1 and warmup >= 0\n");
+      return 2;
+    }
+    return run_products(d_model, heads, d_ff, layers, batch, len, vocab, steps, warmup, threads);
+  }
   try {
     set_num_threads(threads);
     models::ModelConfig cfg;

@@ -180,6 +180,18 @@ def main():
         measurements.append(dict(m, impl="pelab", what="sgemm", threads=threads))
         sg.setdefault(threads, []).append(m["gflops"])
 
+    pr = {}  # config -> GFLOP/s samples of the step's products alone (bench_train --products)
+
+    def products(cname, c, threads):
+        """The step's matrix products alone, through pelab's product path: the ceiling of the
+        step's share of the sgemm peak (what the share would be if nothing else took time)."""
+        args = ["--products", "--steps", "10", "--warmup", "2", "--threads", str(threads)]
+        for k, v in c.items():
+            args += ["--" + k, str(v)]
+        m = run_json([a.bin] + args)
+        measurements.append(dict(m, what="products", config=cname, threads=threads))
+        pr.setdefault(cname, []).append(m["gflops"])
+
     sides = ["pelab"] + peers
     rows = []
     for cname, c in configs:
@@ -207,6 +219,7 @@ def main():
                     measurements.append(m)
                     res[(impl, pol)].append(m)
             sgemm(threads)
+            products(cname, c, threads)
             allmed = {k: {m: statistics.median(x[m] for x in v)
                           for m in ("median_ms", "cpu_ms", "peak_rss_kb")} for k, v in res.items()}
             med, best_pol = {}, {}
@@ -266,6 +279,8 @@ def main():
     for r in rows:
         r["sgemm_peak"] = peak[r["threads"]]
         r["pelab_pct_peak"] = 100.0 * r["pelab_gflops"] / peak[r["threads"]]
+        r["products_gflops"] = max(pr[r["config"]])
+        r["products_pct_peak"] = 100.0 * r["products_gflops"] / peak[r["threads"]]
     conditions["end"] = blas_info.host_state()
     pelab_blas = labels(m for m in measurements if m["impl"] == "pelab")
     keys = list(rows[0].keys()) if rows else []
@@ -276,7 +291,7 @@ def main():
         w.writerow([("%.4g" % r[k]) if isinstance(r[k], float) else str(r[k]) for k in keys])
     write_atomic(a.out + ".csv", buf.getvalue())
     write_atomic(a.out + ".json", json.dumps(
-        {"conditions": conditions, "sgemm_gflops": sg, "rows": rows,
+        {"conditions": conditions, "sgemm_gflops": sg, "products_gflops": pr, "rows": rows,
          "measurements": measurements}, indent=1) + "\n")
     st, en = conditions["start"], conditions["end"]
 
@@ -317,12 +332,20 @@ def main():
     f.write("cblas_sgemm peak (1024^3, best of the run): %s\n\n" % "; ".join(
         "%d threads %.1f GFLOP/s (samples: %s)" % (th, peak[th], ", ".join("%.1f" % x for x in v))
         for th, v in sorted(sg.items())))
+    f.write("The step's products alone (`bench_train --products`: the matrix products that the "
+            "GFLOP/s count, through pelab's own product path with nothing else of the step; best "
+            "of the run, as the peak), the ceiling of the `%% sgemm peak` column: %s\n\n" % "; ".join(
+                "%s %.1f GFLOP/s = %.0f%% of the peak (samples: %s)" % (
+                    r["config"], r["products_gflops"], r["products_pct_peak"],
+                    ", ".join("%.1f" % x for x in pr[r["config"]]))
+                for r in [next(q for q in rows if q["config"] == cn)
+                          for cn in dict.fromkeys(q["config"] for q in rows)]))
     head = ["config", "scheme", "B", "L", "threads", "pelab ms/step"]
     for peer in peers:
         head += ["%s ms/step" % peer, "%s / pelab (paired, range)" % peer]
         if "--compile" in PEERS[peer][1]:
             head += ["%s compile s" % peer]
-    head += ["pelab GFLOP/s", "% sgemm peak", "pelab RSS MB"] + \
+    head += ["pelab GFLOP/s", "% sgemm peak", "products alone: % peak", "pelab RSS MB"] + \
         ["%s RSS MB" % peer for peer in peers] + ["load"]
     f.write("| " + " | ".join(head) + " |\n")
     f.write("|" + "---|" * len(head) + "\n")
@@ -337,6 +360,7 @@ def main():
             if "--compile" in PEERS[peer][1]:
                 cells += ["%.1f" % r[k + "_compile_s"]]
         cells += ["%.1f" % r["pelab_gflops"], "%.0f%%" % r["pelab_pct_peak"],
+                  "%.0f%%" % r["products_pct_peak"],
                   "%.0f" % r["pelab_rss_mb"]] + ["%.0f" % r[col(peer) + "_rss_mb"] for peer in peers]
         cells += ["%.1f-%.1f" % (r["load_min"], r["load_max"])]
         f.write("| " + " | ".join(cells) + " |\n")

@@ -121,6 +121,36 @@ TEST_F(BenchBlas, EveryTrainingAndSgemmLineCarriesTheRecord) {
   expect_openblas_record(s.out.substr(s.out.find("\"blas\"")), 1);
 }
 
+// `--products` times the products of one training step alone (the ceiling of the step's share of
+// the sgemm peak): exactly the products, and so the FLOPs, that bench/run_bench.py's train_flops
+// counts for the same config. The FLOPs here are written out independently of both.
+TEST_F(BenchBlas, ProductsModeTimesTheStepsCountedProducts) {
+  const long D = 8, F = 24, layers = 2, B = 3, L = 5, V = 11, N = B * L;
+  const auto r = run(quote(bench_train()) + " --products --d_model 8 --heads 2 --d_ff 24 --layers 2"
+                     " --batch 3 --len 5 --vocab 11 --steps 2 --warmup 1 --threads 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // Per linear layer forward, dX and dW; per attention site six per-head products.
+  const long linears = layers * (4 + 8) + 2 * layers * 2 + 1, sites = layers * 3;
+  EXPECT_EQ(json_int(r.out, "products"), 3 * linears + 6 * sites) << r.out;
+  const long proj = 2 * N * D * D * layers * 12, ff = 2 * 2 * N * D * F * layers * 2,
+             attn = 2 * 2 * B * L * L * D * sites, head = 2 * N * D * V;
+  EXPECT_EQ(json_int(r.out, "flops"), 3 * (proj + ff + attn + head)) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("\"gflops\": ([0-9.]+)"))) << r.out;
+  EXPECT_GT(std::stod(m[1]), 0.0) << r.out;
+  expect_openblas_record(r.out.substr(r.out.find("\"blas\"")), 2);
+  const auto py = run(pelab::testing::python3() + " -c " +
+                      quote("import sys; sys.path.insert(0, '" + pelab::testing::source_dir() +
+                            "/bench'); from run_bench import train_flops; "
+                            "print(train_flops(11, 8, 2, 24, 2, 3, 5))"));
+  ASSERT_EQ(py.rc, 0) << py.err;
+  EXPECT_EQ(std::stol(py.out), json_int(r.out, "flops")) << py.out;
+  const auto bad = run(quote(bench_train()) + " --products --d_model 10 --heads 4");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_EQ(bad.err, "bench_train: --products needs positive sizes, d_model divisible by heads, "
+                     "steps >= 1 and warmup >= 0\n");
+}
+
 TEST_F(BenchBlas, OptionWithoutValueIsOneClearError) {
   const auto r = run(quote(bench_train()) + " --threads");
   EXPECT_EQ(r.rc, 2);
@@ -159,7 +189,10 @@ TEST_F(BenchBlas, DriverWritesEachSidesBLASAndTheLoad) {
   EXPECT_NE(csv.find("pelab_blas"), std::string::npos) << csv;
   EXPECT_NE(csv.find("debian_blas"), std::string::npos) << csv;  // the default peer
   EXPECT_NE(csv.find("load_min"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("products_pct_peak"), std::string::npos) << csv;  // the products' ceiling
   const std::string md = slurp(out + ".md");
+  EXPECT_NE(md.find("The step's products alone"), std::string::npos) << md;
+  EXPECT_NE(md.find("products alone: % peak"), std::string::npos) << md;
   EXPECT_NE(md.find("pelab: OpenBLAS "), std::string::npos) << md;
   EXPECT_NE(md.find("PyTorch debian (eager): "), std::string::npos) << md;
   EXPECT_NE(md.find("Load average"), std::string::npos) << md;
