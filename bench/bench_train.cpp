@@ -127,34 +127,41 @@ static int run_products(int64_t d_model, int64_t heads, int64_t d_ff, int64_t la
                         int64_t len, int64_t vocab, int reps, int warmup, int threads) {
   set_num_threads(threads);
   const int64_t n = batch * len, dh = d_model / heads, bh = batch * heads;
+  // The kinds of product, timed apart as well: a linear layer's forward, its dX and its dW, and
+  // attention's per-head products.
+  static const char* const kKinds[] = {"forward_x_wt", "dx_g_w", "dw_gt_x", "attention"};
+  constexpr int kNumKinds = 4;
   struct Product {
     Tensor a, b;  // a @ b, b possibly a transposed view (as the step's backward passes it)
+    int kind;
   };
   std::vector<Product> list;
-  double flops = 0;
+  double flops = 0, kind_flops[kNumKinds] = {};
   auto filled = [](const Shape& s) { return Tensor::full(s, 0.25); };
-  auto add = [&](const Tensor& a, const Tensor& b) {
-    list.push_back({a, b});
-    flops += 2.0 * static_cast<double>(a.numel()) * static_cast<double>(b.size(-1));
+  auto add = [&](const Tensor& a, const Tensor& b, int kind) {
+    list.push_back({a, b, kind});
+    const double f = 2.0 * static_cast<double>(a.numel()) * static_cast<double>(b.size(-1));
+    flops += f;
+    kind_flops[kind] += f;
   };
   auto linear_products = [&](int64_t in, int64_t out, int64_t count) {
     const Tensor x = filled({n, in}), w = filled({out, in}), g = filled({n, out});
     for (int64_t i = 0; i < count; ++i) {
-      add(x, transpose(w, 0, 1));  // forward x·Wᵀ
-      add(g, w);                   // dX = G·W
-      add(transpose(g, 0, 1), x);  // dW = Gᵀ·x
+      add(x, transpose(w, 0, 1), 0);  // forward x·Wᵀ
+      add(g, w, 1);                   // dX = G·W
+      add(transpose(g, 0, 1), x, 2);  // dW = Gᵀ·x
     }
   };
   auto attention_products = [&](int64_t count) {
     const Tensor q = filled({bh, len, dh}), p = filled({bh, len, len});
     const Tensor qt = transpose(q, 1, 2), pt = transpose(p, 1, 2);
     for (int64_t i = 0; i < count; ++i) {
-      add(q, qt);  // scores Q·Kᵀ
-      add(p, q);   // P·V
-      add(q, qt);  // dP = dO·Vᵀ
-      add(pt, q);  // dV = Pᵀ·dO
-      add(p, q);   // dQ = dS·K
-      add(pt, q);  // dK = dSᵀ·Q
+      add(q, qt, 3);  // scores Q·Kᵀ
+      add(p, q, 3);   // P·V
+      add(q, qt, 3);  // dP = dO·Vᵀ
+      add(pt, q, 3);  // dV = Pᵀ·dO
+      add(p, q, 3);   // dQ = dS·K
+      add(pt, q, 3);  // dK = dSᵀ·Q
     }
   };
   linear_products(d_model, d_model, layers * 4 + layers * 8);  // projections
@@ -162,22 +169,47 @@ static int run_products(int64_t d_model, int64_t heads, int64_t d_ff, int64_t la
   linear_products(d_ff, d_model, 2 * layers);                   // feed-forward out
   linear_products(d_model, vocab, 1);                           // lm head
   attention_products(layers + 2 * layers);
-  auto once = [&] {
-    for (const Product& pr : list) (void)matmul(pr.a, pr.b);
+  std::vector<double> kind_ms[kNumKinds];
+  auto once = [&](bool timed) {
+    double t[kNumKinds] = {};
+    double t0 = now_ms();
+    for (const Product& pr : list) {
+      (void)matmul(pr.a, pr.b);
+      const double t1 = now_ms();
+      t[pr.kind] += t1 - t0;
+      t0 = t1;
+    }
+    if (timed)
+      for (int k = 0; k < kNumKinds; ++k) kind_ms[k].push_back(t[k]);
   };
-  for (int i = 0; i < warmup; ++i) once();
+  for (int i = 0; i < warmup; ++i) once(false);
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const double t0 = now_ms();
-    once();
+    once(true);
     times.push_back(now_ms() - t0);
   }
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2], best = times.front();
+  std::string kinds;
+  for (int k = 0; k < kNumKinds; ++k) {
+    const double m = median_of(kind_ms[k]);
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "%s\"%s\": {\"flops\": %.0f, \"median_ms\": %.4f, \"gflops\": %.3f}",
+                  k ? ", " : "", kKinds[k], kind_flops[k], m,
+                  m > 0 ? kind_flops[k] / (m * 1e-3) / 1e9 : 0.0);
+    kinds += buf;
+  }
   std::printf("{\"impl\": \"pelab\", \"products\": %zu, \"flops\": %.0f, \"median_ms\": %.4f, "
-              "\"min_ms\": %.4f, \"gflops\": %.3f, \"gflops_median\": %.3f, \"blas\": %s}\n",
+              "\"min_ms\": %.4f, \"gflops\": %.3f, \"gflops_median\": %.3f, \"kinds\": {%s}, "
+              "\"blas\": %s}\n",
               list.size(), flops, median, best, flops / (best * 1e-3) / 1e9,
-              flops / (median * 1e-3) / 1e9, blas_record_json().c_str());
+              flops / (median * 1e-3) / 1e9, kinds.c_str(), blas_record_json().c_str());
   return 0;
 }
 

@@ -135,6 +135,15 @@ TEST_F(BenchBlas, ProductsModeTimesTheStepsCountedProducts) {
   const long proj = 2 * N * D * D * layers * 12, ff = 2 * 2 * N * D * F * layers * 2,
              attn = 2 * 2 * B * L * L * D * sites, head = 2 * N * D * V;
   EXPECT_EQ(json_int(r.out, "flops"), 3 * (proj + ff + attn + head)) << r.out;
+  // The four kinds (forward, dX, dW, attention) are timed apart too; their FLOPs add up.
+  const std::regex kind_flops(
+      "\"(forward_x_wt|dx_g_w|dw_gt_x|attention)\": \\{\"flops\": ([0-9]+)");
+  long kinds = 0, kind_sum = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), kind_flops);
+       it != std::sregex_iterator(); ++it, ++kinds)
+    kind_sum += std::stol((*it)[2]);
+  EXPECT_EQ(kinds, 4) << r.out;
+  EXPECT_EQ(kind_sum, 3 * (proj + ff + attn + head)) << r.out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("\"gflops\": ([0-9.]+)"))) << r.out;
   EXPECT_GT(std::stod(m[1]), 0.0) << r.out;
