@@ -37,6 +37,12 @@ static long peak_rss_kb() {
   return ru.ru_maxrss;
 }
 
+// The median of some samples (the upper one of an even count), as every figure here reports.
+static double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 static double cpu_ms() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -189,12 +195,7 @@ static int run_products(int64_t d_model, int64_t heads, int64_t d_ff, int64_t la
     once(true);
     times.push_back(now_ms() - t0);
   }
-  auto median_of = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  std::sort(times.begin(), times.end());
-  const double median = times[times.size() / 2], best = times.front();
+  const double median = median_of(times), best = *std::min_element(times.begin(), times.end());
   std::string kinds;
   for (int k = 0; k < kNumKinds; ++k) {
     const double m = median_of(kind_ms[k]);
@@ -327,13 +328,7 @@ int main(int argc, char** argv) {
       times.push_back(now_ms() - t0);
       cpu.push_back(cpu_ms() - c0);
     }
-    auto med = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    std::sort(cpu.begin(), cpu.end());
-    std::sort(times.begin(), times.end());
-    const double median = times[times.size() / 2];
+    const double median = median_of(times);
     double mean = 0;
     for (double t : times) mean += t;
     mean /= times.size();
@@ -341,8 +336,9 @@ int main(int argc, char** argv) {
         "{\"impl\": \"pelab\", \"scheme\": \"%s\", \"median_ms\": %.4f, \"mean_ms\": %.4f, "
         "\"min_ms\": %.4f, \"cpu_ms\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
         "\"optimizer_ms\": %.4f, \"peak_rss_kb\": %ld, \"loss\": %.6f, \"blas\": %s}\n",
-        scheme.c_str(), median, mean, times.front(), cpu[cpu.size() / 2], med(t_fwd), med(t_bwd),
-        med(t_opt), peak_rss_kb(), loss_v, blas_record_json().c_str());
+        scheme.c_str(), median, mean, *std::min_element(times.begin(), times.end()),
+        median_of(cpu), median_of(t_fwd), median_of(t_bwd), median_of(t_opt), peak_rss_kb(), loss_v,
+        blas_record_json().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

@@ -76,6 +76,11 @@ def policy_env(name):
     return env
 
 
+def size_args(c):
+    """A config's sizes as bench_train / bench_torch.py options (--d_model 128 ...)."""
+    return [x for k, v in c.items() for x in ("--" + k, str(v))]
+
+
 def run_json(cmd, env=None):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -185,10 +190,8 @@ def main():
     def products(cname, c, threads):
         """The step's matrix products alone, through pelab's product path: the ceiling of the
         step's share of the sgemm peak (what the share would be if nothing else took time)."""
-        args = ["--products", "--steps", "10", "--warmup", "2", "--threads", str(threads)]
-        for k, v in c.items():
-            args += ["--" + k, str(v)]
-        m = run_json([a.bin] + args)
+        m = run_json([a.bin, "--products", "--steps", "10", "--warmup", "2", "--threads",
+                      str(threads)] + size_args(c))
         measurements.append(dict(m, what="products", config=cname, threads=threads))
         pr.setdefault(cname, []).append(m["gflops_median"])  # its median rep, as a step's
 
@@ -201,9 +204,7 @@ def main():
             sgemm(threads)
         for s in schemes:
             args = ["--scheme", s, "--steps", str(a.steps), "--warmup", str(a.warmup),
-                    "--threads", str(threads)]
-            for k, v in c.items():
-                args += ["--" + k, str(v)]
+                    "--threads", str(threads)] + size_args(c)
             res = {(i, p): [] for i in sides for p in policies}
             for r in range(a.reps):  # alternate implementations and policies
                 order = [(i, p) for p in policies for i in sides]
