@@ -176,6 +176,7 @@ class Seq2Seq(nn.Module):
 def make_config(a):
     """pelab's default config (as bench_train's) with the command line's sizes, or an error line."""
     c = pelab_config.defaults(a.pelab)
+    a.scheme = a.scheme or c["pe"]["scheme"]
     schemes = pelab_config.registered_schemes(a.pelab)
     if a.scheme not in schemes:
         raise SystemExit("bench_torch.py: unknown scheme '%s' (pelab registers: %s)"
@@ -232,7 +233,7 @@ def make_optimizer(model, fused):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--scheme", default="sinusoidal")
+    ap.add_argument("--scheme", help="a registered PE scheme (default: pelab's pe.scheme default)")
     ap.add_argument("--pelab", help="the pelab binary: its config-reference gives the defaults")
     for k, d in (("d_model", 128), ("heads", 4), ("d_ff", 512), ("layers", 2), ("batch", 32),
                  ("len", 32), ("vocab", 32), ("steps", 20), ("warmup", 3), ("threads", 2)):

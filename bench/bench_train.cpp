@@ -216,7 +216,7 @@ static int run_products(int64_t d_model, int64_t heads, int64_t d_ff, int64_t la
 
 int main(int argc, char** argv) {
   select_blas_kernels(argv);  // the kernels a pelab run gets (pelab/blas_kernels.h)
-  std::string scheme = "sinusoidal";
+  std::string scheme = models::PEConfig().scheme;  // pe.scheme's default
   int64_t d_model = 128, heads = 4, d_ff = 512, layers = 2, batch = 32, len = 32, vocab = 32;
   int steps = 20, warmup = 3, threads = 2;
   int64_t sgemm = 0;

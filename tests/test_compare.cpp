@@ -550,7 +550,7 @@ TEST_F(CompareTest, PlotPeSchemePictures) {
   o.positions = 16;
   o.d_model = 8;
   o.heads = 4;
-  o.rope_dims = 16;
+  o.rotation_dims = 16;
   o.distance = 64;
   const PlotPeResult r = plot_pe(o);
   // Every parameter-free scheme is drawn from its hooks. Sinusoidal (hook 1): PE[p, 2i] =
@@ -605,7 +605,7 @@ TEST_F(CompareTest, PlotPeFromTrainedRun) {
   o.positions = 8;
   o.d_model = 8;
   o.heads = 2;
-  o.rope_dims = 8;
+  o.rotation_dims = 8;
   o.distance = 16;
   const PlotPeResult r = plot_pe(o);
   // The run's T5 tables through hook 3: each relative position's term is the trained table's

@@ -3,15 +3,24 @@
 // train/app/. A file may include files of its own layer and of the layers below it, never above:
 // the core never includes train/study/ or train/app/, the studies never include train/app/,
 // models/ and data/ never include train/, the framework never includes models/, data/ or train/.
+// And nothing outside models/pe/ names a positional-encoding scheme: no string literal there equals
+// a registered scheme's name or key, no include reaches a scheme's own header.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "models/pe/pe.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 
@@ -195,4 +204,265 @@ TEST(Layout, AttentionHooksAreCalledFromTheAttentionForwardOnly) {
   }
   EXPECT_TRUE(callers.empty()) << joined(callers);
   EXPECT_GE(in_attention, 4);  // transform_qk, relative_tables, keyed_score_term, value_term
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nothing outside models/pe/ names a scheme (README.md, "Layout"; docs/model.md §7): code asks the
+// registry (models/pe/pe.h) instead of comparing pe.scheme with a name or reading a scheme's key.
+
+namespace {
+
+// A string literal of a source file (its text between the quotes, escapes not decoded).
+struct Literal {
+  int line = 0;
+  std::string text;
+};
+
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The string literals of a C++ / CUDA source (python = false) or a Python source, comments
+// skipped. C++: // and /* */ comments, "..." with escapes, raw strings R"d(...)d", character
+// literals ('"' is no string) and digit separators (1'000). Python: # comments, '...', "...",
+// and triple-quoted strings (any prefix; a backslash always escapes the next character).
+std::vector<Literal> string_literals(const std::string& s, bool python) {
+  std::vector<Literal> out;
+  const size_t n = s.size();
+  int line = 1;
+  auto skip_to = [&](size_t from, size_t to) {  // counts the newlines in [from, to)
+    for (size_t k = from; k < to && k < n; ++k) line += s[k] == '\n';
+    return std::min(to, n);
+  };
+  size_t i = 0;
+  while (i < n) {
+    const char c = s[i];
+    if (c == '\n') {
+      ++line, ++i;
+    } else if (python ? c == '#' : s.compare(i, 2, "//") == 0) {
+      i = std::min(s.find('\n', i), n);
+    } else if (!python && s.compare(i, 2, "/*") == 0) {
+      const size_t end = s.find("*/", i + 2);
+      i = skip_to(i, end == std::string::npos ? n : end + 2);
+    } else if (!python && c == '"' && i > 0 && s[i - 1] == 'R' &&
+               (i < 2 || !ident_char(s[i - 2]) || std::strchr("8uUL", s[i - 2]) != nullptr)) {
+      const size_t open = s.find('(', i);
+      if (open == std::string::npos) break;
+      const std::string close = ")" + s.substr(i + 1, open - i - 1) + "\"";
+      const size_t end = s.find(close, open);
+      const int at = line;
+      const size_t stop = end == std::string::npos ? n : end;
+      out.push_back({at, s.substr(open + 1, stop - open - 1)});
+      i = skip_to(i, end == std::string::npos ? n : end + close.size());
+    } else if (c == '"' || c == '\'') {
+      if (!python && c == '\'' && i > 0 && std::isxdigit(static_cast<unsigned char>(s[i - 1]))) {
+        ++i;  // a digit separator
+        continue;
+      }
+      const size_t q = python && s.compare(i, 3, std::string(3, c)) == 0 ? 3 : 1;
+      const std::string quote(q, c);
+      size_t k = i + q;
+      while (k < n && s.compare(k, q, quote) != 0 && (q == 3 || s[k] != '\n'))
+        k += s[k] == '\\' ? 2 : 1;
+      if (c == '"' || python) out.push_back({line, s.substr(i + q, std::min(k, n) - i - q)});
+      i = skip_to(i, std::min(k + q, n));
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+// A place allowed to hold a scheme's name or key: `literal` in `file` when `near` is on the
+// literal's line or one of the three lines before it ("" = anywhere in the file); literal "" =
+// every name and key in the file. `why` says what makes the place legitimately generic or
+// legitimately about one scheme.
+struct AllowedName {
+  const char* file;
+  const char* literal;
+  const char* near;
+  const char* why;
+};
+
+const AllowedName kAllowedNames[] = {
+    {"models/transformer.cpp", "none", "embed_scale",
+     "model.embed_scale's value none (no embedding multiplier), not the scheme"},
+    {"train/command_line.cpp", "none", "progress", "the --progress mode none (no progress output)"},
+    {"train/study/compare_children.cpp", "none", "--progress", "the --progress mode none"},
+    {"bench/bench_shaw_memory.cpp", "", "",
+     "the benchmark of one scheme's relative terms by design: Shaw's memory against the seed "
+     "implementation's R_k and R_v"},
+    {"bench/bench_train.cpp", "max_positions", "",
+     "the training bench sizes a learned table to its length (the other schemes ignore the key; "
+     "bench_torch.py sets the same value)"},
+    {"bench/bench_cuda.cpp", "max_positions", "",
+     "the CUDA bench sizes a learned table to its length (the other schemes ignore the key)"},
+    {"tools/torch_reference.py", "", "",
+     "the independent PyTorch reference: one class per scheme reading its keys, by design "
+     "(Golden.* and BenchTorchSchemes.* hold it to the registry)"},
+};
+
+struct NameScan {
+  std::vector<std::string> violations;  // "FILE:LINE: ..."
+  std::vector<int> allowed_used;        // per entry of the allow list: the literals it let pass
+  int files = 0, literals = 0;
+};
+
+// The sources outside models/pe/: framework/, models/ (but models/pe/), data/, train/
+// (recursively; C++ and CUDA) and the top level of bench/ and tools/ (C++ and Python). Each
+// string literal equal to a scheme name in `names`, or to a key in `keys` as `key`, `pe.key` or
+// `pe.key=...`, is a violation unless `allowed` lets it pass, and so is an include of a header of
+// models/pe/ other than the interface (pe.h, pe_config.h).
+NameScan scan_scheme_names(const fs::path& root, const std::vector<std::string>& names,
+                           const std::vector<std::string>& keys,
+                           const std::vector<AllowedName>& allowed) {
+  NameScan s;
+  s.allowed_used.assign(allowed.size(), 0);
+  std::map<std::string, std::string> named;  // literal -> what it names
+  for (const auto& k : keys) named[k] = named["pe." + k] = "names pe." + k + ", a key a scheme declares";
+  for (const auto& n : names) named[n] = "names pe.scheme " + n;
+  std::vector<fs::path> files;
+  for (const char* top : {"framework", "models", "data", "train", "bench", "tools"}) {
+    std::error_code ec;
+    if (!fs::is_directory(root / top, ec)) continue;
+    const bool deep = std::string(top) != "bench" && std::string(top) != "tools";
+    auto take = [&](const fs::directory_entry& e) {
+      const std::string ext = e.path().extension().string();
+      const bool cxx = ext == ".h" || ext == ".hpp" || ext == ".cpp" || ext == ".cu" || ext == ".cuh";
+      if (e.is_regular_file() && (cxx || (!deep && ext == ".py"))) files.push_back(e.path());
+    };
+    if (deep)
+      for (const auto& e : fs::recursive_directory_iterator(root / top)) take(e);
+    else
+      for (const auto& e : fs::directory_iterator(root / top)) take(e);
+  }
+  std::sort(files.begin(), files.end());
+  static const std::regex include_re(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");
+  for (const fs::path& path : files) {
+    const std::string rel = path.lexically_relative(root).generic_string();
+    if (starts_with(rel, "models/pe/")) continue;
+    ++s.files;
+    const std::string text = pelab::testing::slurp(path);
+    std::vector<std::string> lines;
+    {
+      std::istringstream in(text);
+      for (std::string l; std::getline(in, l);) lines.push_back(l);
+    }
+    const bool python = path.extension() == ".py";
+    for (const Literal& lit : string_literals(text, python)) {
+      ++s.literals;
+      auto it = named.find(lit.text);
+      if (it == named.end() && starts_with(lit.text, "pe.") && lit.text.find('=') != std::string::npos)
+        it = named.find(lit.text.substr(0, lit.text.find('=')));  // "pe.<key>=value"
+      if (it == named.end()) continue;
+      const std::string& what = it->second;
+      bool passed = false;
+      for (size_t a = 0; a < allowed.size() && !passed; ++a) {
+        const AllowedName& al = allowed[a];
+        if (rel != al.file || (*al.literal != '\0' && lit.text != al.literal)) continue;
+        bool near = *al.near == '\0';
+        for (int l = std::max(1, lit.line - 3); l <= lit.line && !near; ++l)
+          near = l <= static_cast<int>(lines.size()) &&
+                 lines[l - 1].find(al.near) != std::string::npos;
+        if (near) ++s.allowed_used[a], passed = true;
+      }
+      if (!passed)
+        s.violations.push_back(rel + ":" + std::to_string(lit.line) + ": \"" + lit.text + "\" " +
+                               what + " outside models/pe/ (ask the registry, models/pe/pe.h, "
+                               "instead; docs/model.md §7)");
+    }
+    if (python) continue;
+    for (size_t l = 0; l < lines.size(); ++l) {
+      std::smatch m;
+      if (lines[l].find("include") == std::string::npos || !std::regex_search(lines[l], m, include_re))
+        continue;
+      const std::string target = resolve(root, path, m[2].str(), m[1].str() == "\"");
+      if (starts_with(target, "models/pe/") && target != "models/pe/pe.h" &&
+          target != "models/pe/pe_config.h")
+        s.violations.push_back(rel + ":" + std::to_string(l + 1) + ": includes " + target +
+                               ", a scheme's own header (outside models/pe/ only pe.h and "
+                               "pe_config.h, the interface)");
+    }
+  }
+  return s;
+}
+
+std::vector<std::string> registered_key_names() {
+  std::vector<std::string> out;
+  for (const pelab::models::PEKey* k : pelab::models::pe_keys()) out.push_back(k->name);
+  return out;
+}
+
+}  // namespace
+
+// The tree as it is, against the registry's names and keys: no violation; every entry of the allow
+// list still lets something pass (so none outlives its reason); the scan read the layers, bench/
+// and tools/ and found literals (so an empty or misplaced scan cannot pass).
+TEST(Layout, NoCodeOutsideModelsPeNamesAScheme) {
+  const std::vector<std::string> names = pelab::models::pe_names();
+  ASSERT_FALSE(names.empty());
+  const std::vector<AllowedName> allowed(std::begin(kAllowedNames), std::end(kAllowedNames));
+  const NameScan s =
+      scan_scheme_names(pelab::testing::source_dir(), names, registered_key_names(), allowed);
+  EXPECT_TRUE(s.violations.empty()) << joined(s.violations);
+  for (size_t a = 0; a < allowed.size(); ++a)
+    EXPECT_GT(s.allowed_used[a], 0) << "unused allow-list entry " << allowed[a].file << " \""
+                                    << allowed[a].literal << "\" (" << allowed[a].why
+                                    << "): remove it";
+  EXPECT_GT(s.files, 100);
+  EXPECT_GT(s.literals, 5000);
+}
+
+// The scanner on a small tree with names planted in each form it reports, beside look-alikes it
+// must not report (comments, help text, a longer key, models/pe/ itself, a deeper bench folder,
+// an allowed place): each planted one is reported with its file and line, nothing else is.
+TEST_F(LayoutScan, ReportsEverySchemeNameOutsideModelsPe) {
+  put("models/pe/pe.h", "#pragma once\n");
+  put("models/pe/rope_math.h", "#pragma once\n");
+  put("models/pe/rope.cpp", "#include \"models/pe/rope_math.h\"\nconst char* n = \"rope\";\n");
+  put("framework/src/x.cpp",
+      "// if (scheme == \"rope\") a comment\n"           // 1
+      "/* \"t5\"\n   \"t5\" */ int a = 1'000;\n"         // 2-3
+      "char q = '\"'; bool r = scheme == \"rope\";\n"     // 4: reported
+      "const char* raw = R\"(rope)\";\n"                  // 5: reported
+      "const char* raw2 = R\"x(a \"rope\" b)x\";\n"       // 6: not the name itself
+      "const char* e = \"say \\\"t5\\\"\"; auto t = \"t5\";\n");  // 7: reported once
+  put("models/m.cpp",
+      "#include \"pe/pe.h\"\n#include \"pe/rope_math.h\"\n"  // 2: reported
+      "if (embed_scale == \"none\") {}\n"                  // 3: allowed
+      "\n\n\n\nif (x == \"none\") {}\n");                  // 8: reported (not near embed_scale)
+  put("train/t.cpp",
+      "double b = pe.get_float(\"rope_base\");\n"          // 1: reported
+      "args.push_back(\"pe.rope_base=2\");\n"              // 2: reported
+      "std::string h = \"--set pe.scheme=rope\", k = \"pe.rope_based\";\n");
+  put("tools/x.py",
+      "\"\"\"Docstring: rope.\"\"\"\nscheme = 'rope'  # \"t5\"\n"  // 2: reported
+      "other = '''t5'''\n");                               // 3: reported
+  put("bench/b.cpp", "const char* s = \"t5\";\n");         // allowed: the whole file
+  put("bench/sub/deep.cpp", "const char* s = \"rope\";\n");  // not scanned
+  put("data/d.h", "const char* s = \"rope_dims\";\n");
+  const std::vector<AllowedName> allowed = {
+      {"models/m.cpp", "none", "embed_scale", "a value of another key"},
+      {"bench/b.cpp", "", "", "about one scheme"},
+      {"train/t.cpp", "none", "", "an entry nothing uses"}};
+  const NameScan s = scan_scheme_names(dir_, {"none", "rope", "t5"}, {"rope_base"}, allowed);
+  auto reported = [&](const std::string& where, const std::string& what) {
+    for (const auto& v : s.violations)
+      if (starts_with(v, where + ": ") && v.find(what) != std::string::npos) return true;
+    return false;
+  };
+  const std::vector<std::pair<std::string, std::string>> planted = {
+      {"framework/src/x.cpp:4", "\"rope\" names pe.scheme rope"},
+      {"framework/src/x.cpp:5", "\"rope\" names pe.scheme rope"},
+      {"framework/src/x.cpp:7", "\"t5\" names pe.scheme t5"},
+      {"models/m.cpp:2", "includes models/pe/rope_math.h"},
+      {"models/m.cpp:8", "\"none\" names pe.scheme none"},
+      {"train/t.cpp:1", "names pe.rope_base"},
+      {"train/t.cpp:2", "names pe.rope_base"},
+      {"tools/x.py:2", "\"rope\" names pe.scheme rope"},
+      {"tools/x.py:3", "\"t5\" names pe.scheme t5"}};
+  for (const auto& [where, what] : planted)
+    EXPECT_TRUE(reported(where, what)) << where << ": " << what << " not reported in\n"
+                                       << joined(s.violations);
+  EXPECT_EQ(s.violations.size(), planted.size()) << joined(s.violations);
+  EXPECT_EQ(s.allowed_used, (std::vector<int>{1, 1, 0}));
+  EXPECT_EQ(s.files, 6);  // not models/pe/, not bench/sub/
 }

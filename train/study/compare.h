@@ -106,9 +106,9 @@ struct CompareScheme {
 struct CompareVariant {
   std::string name;
   std::vector<std::string> sets;     // eval-time overrides ("pe.rope_scaling_factor=auto" allowed)
-  std::vector<std::string> schemes;  // scheme names it applies to; empty = every rope scheme
-                                     // (every scheme trained with randomized positions for
-                                     // `positions: random`)
+  std::vector<std::string> schemes;  // scheme names it applies to; empty = every scheme that
+                                     // declares the pe.* keys it sets (every scheme trained with
+                                     // randomized positions for `positions: random`)
   // "random": evaluate with the positions drawn as in training with pe.randomized_positions (a
   // sorted random subset of [0, pe.randomized_max_position) per batch and stack), as Ruoss et al.
   // (2023) do at test time; "" = positions 0..L-1 (pelab eval's protocol).

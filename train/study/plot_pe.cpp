@@ -630,13 +630,13 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
       pe->eval();
       pe_pictures(p, name, name + " (definition, d_model " + std::to_string(opt.d_model) + ")", *pe,
                   pc, si, opt.positions, 0, Device::cpu());
-      StackInfo rot = si;  // hook 2 with one head of opt.rope_dims dims
-      rot.d_model = opt.rope_dims;
+      StackInfo rot = si;  // hook 2 with one head of opt.rotation_dims dims
+      rot.d_model = opt.rotation_dims;
       rot.heads = 1;
       auto pe1 = models::make_pe(pc, rot, gen);
       pe1->eval();
       NoGradGuard ng;
-      rotation_picture(p, name + "_rotation", name + " (definition, d_head " + std::to_string(opt.rope_dims) + ")",
+      rotation_picture(p, name + "_rotation", name + " (definition, d_head " + std::to_string(opt.rotation_dims) + ")",
                        *pe1, pc, rot, opt.distance, Device::cpu());
     }
   }

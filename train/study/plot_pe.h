@@ -29,7 +29,7 @@ struct PlotPeOptions {
   bool plots = true;       // call gnuplot (else only the CSV / .dat files)
   bool run_only = false;   // with a run: skip the scheme pictures that do not depend on it
   // Sizes of the scheme pictures without a run.
-  int64_t positions = 128, d_model = 128, heads = 8, rope_dims = 128, distance = 1024;
+  int64_t positions = 128, d_model = 128, heads = 8, rotation_dims = 128, distance = 1024;
 };
 
 struct PlotPeResult {
