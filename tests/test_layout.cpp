@@ -4,7 +4,9 @@
 // the core never includes train/study/ or train/app/, the studies never include train/app/,
 // models/ and data/ never include train/, the framework never includes models/, data/ or train/.
 // And nothing outside models/pe/ names a positional-encoding scheme: no string literal there equals
-// a registered scheme's name or key, no include reaches a scheme's own header.
+// a registered scheme's name or key, no include reaches a scheme's own header. And the documents
+// of the add-a-scheme checklist follow the registry: README.md lists exactly the registered
+// schemes, docs/model.md §7 has one section per scheme (SchemeChecklist.*).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -465,4 +467,219 @@ TEST_F(LayoutScan, ReportsEverySchemeNameOutsideModelsPe) {
   EXPECT_EQ(s.violations.size(), planted.size()) << joined(s.violations);
   EXPECT_EQ(s.allowed_used, (std::vector<int>{1, 1, 0}));
   EXPECT_EQ(s.files, 6);  // not models/pe/, not bench/sub/
+}
+
+// ---------------------------------------------------------------------------------------------
+// The add-a-scheme checklist (docs/model.md §7 "Adding a scheme", CONTRIBUTING.md): the README's
+// list of schemes and docs/model.md's §7 sections are held to the registry, so a scheme cannot
+// register without them and a list cannot keep a scheme that is gone.
+
+namespace {
+
+// The names between backticks in `text`.
+std::vector<std::string> backticked(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t a = text.find('`'); a != std::string::npos; a = text.find('`', a)) {
+    const size_t b = text.find('`', a + 1);
+    if (b == std::string::npos) break;
+    out.push_back(text.substr(a + 1, b - a - 1));
+    a = b + 1;
+  }
+  return out;
+}
+
+// What differs between a list of scheme names (`where`) and the registry's: each registered name
+// it lacks, each name it has that is not registered, each name it repeats.
+std::vector<std::string> list_vs_registry(const std::string& where, std::vector<std::string> listed,
+                                          const std::vector<std::string>& names) {
+  std::vector<std::string> problems;
+  std::sort(listed.begin(), listed.end());
+  for (size_t i = 1; i < listed.size(); ++i)
+    if (listed[i] == listed[i - 1] && (i < 2 || listed[i - 2] != listed[i]))
+      problems.push_back(where + ": lists `" + listed[i] + "` more than once");
+  for (const auto& n : names)
+    if (!std::binary_search(listed.begin(), listed.end(), n))
+      problems.push_back(where + ": lacks the registered scheme `" + n + "`");
+  for (size_t i = 0; i < listed.size(); ++i)
+    if ((i == 0 || listed[i] != listed[i - 1]) &&
+        std::find(names.begin(), names.end(), listed[i]) == names.end())
+      problems.push_back(where + ": lists `" + listed[i] + "`, which no scheme registers (" +
+                         "registered: " + [&] {
+                           std::string s;
+                           for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+                           return s;
+                         }() + ")");
+  return problems;
+}
+
+// README.md's list of the schemes: the backticked names of the `models/` bullet of its
+// introduction ("- `models/` — ... config switch: `a`, `b`, ... ."), from "config switch:" to the
+// end of that sentence, against the registry's `names`.
+std::vector<std::string> readme_scheme_problems(const std::string& readme,
+                                                const std::vector<std::string>& names) {
+  const std::string bullet = "\n- `models/`", lead = "config switch:";
+  const size_t at = readme.find(bullet);
+  const size_t end_of_bullet = at == std::string::npos ? at : readme.find("\n- ", at + 1);
+  const std::string item = at == std::string::npos ? "" : readme.substr(at, end_of_bullet - at);
+  const size_t from = item.find(lead);
+  if (from == std::string::npos)
+    return {"README.md: no scheme list found (the bullet \"- `models/` ...\" of the introduction, "
+            "\"config switch: `name`, ...\" up to the end of the sentence)"};
+  size_t to = from;
+  while ((to = item.find('.', to + 1)) != std::string::npos &&
+         !(to + 1 == item.size() || item[to + 1] == ' ' || item[to + 1] == '\n')) {
+  }
+  return list_vs_registry("README.md's scheme list (the `models/` bullet)",
+                          backticked(item.substr(from + lead.size(),
+                                                 to == std::string::npos ? to : to - from - lead.size())),
+                          names);
+}
+
+// docs/model.md §7 against the registry: `scheme_keys` maps each registered name to the keys it
+// declares (without "pe."). §7 runs from "## 7." to the next "## " heading; each scheme has one
+// section "### 7.N `name` (Author et al. YEAR...) ...", N = 1, 2, ... in order; the section
+// (to the next heading) names each of its keys as pe.<key>.
+std::vector<std::string> model_md_scheme_problems(
+    const std::string& md, const std::map<std::string, std::vector<std::string>>& scheme_keys) {
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(md);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  size_t first = lines.size();
+  for (size_t i = 0; i < lines.size() && first == lines.size(); ++i)
+    if (starts_with(lines[i], "## 7.")) first = i + 1;
+  if (first == lines.size())
+    return {"docs/model.md: no section \"## 7. ...\" (the positional-encoding schemes)"};
+  std::vector<std::string> problems;
+  static const std::regex heading_re(R"(^### 7\.(\d+) `([^`]+)`(.*)$)");
+  static const std::regex citation_re(
+      R"(\([^)]*\b[A-Z][A-Za-z-]+( et al\.| and [A-Z][A-Za-z-]+)? (19|20)\d\d\b)");
+  struct Section {
+    std::string name, body;
+    int line = 0;
+  };
+  std::vector<Section> sections;
+  int expect_n = 1;
+  for (size_t i = first; i < lines.size() && !starts_with(lines[i], "## "); ++i) {
+    const std::string where = "docs/model.md:" + std::to_string(i + 1);
+    if (starts_with(lines[i], "### ")) {
+      std::smatch m;
+      if (!std::regex_match(lines[i], m, heading_re)) {
+        problems.push_back(where + ": a §7 heading not of the form \"### 7.N `scheme` (Author et "
+                           "al. YEAR) ...\"");
+        sections.push_back({"", "", static_cast<int>(i + 1)});
+        continue;
+      }
+      if (std::stoi(m[1].str()) != expect_n)
+        problems.push_back(where + ": section 7." + m[1].str() + " where 7." +
+                           std::to_string(expect_n) + " comes next");
+      expect_n = std::stoi(m[1].str()) + 1;
+      const std::string rest = m[3].str();
+      if (!std::regex_search(rest, citation_re))
+        problems.push_back(where + ": the heading of `" + m[2].str() +
+                           "` cites no paper (\"(Author et al. YEAR)\" after the name)");
+      sections.push_back({m[2].str(), "", static_cast<int>(i + 1)});
+    } else if (!sections.empty()) {
+      sections.back().body += lines[i] + "\n";
+    }
+  }
+  std::vector<std::string> listed, names;
+  for (const auto& s : sections)
+    if (!s.name.empty()) listed.push_back(s.name);
+  for (const auto& [name, keys] : scheme_keys) names.push_back(name);
+  for (auto& p : list_vs_registry("docs/model.md §7's sections", listed, names))
+    problems.push_back(std::move(p));
+  for (const auto& s : sections) {
+    auto it = scheme_keys.find(s.name);
+    if (it == scheme_keys.end()) continue;
+    const std::string where = "docs/model.md:" + std::to_string(s.line) + ": section of `" + s.name + "`";
+    if (s.body.find_first_not_of(" \n") == std::string::npos) problems.push_back(where + " is empty");
+    for (const auto& key : it->second) {
+      const std::string full = "pe." + key;
+      bool named = false;
+      for (size_t p = s.body.find(full); p != std::string::npos && !named; p = s.body.find(full, p + 1))
+        named = (p == 0 || !ident_char(s.body[p - 1])) &&
+                (p + full.size() == s.body.size() || !ident_char(s.body[p + full.size()]));
+      if (!named) problems.push_back(where + " does not name its key " + full);
+    }
+  }
+  return problems;
+}
+
+std::map<std::string, std::vector<std::string>> registered_scheme_keys() {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& n : pelab::models::pe_names()) out[n];
+  for (const pelab::models::PEKey* k : pelab::models::pe_keys()) out[k->scheme].push_back(k->name);
+  return out;
+}
+
+}  // namespace
+
+TEST(SchemeChecklist, ReadmeListsExactlyTheRegisteredSchemes) {
+  const std::vector<std::string> names = pelab::models::pe_names();
+  ASSERT_FALSE(names.empty());
+  const std::vector<std::string> problems = readme_scheme_problems(
+      pelab::testing::slurp(fs::path(pelab::testing::source_dir()) / "README.md"), names);
+  EXPECT_TRUE(problems.empty()) << joined(problems);
+}
+
+TEST(SchemeChecklist, ModelMdHasASectionPerRegisteredScheme) {
+  const auto scheme_keys = registered_scheme_keys();
+  ASSERT_FALSE(scheme_keys.empty());
+  const std::vector<std::string> problems = model_md_scheme_problems(
+      pelab::testing::slurp(fs::path(pelab::testing::source_dir()) / "docs" / "model.md"), scheme_keys);
+  EXPECT_TRUE(problems.empty()) << joined(problems);
+}
+
+namespace {
+
+// `got` is one problem per entry of `want`, in order, each containing that entry.
+void expect_problems(const std::vector<std::string>& got, const std::vector<std::string>& want) {
+  ASSERT_EQ(got.size(), want.size()) << joined(got);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NE(got[i].find(want[i]), std::string::npos) << "problem " << i << ": " << got[i]
+                                                        << "\nexpected to contain: " << want[i];
+}
+
+}  // namespace
+
+// The two checks on small texts with each fault planted, beside text they must accept.
+TEST(SchemeChecklist, ReportsEveryPlantedFault) {
+  const std::vector<std::string> names = {"alpha", "beta", "gamma"};
+  const std::string intro = "# x\n\n- `framework/` — an engine: `alpha` is not here.\n";
+  auto readme = [&](const std::string& list) {
+    return intro + "- `models/` — a toy whose encoding is a\n  config switch: " + list +
+           ". Each scheme is one file (`models/pe/`).\n- `data/` — `delta`.\n";
+  };
+  expect_problems(readme_scheme_problems(readme("`alpha`, `beta`,\n  `gamma`"), names), {});
+  // Order does not matter; the list ends with its sentence (`models/pe/` after it is no name).
+  expect_problems(readme_scheme_problems(readme("`gamma`, `beta`, `alpha`"), names), {});
+  expect_problems(readme_scheme_problems(readme("`alpha`, `gamma`, `gamma`, `delta`"), names),
+                  {"lists `gamma` more than once", "lacks the registered scheme `beta`",
+                   "lists `delta`, which no scheme registers"});
+  expect_problems(readme_scheme_problems(intro + "- `models/` — no list.\n", names),
+                  {"no scheme list found"});
+
+  const std::map<std::string, std::vector<std::string>> keys = {
+      {"alpha", {"alpha_k"}}, {"beta", {}}, {"gamma", {"gamma_a", "gamma_b"}}};
+  const std::string head = "# m\n\n## 6. Info\n\n### 6.1 `alpha` (Old et al. 1999)\n\n## 7. Schemes\n\ntext\n\n";
+  const std::string alpha = "### 7.1 `alpha` (Vaswani et al. 2017) — hook 1\n\nmath `k = pe.alpha_k`.\n\n";
+  const std::string beta = "### 7.2 `beta` (NoPE; Haviv et al. 2022)\n\nno term.\n\n";
+  const std::string gamma =
+      "### 7.3 `gamma` (Chi et al. 2022, KERPLE) — hook 3\n\n`pe.gamma_a` and pe.gamma_b.\n\n";
+  const std::string tail = "## 8. Loading\n\n### 8.1 `delta` (x)\n\npe.alpha_k\n";
+  expect_problems(model_md_scheme_problems(head + alpha + beta + gamma + tail, keys), {});
+  const std::string gamma_bad =  // 7.4 for 7.3, no citation, pe.gamma_bb is not pe.gamma_b
+      "### 7.4 `gamma` (KERPLE) — hook 3\n\n`pe.gamma_a`, pe.gamma_bb.\n\n";
+  const std::string extra = "### 7.5 `delta` (Doe et al. 2020)\n\nx\n\n### 7.6 Not a scheme\n\n";
+  expect_problems(model_md_scheme_problems(head + alpha + gamma_bad + extra + tail, keys),
+                  {":15: section 7.4 where 7.2 comes next", ":15: the heading of `gamma` cites no paper",
+                   ":23: a §7 heading not of the form", "lacks the registered scheme `beta`",
+                   "lists `delta`, which no scheme registers",
+                   ":15: section of `gamma` does not name its key pe.gamma_b"});
+  const std::string alpha_empty = "### 7.1 `alpha` (Vaswani et al. 2017)\n\n";
+  expect_problems(model_md_scheme_problems(head + alpha_empty + beta + gamma + tail, keys),
+                  {":11: section of `alpha` is empty", ":11: section of `alpha` does not name its key pe.alpha_k"});
+  expect_problems(model_md_scheme_problems("# m\n\n## 8. x\n", keys), {"no section \"## 7."});
 }
