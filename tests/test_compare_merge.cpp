@@ -24,18 +24,9 @@ namespace {
 using pelab::testing::results_without_timing;
 using pelab::testing::slurp;
 
-// Every file under `dir` (relative path -> contents; a link -> "link:" + its target).
+// Every file under `dir` (test_util.h).
 std::map<std::string, std::string> tree(const fs::path& dir) {
-  std::map<std::string, std::string> t;
-  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator();
-       ++it) {
-    const std::string rel = fs::relative(it->path(), dir).string();
-    if (it->is_symlink())
-      t[rel] = "link:" + fs::read_symlink(it->path()).string();
-    else if (it->is_regular_file())
-      t[rel] = slurp(it->path());
-  }
-  return t;
+  return pelab::testing::file_tree(dir);
 }
 
 class CompareMergeTest : public pelab::testing::TinyCompareTest {

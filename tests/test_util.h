@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -40,6 +41,21 @@ inline std::string slurp(const fs::path& p) {
 inline std::string write_file(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
   return p.string();
+}
+
+// Every file under `dir` (relative path -> contents; a link -> "link:" + its target): what a test
+// compares to show that a folder was not written to.
+inline std::map<std::string, std::string> file_tree(const fs::path& dir) {
+  std::map<std::string, std::string> t;
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator();
+       ++it) {
+    const std::string rel = fs::relative(it->path(), dir).string();
+    if (it->is_symlink())
+      t[rel] = "link:" + fs::read_symlink(it->path()).string();
+    else if (it->is_regular_file())
+      t[rel] = slurp(it->path());
+  }
+  return t;
 }
 
 // `s` as one single-quoted /bin/sh word.

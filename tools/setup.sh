@@ -3,6 +3,7 @@
 #   PELAB_WITH_TORCH=1 tools/setup.sh   also installs PyTorch (to regenerate goldens / run bench vs torch)
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libhdf5-dev libyaml-cpp-dev libgtest-dev
+      libarchive-dev liblzma-dev  # run records' archives (records.tar.xz)
       gnuplot-nox fortunes python3-numpy python3-h5py
       libopenmpi-dev openmpi-bin  # MPI: optional at build (PELAB_MPI), used by `mpirun pelab train`
       slurm-wlm munge)            # the test suite's private Slurm cluster (tests/slurm_cluster.sh)

@@ -47,6 +47,8 @@
 // `--report-only` writes the report from the finished runs and fails naming the missing ones.
 // `--merge DIR...` (CompareOptions::merge) gathers the records (train/study/run_record.h) of slices
 // run into other output folders into this one and writes the report as --report-only does.
+// `--archive` then also writes the folder's records.tar.xz (its finished runs' records in one
+// file), which stands for the runs its runs/ lacks wherever a folder's runs are read.
 // `--emit-slurm DIR` writes the same comparison as a Slurm job array (train/study/slurm.h; resources in
 // the optional compare.slurm section).
 //
@@ -203,12 +205,16 @@ struct CompareOptions {
   std::string expect_config;
   bool report_only = false;  // train nothing: report the finished runs, list the missing ones
   // --merge DIR...: output folders of slices of this comparison made elsewhere. The records
-  // (train/study/run_record.h) of the plan's finished runs in each DIR/runs/ are checked and copied
-  // into out/runs/, then the report is written as with report_only. Never written to.
+  // (train/study/run_record.h) of the plan's finished runs in each DIR/runs/ (or its
+  // records.tar.xz) are checked and copied into out/runs/, then the report is written as with
+  // report_only. Never written to.
   std::vector<std::string> merge;
   // The folder inside each --merge folder that holds this comparison's runs/ ("" = none; a suite's
   // task name), opened without following a link as the rest of a merged folder.
   std::string merge_sub;
+  // --archive: once the report is written, also write out/records.tar.xz, the records of its
+  // finished runs (train/study/run_record.h), which --merge, reuse and --report-only read back.
+  bool archive = false;
 };
 
 struct CompareResult {

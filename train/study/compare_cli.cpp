@@ -19,12 +19,12 @@ namespace {
 
 const char* kCompareHelp =
     "usage: pelab compare CONFIG [--set section.key=value]... [--out DIR] [--retrain]\n"
-    "                     [--jobs N] [--progress auto|bar|lines|none] [--no-plots]\n"
+    "                     [--jobs N] [--progress auto|bar|lines|none] [--no-plots] [--archive]\n"
     "       pelab compare CONFIG (--plan | --only I[,J...] | --report-only |\n"
     "                     --emit-slurm DIR) [--set ...]\n"
     "                     [--out DIR]\n"
     "       pelab compare CONFIG --merge DIR... --out OUT [--task NAME[,NAME...]]\n"
-    "                     [--set ...] [--no-plots]\n"
+    "                     [--set ...] [--no-plots] [--archive]\n"
     "\n"
     "Trains every scheme x seed named in CONFIG's compare: section the same way, evaluates each\n"
     "run at every test length (plus eval-time variants such as RoPE pi/ntk/yarn scaling) and\n"
@@ -65,6 +65,10 @@ const char* kCompareHelp =
     "                           back. A record of another config or pelab version, or a\n"
     "                           symbolic link in DIR, is refused (one line each, exit 1);\n"
     "                           missing runs are named (exit 1, as --report-only)\n"
+    "  --archive                once the report is written, also write OUT/records.tar.xz\n"
+    "                           (each task's, for a suite): the finished runs' records in one\n"
+    "                           xz-compressed tar file, which --merge, reuse and --report-only\n"
+    "                           read in place of runs/ (the published studies keep theirs so)\n"
     "  --emit-slurm DIR         write DIR/array.sbatch (a Slurm job array, task I = --only I),\n"
     "                           DIR/report.sbatch (--report-only after the array) and\n"
     "                           DIR/submit.sh; resources from compare.slurm (--set\n"
@@ -80,7 +84,8 @@ const char* kCompareHelp =
 const CommandSpec kCompareSpec{"compare",
                                {"--out", "--task", "--emit-slurm", "--jobs", "--only", "--progress",
                                 "--expect-config"},
-                               {"--retrain", "--no-plots", "--plan", "--report-only", "--merge"},
+                               {"--retrain", "--no-plots", "--plan", "--report-only", "--merge",
+                                "--archive"},
                                true};
 
 // --only I[,J...] (each item an index or a range A-B, A <= B): 0-based indexes, each once, in the
@@ -175,6 +180,10 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   const std::vector<std::string>& sets = args.sets;
   if (plan_only + opt.report_only + !opt.only.empty() + !emit_dir.empty() > 1)
     throw args.error("--plan, --only, --report-only and --emit-slurm exclude each other");
+  opt.archive = args.has("--archive");
+  if (opt.archive && (plan_only || !opt.only.empty() || !emit_dir.empty()))
+    throw args.error("--archive writes the records of a report: it excludes --plan, --only and "
+                     "--emit-slurm");
   if (!emit_dir.empty() && opt.retrain)
     throw args.error("--retrain cannot go into --emit-slurm scripts (a resubmitted array would "
                      "train every run afresh); remove the runs to retrain instead");

@@ -1,6 +1,6 @@
 // pelab — declarations shared by the files of `pelab compare` and by none else: compare_spec.cpp,
-// compare_plan.cpp, compare_eval.cpp, compare_merge.cpp, compare_run.cpp, compare_children.cpp,
-// compare_search.cpp. The public interface is compare.h.
+// compare_plan.cpp, compare_eval.cpp, compare_merge.cpp, compare_records.cpp, compare_run.cpp,
+// compare_children.cpp, compare_search.cpp. The public interface is compare.h.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -93,14 +93,26 @@ bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::
 // compare_merge.cpp
 // `s` for a markdown table cell: printable ASCII, `|` escaped.
 std::string md_cell(const std::string& s);
-// --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) into
-// <out_dir>/runs/ (run_record.h), each checked first: made by this pelab version, of the plan's
-// config (digest), finished. Every record refused is one line in res.refused; `from` gets the
-// folder each imported run came from. The first folder holding a run wins; a finished run of
-// out_dir's own with its weights is kept. Nothing is written into the merged folders.
+// --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) or
+// records.tar.xz (RunRecordSource) into <out_dir>/runs/ (run_record.h), each checked first: made
+// by this pelab version, of the plan's config (digest), finished. Every record refused is one line
+// in res.refused; `from` gets the folder each imported run came from. The first folder holding a
+// run wins; a finished run of out_dir's own with its weights is kept. Nothing is written into the
+// merged folders.
 void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<std::string>& dirs,
                    const std::string& sub, const std::string& out_dir, std::ostream& log,
                    CompareResult& res, std::map<size_t, std::string>& from);
+
+// compare_records.cpp
+// When out_dir holds a records.tar.xz (run_record.h), the records it holds of the plan's runs that
+// out_dir/runs/ does not are unpacked into runs/ (each read as a merged record is and staged, then
+// renamed into place; nothing else is written): the archive stands for the runs it holds, which are
+// then reused, reported or retrained as run folders are. Logs how many.
+void unpack_records_archive(const std::vector<ComparePlanRun>& plan, const std::string& out_dir,
+                            std::ostream& log);
+// --archive: writes out_dir/records.tar.xz from the records of the plan's finished runs.
+void archive_records(const std::vector<ComparePlanRun>& plan, const std::vector<bool>& finished,
+                     const std::string& out_dir, std::ostream& log);
 
 // compare_run.cpp
 std::string run_who(const ComparePlanRun& run);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "pelab/strings.h"
 #include "train/metrics.h"
@@ -57,11 +58,12 @@ std::string md_cell(const std::string& s) {
   return o;
 }
 
-// --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) into
-// <out_dir>/runs/ (run_record.h), each checked first: made by this pelab version, of the plan's
-// config (digest), finished. Every record refused is one line in res.refused; `from` gets the
-// folder each imported run came from. The first folder holding a run wins; a finished run of
-// out_dir's own with its weights is kept. Nothing is written into the merged folders.
+// --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) or
+// records.tar.xz (RunRecordSource) into <out_dir>/runs/ (run_record.h), each checked first: made
+// by this pelab version, of the plan's config (digest), finished. Every record refused is one line
+// in res.refused; `from` gets the folder each imported run came from. The first folder holding a
+// run wins; a finished run of out_dir's own with its weights is kept. Nothing is written into the
+// merged folders.
 void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<std::string>& dirs,
                    const std::string& sub, const std::string& out_dir, std::ostream& log,
                    CompareResult& res, std::map<size_t, std::string>& from) {
@@ -82,20 +84,22 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
   const std::string ours = this_machine_record().pelab_version;
   for (const auto& d : dirs) {
     // In a suite, the task's folder inside DIR: opened like the rest, without following a link.
-    const std::string rel = (fs::path(sub) / "runs").string();
+    // Its records: its runs/ folder, or its records.tar.xz (run_record.h).
     const std::string folder = sub.empty() ? d : (fs::path(d) / sub).string();
-    const std::string runs = (fs::path(d) / rel).string();
-    std::vector<std::string> names;
+    std::optional<RunRecordSource> source;
     try {
-      names = list_run_records(d, rel);
+      source.emplace(d, sub);
     } catch (const std::exception& e) {
       res.refused.push_back(e.what());
       continue;
     }
-    if (names.empty()) log << "pelab compare --merge: no finished run in " << runs << "\n";
+    const std::vector<std::string>& names = source->names();
+    if (names.empty())
+      log << "pelab compare --merge: no finished run in " << (fs::path(folder) / "runs").string()
+          << " or " << (fs::path(folder) / records_archive_file()).string() << "\n";
     int64_t taken = 0;
     for (const auto& n : names) {
-      const std::string src = (fs::path(runs) / n).string();
+      const std::string src = source->origin(n);
       auto it = index_of.find(n);
       if (it == index_of.end()) {
         res.refused.push_back(src + ": a record of a run this config does not plan (another "
@@ -109,7 +113,7 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
       fs::remove_all(stage, ec);
       std::string why;
       try {
-        if (!import_run_record(d, rel, n, stage.string())) continue;
+        if (!source->copy(n, stage.string())) continue;
         const std::string rec_path = (fs::path(src) / run_record_file()).string();
         const RunRecord rec =
             parse_run_record(read_text_file((stage / run_record_file()).string()), rec_path);

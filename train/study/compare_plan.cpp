@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -401,15 +402,25 @@ std::string compare_plan_text(const CompareSpec& spec, const std::string& out_di
   std::snprintf(buf, sizeof buf, "%5s  %-*s  %6s  %-16s  %s\n", "index", static_cast<int>(w), "run",
                 "seed", "config", "state");
   os << buf;
+  // Runs kept in out_dir's records.tar.xz: unpacked into runs/ when the comparison runs.
+  std::error_code ec;
+  std::optional<RunRecordSource> kept;
+  if (fs::exists(fs::symlink_status(fs::path(out_dir) / records_archive_file(), ec)))
+    kept.emplace(out_dir, "", /*with_folder=*/false);
   for (size_t i = 0; i < plan.size(); ++i) {
     const ComparePlanRun& r = plan[i];
-    const RunInspection ins = inspect_run(run_directory(r.cfg), r.cfg);
-    std::string state = ins.state == RunState::Finished ? "finished"
-                        : ins.state == RunState::Partial
-                            ? "resumes at step " + std::to_string(ins.step)
-                        : ins.state == RunState::Fresh ? "to train"
-                                                       : "to retrain (" + ins.reason + ")";
-    if (ins.state == RunState::Stale && !is_run_directory(run_directory(r.cfg))) state = "to train";
+    const std::string dir = run_directory(r.cfg);
+    std::string state;
+    if (kept && kept->archived(r.cfg.train.run_name) && !fs::exists(fs::symlink_status(dir, ec))) {
+      state = std::string("in ") + records_archive_file() + " (unpacked and checked when run)";
+    } else {
+      const RunInspection ins = inspect_run(dir, r.cfg);
+      state = ins.state == RunState::Finished ? "finished"
+              : ins.state == RunState::Partial ? "resumes at step " + std::to_string(ins.step)
+              : ins.state == RunState::Fresh   ? "to train"
+                                               : "to retrain (" + ins.reason + ")";
+      if (ins.state == RunState::Stale && !is_run_directory(dir)) state = "to train";
+    }
     std::snprintf(buf, sizeof buf, "%5zu  %-*s  %6lld  %-16s  ", i + 1, static_cast<int>(w),
                   r.cfg.train.run_name.c_str(), static_cast<long long>(r.seed),
                   fingerprint(eval_identity(r.cfg)).c_str());

@@ -410,6 +410,8 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   std::error_code ec;
   fs::create_directories(fs::path(res.out_dir) / "runs", ec);
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
+  // Runs kept in OUT's records.tar.xz are run folders to this comparison (reused, reported).
+  if (!opt.retrain) unpack_records_archive(plan, res.out_dir, log);
   std::map<size_t, std::string> merged_from;  // plan index -> the --merge folder it came from
   if (!opt.merge.empty()) {
     merge_records(plan, opt.merge, opt.merge_sub, res.out_dir, log, res, merged_from);
@@ -506,6 +508,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   }
   res.report = write_report(res.out_dir, in, opt.plots);
   log_report(spec, res, log);
+  if (opt.archive) archive_records(plan, finished, res.out_dir, log);
   return res;
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "pelab/blas_kernels.h"
@@ -19,6 +20,7 @@
 #include "pelab/strings.h"
 #include "train/command_line.h"
 #include "train/metrics.h"
+#include "train/study/tar_xz.h"
 #include "train/text_file.h"
 
 namespace fs = std::filesystem;
@@ -182,6 +184,16 @@ bool record_file_name(const std::string& n) {
   return n.rfind("predictions_", 0) == 0;
 }
 
+// Writes a record's files (relative name -> text) into `dest`, which is created and must not exist.
+void write_record_files(const std::vector<std::pair<std::string, std::string>>& files,
+                        const std::string& dest) {
+  std::error_code ec;
+  PELAB_CHECK(!fs::exists(fs::symlink_status(dest, ec)), "import: ", dest, " already exists");
+  fs::create_directories(fs::path(dest) / "compare_eval", ec);
+  PELAB_CHECK(!ec, "cannot create ", dest, ": ", ec.message());
+  for (const auto& [rel, text] : files) write_text_file((fs::path(dest) / rel).string(), text);
+}
+
 }  // namespace
 
 RunRecord this_machine_record() {
@@ -276,19 +288,22 @@ std::vector<std::string> list_run_records(const std::string& root, const std::st
   return out;
 }
 
-bool import_run_record(const std::string& root_dir, const std::string& rel, const std::string& name,
-                       const std::string& dest) {
+std::vector<std::pair<std::string, std::string>> read_run_record_files(const std::string& root_dir,
+                                                                       const std::string& rel,
+                                                                       const std::string& name,
+                                                                       bool* found) {
+  *found = false;
   const std::string runs_dir = (fs::path(root_dir) / rel).string();
   Fd root(open_inside(root_dir, rel));
-  if (root.fd < 0) return false;
+  if (root.fd < 0) return {};
   const std::string src = (fs::path(runs_dir) / name).string();
   Fd run(open_no_follow(root.fd, name, true, src));
-  if (run.fd < 0) return false;
+  if (run.fd < 0) return {};
   {
     struct stat st {};
-    if (::fstatat(run.fd, run_record_file(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+    if (::fstatat(run.fd, run_record_file(), &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
   }
-  // Read everything first: nothing is written when a file is refused.
+  *found = true;
   std::vector<std::pair<std::string, std::string>> files;  // relative name -> text
   for (const auto& n : folder_names(run.fd, src)) {
     const std::string what = (fs::path(src) / n).string();
@@ -305,12 +320,114 @@ bool import_run_record(const std::string& root_dir, const std::string& rel, cons
     if (!record_file_name(n)) continue;  // checkpoints/, the lock, compare.log, strangers
     files.emplace_back(n, read_no_follow(run.fd, n, what));
   }
-  std::error_code ec;
-  PELAB_CHECK(!fs::exists(fs::symlink_status(dest, ec)), "import: ", dest, " already exists");
-  fs::create_directories(fs::path(dest) / "compare_eval", ec);
-  PELAB_CHECK(!ec, "cannot create ", dest, ": ", ec.message());
-  for (const auto& [rel, text] : files) write_text_file((fs::path(dest) / rel).string(), text);
+  return files;
+}
+
+bool import_run_record(const std::string& root_dir, const std::string& rel, const std::string& name,
+                       const std::string& dest) {
+  // Read everything first: nothing is written when a file is refused.
+  bool found = false;
+  const auto files = read_run_record_files(root_dir, rel, name, &found);
+  if (!found) return false;
+  write_record_files(files, dest);
   return true;
+}
+
+// ---------------- records.tar.xz ----------------
+
+namespace {
+
+// "" when `name` is a member records.tar.xz may hold (runs/<run>/<record file>,
+// runs/<run>/compare_eval/<x>.csv and the folders above them); else why not.
+std::string archive_member_problem(const std::string& name, bool folder) {
+  std::vector<std::string> parts;
+  for (size_t a = 0;;) {
+    const size_t b = name.find('/', a);
+    parts.push_back(name.substr(a, b == std::string::npos ? b : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  const bool ok =
+      parts[0] == "runs" &&
+      (folder ? parts.size() <= 2 || (parts.size() == 3 && parts[2] == "compare_eval")
+              : (parts.size() == 3 && parts[2] != "compare_eval" && record_file_name(parts[2])) ||
+                    (parts.size() == 4 && parts[2] == "compare_eval" && parts[3].size() > 4 &&
+                     parts[3].compare(parts[3].size() - 4, 4, ".csv") == 0));
+  if (ok) return "";
+  return std::string("not a ") + (folder ? "folder" : "file") +
+         " of a run record (runs/RUN/ holding config.yaml, record.json, eval.json, eval.csv, "
+         "metrics.jsonl, metrics.csv, train.log, predictions_*, compare_eval/*.csv)";
+}
+
+}  // namespace
+
+bool derived_record_file(const std::string& name) {
+  return name == "metrics.csv" || name == "eval.csv" || name == "train.log";
+}
+
+RunRecordSource::RunRecordSource(const std::string& root, const std::string& sub,
+                                 bool with_folder)
+    : root_(root), sub_(sub) {
+  const std::string rel = (fs::path(sub) / "runs").string();
+  if (with_folder)
+    for (const auto& n : list_run_records(root, rel)) folder_.insert(n);
+  const fs::path dir = sub.empty() ? fs::path(root) : fs::path(root) / sub;
+  archive_ = (dir / records_archive_file()).string();
+  Fd parent(open_inside(root, sub));
+  Fd file(parent.fd < 0 ? -1 : open_no_follow(parent.fd, records_archive_file(), false, archive_));
+  if (file.fd >= 0) {
+    struct stat st {};
+    PELAB_CHECK(::fstat(file.fd, &st) == 0 && S_ISREG(st.st_mode), archive_,
+                " is not a regular file");
+    TarLimits limits;
+    limits.member_bytes = kMaxFile;
+    for (auto& m : read_tar_xz(file.fd, archive_, limits, archive_member_problem)) {
+      // runs/<run>/<file>
+      const size_t a = m.name.find('/') + 1, b = m.name.find('/', a);
+      archived_[m.name.substr(a, b - a)].emplace_back(m.name.substr(b + 1), std::move(m.data));
+    }
+  }
+  std::set<std::string> all = folder_;
+  for (const auto& [run, files] : archived_)
+    for (const auto& f : files)
+      if (f.first == run_record_file()) all.insert(run);  // a record: it holds record.json
+  names_.assign(all.begin(), all.end());
+}
+
+bool RunRecordSource::archived(const std::string& name) const {
+  return !folder_.count(name) && archived_.count(name);
+}
+
+std::string RunRecordSource::origin(const std::string& name) const {
+  if (archived(name)) return tar_member_where(archive_, "runs/" + name);
+  return (fs::path(root_) / sub_ / "runs" / name).string();
+}
+
+bool RunRecordSource::copy(const std::string& name, const std::string& dest) const {
+  if (!archived(name))
+    return folder_.count(name) &&
+           import_run_record(root_, (fs::path(sub_) / "runs").string(), name, dest);
+  const auto& files = archived_.at(name);
+  bool has_record = false;
+  for (const auto& f : files) has_record |= f.first == run_record_file();
+  if (!has_record) return false;
+  write_record_files(files, dest);
+  return true;
+}
+
+int64_t write_records_archive(const std::string& dir, std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  std::vector<TarMember> members;
+  for (const auto& n : names) {
+    bool found = false;
+    for (auto& [rel, text] : read_run_record_files(dir, "runs", n, &found))
+      if (!derived_record_file(rel)) members.push_back({"runs/" + n + "/" + rel, std::move(text)});
+    PELAB_CHECK(found, (fs::path(dir) / "runs" / n).string(),
+                ": no record (record.json) to archive");
+  }
+  const std::string bytes = tar_xz_bytes(members);
+  write_text_file((fs::path(dir) / records_archive_file()).string(), bytes);
+  return static_cast<int64_t>(bytes.size());
 }
 
 }  // namespace pelab

@@ -18,10 +18,14 @@
 // (slices run elsewhere) into its own --out with import_run_record(), which trusts nothing in them:
 // every file is opened relative to its folder without following a symbolic link (one in the path
 // refuses the merge), must be a regular file of bounded size, and record.json's values are
-// range-checked.
+// range-checked. A folder may also keep its records as one file, records.tar.xz (below), read as
+// untrustingly (RunRecordSource).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pelab {
@@ -62,5 +66,62 @@ bool import_run_record(const std::string& root, const std::string& rel, const st
 // The names of the entries of `root`/`rel` that hold a record.json (folders only; symbolic links
 // refused as above). Empty when it does not exist.
 std::vector<std::string> list_run_records(const std::string& root, const std::string& rel);
+// The record files of run directory `name` in `root`/`rel`, read as import_run_record reads them
+// (relative name -> contents), before anything is written; *found false (and nothing read) when
+// the run folder does not exist or holds no record.json.
+std::vector<std::pair<std::string, std::string>> read_run_record_files(const std::string& root,
+                                                                       const std::string& rel,
+                                                                       const std::string& name,
+                                                                       bool* found);
+
+// ---- records.tar.xz: a comparison folder's run records in one file ----
+//
+// A comparison folder may hold its runs' records as one xz-compressed tar file, records.tar.xz,
+// members runs/<run>/<record file> (tar_xz.h): what `pelab compare --archive` writes and what the
+// published studies in docs/results/ keep instead of their runs/ folders. It holds each run's
+// record less the files derived from the others (derived_record_file): every report, reuse and
+// merge reads only config.yaml, record.json, eval.json, metrics.jsonl, compare_eval/*.csv (and
+// predictions_*, when saved).
+inline const char* records_archive_file() { return "records.tar.xz"; }
+
+// Files of a record that restate another one and that no report reads, left out of
+// records.tar.xz: metrics.csv (metrics.jsonl's rows as CSV), eval.csv (eval.json's results as
+// CSV) and train.log (the progress lines of metrics.jsonl at 4 digits, under a header that
+// config.yaml and record.json hold).
+bool derived_record_file(const std::string& name);
+
+// Writes <dir>/records.tar.xz (atomically; replacing one) from the records of the runs `names` in
+// <dir>/runs/ (read as read_run_record_files reads them, derived files left out; members in name
+// order, so the same records give the same bytes). Throws naming a run without a record. Returns
+// the archive's size in bytes.
+int64_t write_records_archive(const std::string& dir, std::vector<std::string> names);
+
+// The run records of one comparison folder `root`/`sub` (`sub` "" or a suite's task folder, opened
+// without following a link as list_run_records does): the run folders of its runs/ (unless
+// `with_folder` is false) and, for the runs runs/ does not hold, the records of its
+// records.tar.xz. The archive is read whole when this is made, as untrusted as a merged folder
+// (tar_xz.h: regular files and folders only, relative names without '..', sizes bounded before
+// anything is allocated) and holding nothing but record files (runs/<run>/<record file>,
+// runs/<run>/compare_eval/*.csv); anything else throws one line naming the archive and member.
+class RunRecordSource {
+ public:
+  RunRecordSource(const std::string& root, const std::string& sub, bool with_folder = true);
+  // The runs with a record (a record.json), sorted.
+  const std::vector<std::string>& names() const { return names_; }
+  // Whether run `name`'s record comes from the archive.
+  bool archived(const std::string& name) const;
+  // Where run `name`'s record is, for messages: "<root>/<sub>/runs/<name>", or
+  // "<root>/<sub>/records.tar.xz:runs/<name>" for an archived one.
+  std::string origin(const std::string& name) const;
+  // Copies run `name`'s record into `dest` (created; must not exist) as import_run_record does;
+  // false when there is none.
+  bool copy(const std::string& name, const std::string& dest) const;
+
+ private:
+  std::string root_, sub_, archive_;
+  std::set<std::string> folder_;  // runs/ entries with a record
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> archived_;
+  std::vector<std::string> names_;
+};
 
 }  // namespace pelab
