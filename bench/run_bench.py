@@ -12,13 +12,15 @@ measurement's process reports its mapped BLAS / OpenMP files and OpenBLAS's conf
 threads; each peer's torch version, python, threads, BLAS_INFO / MKL version, ATen CPU kernels and
 build settings), Debian's libblas.so.3 alternative, the
 thread settings, the CPU model and the load average at the start and end of the run and before
-every measurement. Writes a markdown table, a CSV and a JSON with every measurement.
+every measurement. Writes a markdown table, a CSV and an xz-compressed JSON with every
+measurement.
 """
 import argparse
 import csv
 import datetime
 import io
 import json
+import lzma
 import os
 import statistics
 import subprocess
@@ -89,11 +91,12 @@ def run_json(cmd, env=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def write_atomic(path, text):
-    """Writes `text` to `path` through a temporary file and a rename (a crash leaves the old file)."""
+def write_atomic(path, data):
+    """Writes `data` (text or bytes) to `path` through a temporary file and a rename (a crash leaves
+    the old file)."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -294,9 +297,12 @@ def main():
     for r in rows:
         w.writerow([("%.4g" % r[k]) if isinstance(r[k], float) else str(r[k]) for k in keys])
     write_atomic(a.out + ".csv", buf.getvalue())
-    write_atomic(a.out + ".json", json.dumps(
+    # Every measurement, as xz-compressed JSON (a twentieth of its size: bench/results is part of
+    # the source tree); read it with `xz -dc` or Python's json.load(lzma.open(PATH)).
+    write_atomic(a.out + ".json.xz", lzma.compress((json.dumps(
         {"conditions": conditions, "sgemm_gflops": sg, "products_gflops": pr, "rows": rows,
-         "measurements": measurements}, indent=1) + "\n")
+         "measurements": measurements}, indent=1) + "\n").encode(),
+        preset=9 | lzma.PRESET_EXTREME))
     st, en = conditions["start"], conditions["end"]
 
     def peer_facts(peer):
@@ -379,7 +385,7 @@ def main():
                  min(r[k + "_paired_min"] for r in rows), max(r[k + "_paired_max"] for r in rows),
                  peer, min(r[k + "_rss_ratio"] for r in rows),
                  max(r[k + "_rss_ratio"] for r in rows), len(rows)))
-    print("wrote %s.md, %s.csv and %s.json (sgemm peak %s)" % (
+    print("wrote %s.md, %s.csv and %s.json.xz (sgemm peak %s)" % (
         a.out, a.out, a.out, ", ".join("%.1f GFLOP/s at %d threads" % (peak[th], th)
                                        for th in sorted(peak))))
 

@@ -1,7 +1,7 @@
 // The training benchmark records which BLAS each side actually loaded (issue 16 item 18):
 // bench_train's "blas" record (mapped shared objects from /proc/self/maps, OpenBLAS's config,
 // variant and threads) must name the very libopenblas the dynamic loader resolves for it; PyTorch's
-// record (bench/bench_torch.py, bench/blas_info.py) and run_bench.py's md / csv / json must carry
+// record (bench/bench_torch.py, bench/blas_info.py) and run_bench.py's md / csv / json.xz must carry
 // the same. The PyTorch tests skip when torch cannot be imported.
 #include <gtest/gtest.h>
 
@@ -205,7 +205,9 @@ TEST_F(BenchBlas, DriverWritesEachSidesBLASAndTheLoad) {
   EXPECT_NE(md.find("pelab: OpenBLAS "), std::string::npos) << md;
   EXPECT_NE(md.find("PyTorch debian (eager): "), std::string::npos) << md;
   EXPECT_NE(md.find("Load average"), std::string::npos) << md;
-  const std::string json = slurp(out + ".json");
+  const auto unpacked = run("xz -dc " + quote(out + ".json.xz"));  // written compressed
+  ASSERT_EQ(unpacked.rc, 0) << unpacked.err;
+  const std::string json = unpacked.out;
   // Both sides' measurements carry a record naming a mapped file; the conditions the load and CPU.
   EXPECT_NE(json.find("\"impl\": \"pelab\""), std::string::npos);
   EXPECT_NE(json.find("\"impl\": \"torch\""), std::string::npos);
@@ -253,7 +255,9 @@ TEST_F(BenchBlas, TinyConfigRunsOnOneThread) {
   const std::string csv = slurp(out + ".csv");
   EXPECT_EQ(csv.rfind("config,scheme,B,L,D,threads,", 0), 0u) << csv;
   EXPECT_NE(csv.find("\ntiny,none,32,8,64,1,"), std::string::npos) << csv;
-  const std::string json = slurp(out + ".json");
+  const auto unpacked = run("xz -dc " + quote(out + ".json.xz"));  // written compressed
+  ASSERT_EQ(unpacked.rc, 0) << unpacked.err;
+  const std::string json = unpacked.out;
   EXPECT_NE(json.find("\"sgemm_gflops\": {\n  \"1\": ["), std::string::npos) << json;
   EXPECT_EQ(json.find("\n  \"2\": ["), std::string::npos) << json;  // no 2-thread sgemm
 }
