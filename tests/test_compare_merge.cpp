@@ -33,14 +33,6 @@ class CompareMergeTest : public pelab::testing::TinyCompareTest {
  protected:
   CompareMergeTest() : TinyCompareTest("pelab_compare_merge") {}
 
-  // `pelab compare CONFIG ARGS... --jobs 1 --no-plots --progress none` in process.
-  int compare(const std::string& cfg, std::vector<std::string> args) {
-    std::vector<std::string> a = {"compare", cfg};
-    a.insert(a.end(), args.begin(), args.end());
-    for (const char* x : {"--jobs", "1", "--no-plots", "--progress", "none"}) a.push_back(x);
-    return cli(a);
-  }
-  std::string at(const std::string& name) const { return (dir_ / name).string(); }
   // Trains the whole comparison into "whole" and its two halves (--only 1,2 / 3,4) into "a" and
   // "b".
   void train_whole_and_slices(const std::string& cfg) {
@@ -284,11 +276,7 @@ TEST_F(CompareMergeTest, MergeUsageErrorsAreOneLine) {
 // A suite sliced by --task (and one task by --only) merges into the summary of the whole suite;
 // a task folder that is a link is refused.
 TEST_F(CompareMergeTest, SuiteSlicesMergeIntoTheWholeSummary) {
-  const std::string yaml = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
-                           "    - rope\n    - t5\nsuite:\n  tasks:\n"
-                           "    - {name: parity_check, set: {task.test_lengths: [3, 6, 8]}}\n"
-                           "    - {name: reverse_string, set: {task.name: reverse}}\n";
-  const std::string cfg = write("suite.yaml", yaml);
+  const std::string cfg = write("suite.yaml", pelab::testing::tiny_suite_yaml());
   ASSERT_EQ(compare(cfg, {"--out", at("whole")}), 0) << err_;
   ASSERT_EQ(compare(cfg, {"--out", at("s1"), "--task", "parity_check"}), 0) << err_;
   ASSERT_EQ(compare(cfg, {"--out", at("s2"), "--task", "reverse_string", "--only", "1,2"}), 0)

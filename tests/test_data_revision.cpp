@@ -83,15 +83,7 @@ class CompareDataRevisionTest : public pelab::testing::TinyCompareTest {
     o.stop_after = stop_after;
     return run_compare(load_compare(cfg), o);
   }
-  // `pelab compare CONFIG ARGS... --jobs 1 --no-plots --progress none` in process.
-  int compare(const std::string& cfg, std::vector<std::string> args) {
-    std::vector<std::string> a = {"compare", cfg};
-    a.insert(a.end(), args.begin(), args.end());
-    for (const char* x : {"--jobs", "1", "--no-plots", "--progress", "none"}) a.push_back(x);
-    return cli(a);
-  }
   fs::path runs(const std::string& out) const { return dir_ / out / "runs"; }
-  std::string at(const std::string& name) const { return (dir_ / name).string(); }
 
   std::ostringstream log_;
 };

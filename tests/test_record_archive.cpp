@@ -138,14 +138,6 @@ class RecordArchiveTest : public pelab::testing::TinyCompareTest {
  protected:
   RecordArchiveTest() : TinyCompareTest("pelab_record_archive") {}
 
-  // `pelab compare CONFIG ARGS... --jobs 1 --no-plots --progress none` in process.
-  int compare(const std::string& cfg, std::vector<std::string> args) {
-    std::vector<std::string> a = {"compare", cfg};
-    a.insert(a.end(), args.begin(), args.end());
-    for (const char* x : {"--jobs", "1", "--no-plots", "--progress", "none"}) a.push_back(x);
-    return cli(a);
-  }
-  std::string at(const std::string& name) const { return (dir_ / name).string(); }
   // dir_/<folder>/records.tar.xz holding `bytes` (and nothing else in the folder).
   fs::path publish(const std::string& folder, const std::string& bytes) {
     fs::create_directories(dir_ / folder);
@@ -241,11 +233,7 @@ TEST_F(RecordArchiveTest, ArchiveStandsForTheRunsInMergeReuseAndReportOnly) {
 // A suite's --archive writes one archive per task folder; a suite folder holding only those
 // merges into the whole suite's summary.
 TEST_F(RecordArchiveTest, SuiteTaskArchivesMergeIntoTheWholeSummary) {
-  const std::string yaml = pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
-                           "    - rope\n    - t5\nsuite:\n  tasks:\n"
-                           "    - {name: parity_check, set: {task.test_lengths: [3, 6, 8]}}\n"
-                           "    - {name: reverse_string, set: {task.name: reverse}}\n";
-  const std::string cfg = write("suite.yaml", yaml);
+  const std::string cfg = write("suite.yaml", pelab::testing::tiny_suite_yaml());
   ASSERT_EQ(compare(cfg, {"--out", at("whole"), "--archive"}), 0) << err_;
   for (const char* task : {"parity_check", "reverse_string"})
     publish(std::string("pub/") + task, slurp(dir_ / "whole" / task / "records.tar.xz"));

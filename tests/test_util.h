@@ -182,6 +182,15 @@ inline std::string tiny_compare_yaml(const std::string& test_lengths, int steps)
   return y.str();
 }
 
+// A suite of tiny_compare_yaml's comparison (rope and t5, 2 seeds, 4 steps) on two tasks:
+// parity_check (tested at 3, 6, 8) and reverse_string.
+inline std::string tiny_suite_yaml() {
+  return tiny_compare_yaml("[3, 6]", 4) +
+         "    - rope\n    - t5\nsuite:\n  tasks:\n"
+         "    - {name: parity_check, set: {task.test_lengths: [3, 6, 8]}}\n"
+         "    - {name: reverse_string, set: {task.name: reverse}}\n";
+}
+
 // results.csv with the wall-time columns blanked (what equal runs must reproduce exactly).
 inline std::vector<ResultRow> results_without_timing(const fs::path& csv) {
   std::vector<ResultRow> rows = parse_results_csv(slurp(csv), csv.string());
@@ -222,6 +231,15 @@ class TinyCompareTest : public TempDirTest {
     err_ = err.str();
     return rc;
   }
+  // `pelab compare CONFIG ARGS... --jobs 1 --no-plots --progress none` in process.
+  int compare(const std::string& cfg, std::vector<std::string> args) {
+    std::vector<std::string> a = {"compare", cfg};
+    a.insert(a.end(), args.begin(), args.end());
+    for (const char* x : {"--jobs", "1", "--no-plots", "--progress", "none"}) a.push_back(x);
+    return cli(a);
+  }
+  // dir_/name as a string.
+  std::string at(const std::string& name) const { return (dir_ / name).string(); }
 
   std::string out_, err_;
 };
