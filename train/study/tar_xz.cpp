@@ -205,6 +205,19 @@ std::vector<TarMember> read_tar_xz(
                   std::to_string(size) + " bytes");
     members.push_back(std::move(m));
   }
+  // libarchive stops at the tar end marker: the rest of the xz stream is decoded here, so that its
+  // integrity check (CRC64, at the stream's end) is verified, and must hold nothing but zeros.
+  for (;;) {
+    const void* block = nullptr;
+    const la_ssize_t n = XzReader::read(a.get(), xz.get(), &block);
+    if (n < 0)
+      throw Error(archive + ": cannot read past its last member" +
+                  (last.empty() ? std::string() : " " + last) + ": " + reason());
+    if (n == 0) break;
+    const auto* b = static_cast<const unsigned char*>(block);
+    for (la_ssize_t i = 0; i < n; ++i)
+      PELAB_CHECK(b[i] == 0, archive, ": data after the end of its tar archive");
+  }
   return members;
 }
 
