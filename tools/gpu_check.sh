@@ -42,7 +42,7 @@ prepare() {
   dest="${1:-$root/.gpu}"
   build="${PELAB_GPU_BUILD:-$root/build-gpu}"
   t0=$(date +%s)
-  for tool in cmake ninja patchelf ldd xz tar; do
+  for tool in cmake ninja patchelf ldd xz tar strip; do
     command -v "$tool" >/dev/null || die "prepare needs '$tool' (apt-get install cmake ninja-build patchelf xz-utils)"
   done
   local launcher=()
@@ -74,6 +74,11 @@ prepare() {
   done < <(for b in "$stage"/bin/*; do ldd "$b"; done |
            awk '$2 == "=>" { print $1, $3 }' | sort -u)
   [ -z "$missing" ] || die "libraries not found on this machine:$missing"
+  # No check needs the static symbol tables (the executables export theirs dynamically, which a
+  # backtrace and compute-sanitizer still name functions by): stripped before patchelf edits them.
+  for b in "$stage"/bin/* "$stage"/lib/*; do
+    strip --strip-unneeded "$b" || die "strip failed on $b"
+  done
   # The binaries look in ../lib first (DT_RPATH, which, unlike RUNPATH, also serves the libraries'
   # own dependencies and comes before LD_LIBRARY_PATH); the libraries look next to themselves.
   for b in "$stage"/bin/*; do
@@ -89,10 +94,12 @@ prepare() {
     [ -f "$lib" ] && { mv "$lib" "$stage/lib/cxx/" || die "cannot move $lib"; }
   done
 
-  # The source tree's files (tests/golden, tests/data, configs, docs/config.md, tools, bench
-  # scripts): everything git tracks or would track, as it is in the working tree.
+  # The source tree's files (tests/golden, tests/data, configs, docs/*.md, tools, bench
+  # scripts): everything git tracks or would track, as it is in the working tree, but the
+  # published results (docs/results/, bench/results/), which no check reads.
   if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
-    (cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 -r cp --parents -t "$stage/src") ||
+    (cd "$root" && git ls-files -co --exclude-standard -z -- . ':!docs/results' ':!bench/results' |
+       xargs -0 -r cp --parents -t "$stage/src") ||
       die "cannot copy the source tree"
   else
     cp -r "$root"/{configs,docs,tests,tools,bench} "$stage/src/" || die "cannot copy the source tree"
@@ -139,6 +146,9 @@ EOF
   echo "gpu_check: bundle $dest ready in ${secs} s: $(du -sh --apparent-size "$dest" | cut -f1) packed" \
        "($(du -sh --apparent-size "$stage" | cut -f1) unpacked, $(find "$stage/lib" -type f | wc -l) bundled libraries)"
   echo "gpu_check: on the GPU host: $dest/run.sh OUT"
+  # The device tool carries the bundle beside the working tree, 64 MiB in all.
+  bash "$root/tools/device_size.sh" "$dest" ||
+    die "the working tree and this bundle would not travel to a GPU (above)"
 }
 
 write_manifest() {
