@@ -17,11 +17,14 @@
 # Each step has its own time limit (`timeout`), and all of them share one budget (PELAB_GPU_BUDGET
 # seconds, default 540, so the whole check fits a 10-minute session); a step that would start with
 # too little budget left is skipped and reported. OUT/summary.txt is always written; the exit status
-# is 0 only if no step failed. Without a usable CUDA device it stops after the probe, printing one
+# is 0 only if no step failed and it was. Without a usable CUDA device it stops after the probe, printing one
 # line "gpu_check: no CUDA device: ..." (exit 1).
 set -uo pipefail
+# A `cd` that finds its folder through an exported CDPATH prints the folder, and "$(cd X && pwd)"
+# would capture two lines: no cd here consults CDPATH, and none prints.
+unset CDPATH
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SCRIPT_DIR="$(cd -- "$(dirname "${BASH_SOURCE[0]}")" >/dev/null && pwd)"
 BUNDLE_NAME=pelab-gpu.tar.xz
 
 die() { echo "gpu_check: $*" >&2; exit 1; }
@@ -138,7 +141,7 @@ prepare() {
 # pelab GPU check bundle (made by tools/gpu_check.sh prepare; see MANIFEST.txt and docs/cuda.md).
 #   ./run.sh [OUT] [--only STEPS]    unpacks to a temporary folder and runs every check; results
 #                                    under OUT (default ./gpu-check); exit 0 only if all passed
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+here="$(unset CDPATH; cd -- "$(dirname "${BASH_SOURCE[0]}")" >/dev/null && pwd)"
 out="$PWD/gpu-check"
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then out="$1"; shift; fi
 exec bash "$here/gpu_check.sh" run --bundle "$here" "$@" "$out"
@@ -228,7 +231,8 @@ write_summary() {
     done
     echo "steps: $pass passed, $fail failed, $skip skipped; wall time $(elapsed "$RUN_T0") s"
     if [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
-  } > "$tmp" && mv "$tmp" "$OUT/summary.txt" || echo "gpu_check: cannot write $OUT/summary.txt" >&2
+  } > "$tmp" && mv -T "$tmp" "$OUT/summary.txt" || {
+    echo "gpu_check: cannot write $OUT/summary.txt: result: FAIL" >&2; return 1; }
   cat "$OUT/summary.txt" 2>/dev/null
 }
 
@@ -305,16 +309,18 @@ run() {
   BUDGET="${PELAB_GPU_BUDGET:-540}"
   RUN_T0=$(now)
   mkdir -p "$out" || die "cannot create $out"
-  OUT="$(cd "$out" && pwd)"
+  OUT="$(cd -- "$out" >/dev/null && pwd)" && [ -d "$OUT" ] && [ -w "$OUT" ] ||
+    die "cannot write to the output folder '$out'"
   CLEANUP=""
-  trap 'write_summary; [ -z "$CLEANUP" ] || rm -rf "$CLEANUP"' EXIT
+  # No summary.txt is a failure, whatever the steps said.
+  trap 'exit_rc=$?; write_summary || exit_rc=1; [ -z "$CLEANUP" ] || rm -rf "$CLEANUP"; exit "$exit_rc"' EXIT
   trap 'record interrupted FAIL "interrupted by a signal" 0; exit 1' INT TERM
   if [ -z "$TREE" ]; then
     [ -n "$bundle" ] || { [ -f "$SCRIPT_DIR/$BUNDLE_NAME" ] && bundle="$SCRIPT_DIR"; } || bundle="$SCRIPT_DIR/../.gpu"
     if ! TREE=$(unpack "$bundle"); then record bundle FAIL "cannot unpack the bundle in $bundle" 0; exit 1; fi
     CLEANUP="$TREE"
   fi
-  if ! TREE="$(cd "$TREE" 2>/dev/null && pwd)" || [ ! -x "$TREE/bin/pelab_tests" ]; then
+  if ! TREE="$(cd -- "$TREE" >/dev/null 2>&1 && pwd)" || [ ! -x "$TREE/bin/pelab_tests" ]; then
     echo "gpu_check: no bin/pelab_tests in the tree '$TREE'" >&2
     record bundle FAIL "no bin/pelab_tests in the tree '$TREE'" 0
     exit 1
