@@ -18,6 +18,7 @@
 #include "data/tasks.h"
 #include "data/vocab.h"
 #include "run_test_util.h"
+#include "test_util.h"
 #include "train/config.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
@@ -411,5 +412,38 @@ TEST(TaskPositions, TrainedIdsReachTheModelAndCachedDecodingIsExact) {
     const pelab::EvalResult c = pelab::evaluate_set(*lm.model, *lm.data, plain, cfg, cached);
     EXPECT_NE(a.loss, c.loss) << set.name;
   }
+  fs::remove_all(dir);
+}
+
+// A learned table over the task's IDs needs a row per ID, not per token (issue 51, item 9): with
+// pe.max_positions 40, task.max_position_id 32 and task.train_max_len 15 the training sequences
+// are 49 tokens long but their IDs stop at 32, so the model is built and trains. The model's own
+// check (a table at or below the largest ID, past the config rule) names the IDs.
+TEST(TaskPositions, LearnedTableOverTaskIdsIsSizedByTheIdsNotTheSequence) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("pelab_task_ids_table_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  pelab::Config cfg = pelab::testing::tiny_run_config(
+      {"task.name=addition_reversed", "task.formulation=decoder", "task.position_ids=coupled",
+       "task.train_max_len=15", "task.test_lengths=[15]", "task.max_position_id=32",
+       "task.num_eval_examples=2", "model.arch=decoder", "model.decoder_layers=1",
+       "model.d_model=16", "model.heads=2", "model.d_ff=32", "pe.scheme=learned",
+       "pe.max_positions=40", "train.steps=2", "train.batch_size=4", "train.warmup=0",
+       "train.threads=1", "train.checkpoint_every=2", "train.eval_every=0"},
+      dir, "ids", {});
+  {
+    pelab::TaskData data(cfg);
+    EXPECT_EQ(data.train_positions(), 49);
+    EXPECT_EQ(data.largest_train_position_id(), 32);
+    EXPECT_NO_THROW(pelab::build_model(cfg, data));
+    pelab::Config below = cfg;  // past the config rule: the model's own check
+    below.model.pe.set("max_positions", int64_t{32});
+    const std::string e = pelab::testing::error_of([&] { pelab::build_model(below, data); });
+    EXPECT_NE(e.find("pe.max_positions (32) must be > 32, the largest task position ID"),
+              std::string::npos) << e;
+  }
+  const pelab::TrainResult r = pelab::train(cfg, pelab::testing::quiet_train());
+  EXPECT_TRUE(r.finished);
   fs::remove_all(dir);
 }

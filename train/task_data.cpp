@@ -209,6 +209,9 @@ TaskData::TaskData(const Config& cfg, const std::vector<std::string>& vocab_toke
   } else {
     train_positions_ = data::task_positions(*task_, t.train_max_len, decoder_);
   }
+  if (task_ && t.position_ids != "sequential")
+    largest_train_position_id_ =
+        std::max<int64_t>(t.max_position_id, task_->max_position_id(t.train_max_len));
 }
 
 std::vector<data::Example> TaskData::train_batch(int64_t j) const {

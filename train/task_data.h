@@ -58,6 +58,11 @@ class TaskData {
   // Longest training sequence in tokens (what the model's positions cover in training): seq2seq
   // max(|src|, |tgt|) + 1, decoder |src| + |tgt| + 2, lm task.lm_train_len.
   int64_t train_positions() const { return train_positions_; }
+  // The largest position ID a training sequence gives the model where the task supplies the IDs
+  // (task.position_ids coupled|abacus): the largest at task.train_max_len, or task.max_position_id
+  // when training offsets reach further. -1 when the task supplies none (a sequence of n tokens
+  // then asks for positions 0..n-1, n <= train_positions()).
+  int64_t largest_train_position_id() const { return largest_train_position_id_; }
   // textfile: "FILE:LINE" of the (first) training example with train_positions(); else "".
   const std::string& longest_train_example() const { return longest_train_example_; }
 
@@ -80,6 +85,7 @@ class TaskData {
   EvalSet valid_;
   std::vector<EvalSet> tests_;
   int64_t train_positions_ = 0;
+  int64_t largest_train_position_id_ = -1;
   int64_t train_unknown_symbols_ = 0;
   std::string longest_train_example_;
   data::Tokenization tok_ = data::Tokenization::Char;

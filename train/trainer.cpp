@@ -928,7 +928,16 @@ std::unique_ptr<models::Transformer> build_model(const Config& cfg, const TaskDa
   const int64_t tp = train_positions > 0 ? train_positions : data.train_positions();
   const int64_t max_pos = models::pe_max_positions(cfg.model.pe);  // 0 = no limit
   const std::string max_pos_name = models::pe_max_positions_name(cfg.model.pe);
-  if (max_pos > 0 && tp > max_pos) {
+  // The positions the model is asked for in training: the task's IDs where it supplies them (a
+  // sequence may be longer than its IDs go: digits of equal significance share one), else
+  // 0..tp-1 for a sequence of tp tokens.
+  const int64_t top_id = data.largest_train_position_id();
+  if (max_pos > 0 && top_id >= 0 && top_id >= max_pos)
+    fail(max_pos_name, " (", max_pos, ") must be > ", top_id,
+         ", the largest task position ID in training (task.position_ids ", cfg.task.position_ids,
+         ", task.max_position_id ", cfg.task.max_position_id, ", task.train_max_len ",
+         cfg.task.train_max_len, "); raise ", max_pos_name, " or lower task.max_position_id");
+  if (max_pos > 0 && top_id < 0 && tp > max_pos) {
     // Synthetic and lm tasks are refused by the config rule already; text files here, by line.
     if (train_positions <= 0 && !data.longest_train_example().empty())
       fail(data.longest_train_example(), ": this training example needs ",
