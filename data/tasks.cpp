@@ -268,8 +268,9 @@ std::unique_ptr<Task> make_task(const TaskSpec& spec) {
                        spec.position_ids == "abacus",
                    "task '", spec.name, "': position_ids '", spec.position_ids,
                    "' is not one of sequential, coupled, abacus");
-  PELAB_DATA_CHECK(spec.index_hints >= 0, "task '", spec.name, "': index_hints = ",
-                   spec.index_hints, " must be >= 0");
+  PELAB_DATA_CHECK(spec.index_hints >= 0 && spec.index_hints <= kMaxIndexHints, "task '",
+                   spec.name, "': index_hints = ", spec.index_hints, " must be in [0, ",
+                   kMaxIndexHints, "]");
   std::unique_ptr<Task> task = it->second(spec);
   if (spec.position_ids != "sequential" && !task->provides_position_ids())
     data_fail("task '", spec.name, "' defines no ", spec.position_ids,

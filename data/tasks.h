@@ -53,9 +53,14 @@ struct TaskSpec {
   // "abacus" (McLeish et al. 2024); only tasks with provides_position_ids() accept the others.
   std::string position_ids = "sequential";
   // Index hints (Zhou et al. 2024): 0 = off, else the number of hint tokens h1..hN (tasks with
-  // provides_index_hints() only).
+  // provides_index_hints() only), at most kMaxIndexHints.
   int64_t index_hints = 0;
 };
+
+// The most index hints a task takes: each is a vocabulary token, built whenever a config is
+// checked. Ten thousand hints cover answers of ten thousand digits (the papers train on up to 20
+// and test up to 100).
+constexpr int64_t kMaxIndexHints = 10000;
 
 // A synthetic task. "length" is the task's size parameter: number of input symbols (copy, reverse,
 // sort, duplicate), digits per operand (addition), or n (count).

@@ -202,10 +202,11 @@ std::vector<Entry> build_entries() {
        "training-time random offset of the task's position IDs and index hints: each training "
        "example's IDs >= 1 are shifted by an offset drawn uniformly so that its largest stays <= "
        "this (Cho et al.'s random starting position ID); 0 = no offset. Evaluation uses none");
-  task("index_hints", &TaskConfig::index_hints, "[0, inf)",
+  task("index_hints", &TaskConfig::index_hints,
+       "[0, " + std::to_string(data::kMaxIndexHints) + "]",
        "index hints (Zhou et al. 2024): every digit is preceded by the hint token of its "
        "significance, h1..hN; this is N (0 = off). Must cover the longest answer and "
-       "task.max_position_id");
+       "task.max_position_id. Each hint is a vocabulary token (a row of the token tables)");
   task("lm_train_len", &TaskConfig::lm_train_len, "[2, inf)",
        "lm: training context length in tokens");
   task("lm_eval_lengths", &TaskConfig::lm_eval_lengths, "[2, inf)",
