@@ -280,12 +280,15 @@ void Trainer::setup_model(const std::vector<std::string>& vocab, int64_t train_p
   // batch (g * ranks + r) of it for the step's micro-batch g, see train_step).
   Config rank_cfg = cfg_;
   rank_cfg.train.batch_size = cfg_.train.batch_size / comm_.size();
+  // Host memory, from the config before anything is built: the data, and on the CPU the
+  // parameters, training state, one micro-batch and the largest evaluation batch (CUDA keeps those
+  // on the GPU); again once the data is built (a text file's lengths, the lm corpus's vocabulary).
+  const MemoryUse use =
+      Device::parse(cfg_.train.device) == Device::cpu() ? MemoryUse::Train : MemoryUse::Load;
+  check_run_memory(rank_cfg, use, machine_memory_bytes());
   data_ = std::make_unique<TaskData>(rank_cfg, vocab);
   train_positions_ = train_positions > 0 ? train_positions : data_->train_positions();
-  // Host memory: parameters, training state and one micro-batch (CPU; CUDA keeps them on the GPU).
-  if (Device::parse(cfg_.train.device) == Device::cpu())
-    check_training_memory(rank_cfg, data_->vocab().size(), train_positions_,
-                          machine_memory_bytes());
+  check_run_memory(rank_cfg, use, machine_memory_bytes(), data_.get());
   model_ = build_model(cfg_, *data_, train_positions_);
   model_->train();
   const TrainConfig& t = cfg_.train;
@@ -912,6 +915,12 @@ TrainResult Trainer::run() {
   progress_->log_only("final evaluation at step " + std::to_string(step_) +
                       (conv.met ? " (criterion met)" : "") + ":");
   while (std::getline(table, line)) progress_->log_only("  " + line);
+  // What this process held at its peak, next to the estimate it was admitted by.
+  progress_->log_only("memory: peak resident " + gigabytes(peak_resident_bytes()) + "; estimated " +
+                      run_memory_text(cfg_, Device::parse(cfg_.train.device) == Device::cpu()
+                                                ? MemoryUse::Train
+                                                : MemoryUse::Load,
+                                      data_.get()));
   res.step = step_;
   res.finished = true;
   res.final_eval = std::move(results);
@@ -1018,11 +1027,14 @@ Config resume_config(const std::string& run_dir, const std::vector<std::string>&
   return c;
 }
 
-LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {
+LoadedModel load_model(const Config& cfg, const std::string& checkpoint, MemoryUse use) {
   LoadedModel lm;
   lm.cfg = cfg;
+  // The model stays on the host until build_model moves it: the host holds it all at first.
+  check_run_memory(cfg, use, machine_memory_bytes());
   if (checkpoint.empty()) {
     lm.data = std::make_unique<TaskData>(cfg);
+    check_run_memory(cfg, use, machine_memory_bytes(), lm.data.get());
     lm.model = build_model(cfg, *lm.data);
     lm.train_positions = lm.data->train_positions();
     return lm;
@@ -1033,6 +1045,7 @@ LoadedModel load_model(const Config& cfg, const std::string& checkpoint) {
   PELAB_CHECK(ck.arch == cfg.model.arch, "checkpoint ", checkpoint, ": trained with model.arch ",
               ck.arch, " but the config says model.arch ", cfg.model.arch);
   lm.data = std::make_unique<TaskData>(cfg, ck.vocab);
+  check_run_memory(cfg, use, machine_memory_bytes(), lm.data.get());
   const int64_t stored = stored_train_positions(ck);
   lm.train_positions = stored > 0 ? stored : lm.data->train_positions();
   lm.model = build_model(cfg, *lm.data, lm.train_positions);

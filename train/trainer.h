@@ -28,6 +28,7 @@
 #include "train/evaluate.h"
 #include "train/run_folder.h"
 #include "train/stop_criterion.h"
+#include "train/memory_estimate.h"
 #include "train/task_data.h"
 
 namespace pelab {
@@ -116,8 +117,11 @@ struct LoadedModel {
   int64_t train_positions = 0;
 };
 // Builds data and model from cfg; with a checkpoint path, checks its scheme/arch/vocabulary and
-// loads its parameters (clear pelab::Error on any mismatch).
-LoadedModel load_model(const Config& cfg, const std::string& checkpoint = "");
+// loads its parameters (clear pelab::Error on any mismatch). What `use` of them needs in memory
+// (MemoryUse::Evaluate: evaluating every split) is checked before the data is built, from the
+// config, and again once it is (check_run_memory).
+LoadedModel load_model(const Config& cfg, const std::string& checkpoint = "",
+                       MemoryUse use = MemoryUse::Load);
 
 // Builds the model for a config and its data (validates what the config rules cannot see, e.g.
 // learned positions vs the longest training sequence). train_positions > 0 replaces

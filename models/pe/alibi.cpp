@@ -76,8 +76,17 @@ class AlibiPE : public PositionalEncoding {
 
 PELAB_REGISTER_PE(PEScheme("alibi", [](const PEConfig& c, const StackInfo& s, Generator&) {
                     return std::shared_ptr<PositionalEncoding>(std::make_shared<AlibiPE>(c, s));
-                  }).key("alibi_symmetric", true, "",
-                         "alibi: encoder self-attention gets the symmetric bias -m|i-j| (false: no "
-                         "bias there; causal attention always uses -m(i-j))"));
+                  })
+                      .key("alibi_symmetric", true, "",
+                           "alibi: encoder self-attention gets the symmetric bias -m|i-j| (false: no "
+                           "bias there; causal attention always uses -m(i-j))")
+                      .attention_memory([](const PEConfig& c, const AttentionSizes& s) {
+                        if (s.kind == AttnKind::Cross) return 0.0;
+                        if (s.kind == AttnKind::EncoderSelf && !c.get_bool("alibi_symmetric")) return 0.0;
+                        // the cached [1, H, Lq, Lk] biases, and the host distances and values
+                        // behind the newest
+                        const double h = static_cast<double>(s.heads), P = s.pairs();
+                        return kPositionCacheEntries * h * P * s.dtype_bytes + 8.0 * P * (1 + h);
+                      }));
 
 }  // namespace pelab::models

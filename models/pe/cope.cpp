@@ -34,6 +34,7 @@
 
 #include "models/pe/layer_params.h"
 #include "models/pe/pe.h"
+#include "models/pe/site_tables.h"
 
 namespace pelab::models {
 namespace {
@@ -130,7 +131,7 @@ class CoPE : public PositionalEncoding {
       c.at_or_after = Tensor::from_vector(after_eq, {Lq, Lk}, dt, dev);
       c.after = Tensor::from_vector(after, {Lq, Lk}, dt, dev);
     }
-    if (cache_.size() >= 4) cache_.pop_front();
+    if (cache_.size() >= kPositionCacheEntries) cache_.pop_front();
     cache_.push_back(std::move(c));
     return cache_.back();
   }
@@ -163,6 +164,20 @@ PELAB_REGISTER_PE(
         .parameters([](const PEConfig& c, const StackInfo& s) {
           const int64_t p = c.get_int("cope_p_max");
           return (s.kind == StackKind::Encoder ? 2 * p + 1 : p + 1) * s.head_dim() * s.layers;
+        })
+        .attention_memory([](const PEConfig&, const AttentionSizes& s) {
+          if (s.kind == AttnKind::Cross) return 0.0;
+          const double P = s.pairs(), h = static_cast<double>(s.heads), b = static_cast<double>(s.batch);
+          const double dt = static_cast<double>(s.dtype_bytes);
+          const bool causal = s.kind == AttnKind::DecoderSelf;
+          // cached direction masks ([Lq, Lk]: one causal, three bidirectional) and the host
+          // vectors of the newest
+          const double consts = kPositionCacheEntries * (causal ? 1 : 3) * P * dt + 24.0 * P;
+          // training: per layer the gates and counts, [B, H, Lq, Lk] each (sigmoid, mask, the
+          // suffix sums, the clip; twice the sums both ways in the encoder), kept for the
+          // backward; evaluation: one layer's, alive together
+          if (!s.training) return consts + (causal ? 4 : 7) * b * h * P * dt;
+          return consts + static_cast<double>(s.layers) * ((causal ? 4.5 : 8.5) * b + 2) * h * P * dt;
         })
         .size_key("cope_p_max"));
 

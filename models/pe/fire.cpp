@@ -165,6 +165,22 @@ PELAB_REGISTER_PE(
         .parameters([](const PEConfig& c, const StackInfo& s) {
           const int64_t W = c.get_int("fire_mlp_width");
           return s.layers * (2 * W + s.heads * W + s.heads + 1 + (c.get_bool("fire_learn_threshold") ? 1 : 0));
+        })
+        .attention_memory([](const PEConfig& c, const AttentionSizes& s) {
+          if (s.kind == AttnKind::Cross) return 0.0;
+          const double P = s.pairs(), h = static_cast<double>(s.heads), b = static_cast<double>(s.batch);
+          const double dt = static_cast<double>(s.dtype_bytes), w = static_cast<double>(c.get_int("fire_mlp_width"));
+          const double layers = s.training ? static_cast<double>(s.layers) : 1.0;
+          // cached tables (distances, mask: [Lq, Lk]; the Int64 gather index) and the host vectors
+          // of the newest
+          const double tables = kPositionCacheEntries * (2 * dt + 8) * P + 32.0 * P;
+          // The MLP runs on every (i, j), its [Lq·Lk, W] hidden values kept for the backward, when
+          // a position passes the threshold (the initial one when it is learned); else on the
+          // distinct distances only, the bias a [1, H, Lq, Lk] gather. Then the masked bias, and in
+          // training the engine's [B, H, Lq, Lk] gradient of it.
+          const bool every_pair = static_cast<double>(s.largest_position) > c.get_float("fire_threshold");
+          const double per_layer = ((every_pair ? 3.5 * w + 3 * h : 0.0) + 2 * h) * P * dt;
+          return tables + layers * per_layer + (s.training ? 3 * b * h * P * dt : 0.0);
         }));
 
 }  // namespace pelab::models

@@ -123,6 +123,19 @@ PELAB_REGISTER_PE(
                   << ") must be < 2 with pe.kerple_variant power (the exponent r2 lies in (0, 2))";
                 return {m.str(), {"pe.kerple_r2_init", "pe.kerple_init_spread", "pe.kerple_variant"}};
               })
-        .parameters([](const PEConfig&, const StackInfo& s) { return 2 * s.heads * s.layers; }));
+        .parameters([](const PEConfig&, const StackInfo& s) { return 2 * s.heads * s.layers; })
+        .attention_memory([](const PEConfig& c, const AttentionSizes& s) {
+          if (s.kind == AttnKind::Cross) return 0.0;
+          const double P = s.pairs(), h = static_cast<double>(s.heads), b = static_cast<double>(s.batch);
+          const double dt = static_cast<double>(s.dtype_bytes);
+          // cached distance tables ([1, 1, Lq, Lk]; power: also log d and d > 0) and the host
+          // vectors of the newest
+          const double tables = kPositionCacheEntries * (c.get_str("kerple_variant") == "power" ? 3 : 1) *
+                                    P * dt + 24.0 * P;
+          // training: the kernel's [1, H, Lq, Lk] intermediates of every layer kept for the
+          // backward and the engine's [B, H, Lq, Lk] gradient of the bias; evaluation: one layer's
+          if (!s.training) return tables + 3 * h * P * dt;
+          return tables + 4.5 * static_cast<double>(s.layers) * h * P * dt + 3 * b * h * P * dt;
+        }));
 
 }  // namespace pelab::models

@@ -177,6 +177,20 @@ struct PERule {
   std::function<PEViolation(const PEConfig&, const PEModelDims&)> check;
 };
 
+// The attention sites of one stack, as the memory estimate (train/memory_estimate.h) asks a scheme
+// what its hooks hold there: `layers` sites of `queries` x `keys` over a batch of `batch` rows and
+// `heads` heads, positions up to `largest_position`.
+struct AttentionSizes {
+  AttnKind kind = AttnKind::DecoderSelf;  // self-attention of a stack (causal in the decoder) or cross
+  int64_t batch = 1, heads = 1, queries = 0, keys = 0, layers = 1;
+  int64_t largest_position = 0;
+  int64_t dtype_bytes = 4;  // the model's dtype
+  // A training step (forward, then the backward through every site: what each site's term keeps
+  // for it stays until then), else an evaluation pass (no gradients: one site's term at a time).
+  bool training = true;
+  double pairs() const { return static_cast<double>(queries) * static_cast<double>(keys); }
+};
+
 // What a scheme registers with itself: its name, factory, keys, cross-field rules and the answers
 // code outside models/pe/ asks of a scheme instead of comparing its name.
 class PEScheme {
@@ -201,6 +215,13 @@ class PEScheme {
   PEScheme& max_positions(std::function<int64_t(const PEConfig&)> f);
   // Parameters per stack, for the memory estimate (default: none).
   PEScheme& parameters(std::function<int64_t(const PEConfig&, const StackInfo&)> f);
+  // Bytes the scheme's hooks hold at the peak of one stack's attention sites (AttentionSizes): its
+  // score and value terms, the host tables and caches behind them, and the buffers the engine's
+  // backward allocates for a term with a gradient (the gradient of a [.., H, Lq, Lk] bias is
+  // [B, H, Lq, Lk]). Measured against the peak resident memory of a training step for every scheme
+  // (tests/test_resource_bounds.cpp). Not given = the scheme's hooks hold nothing quadratic in the
+  // length.
+  PEScheme& attention_memory(std::function<double(const PEConfig&, const AttentionSizes&)> f);
   // The key that sets the scheme's size or position limit ("max_positions"), named by the memory
   // estimate and the position-limit messages; "" = none.
   PEScheme& size_key(const std::string& key);
@@ -230,6 +251,7 @@ class PEScheme {
   std::vector<PERule> rules;
   std::function<int64_t(const PEConfig&)> max_positions_fn;
   std::function<int64_t(const PEConfig&, const StackInfo&)> parameters_fn;
+  std::function<double(const PEConfig&, const AttentionSizes&)> attention_memory_fn;
   std::string size_key_name;
   bool encodes_positions = true;
   bool accepts_task_positions = true;
@@ -262,6 +284,8 @@ int64_t pe_max_positions(const PEConfig& cfg);
 // Whether cfg.scheme honours position IDs supplied per token by the task (Positions with one row
 // per batch row); false for a scheme declared with refuses_task_positions().
 bool pe_accepts_task_positions(const PEConfig& cfg);
+// PEScheme::attention_memory of cfg.scheme at `sites` (0 when it declares none).
+double pe_attention_memory(const PEConfig& cfg, const AttentionSizes& sites);
 // What sets that limit, for messages: "pe.max_positions" (the scheme's size_key), else
 // "the position limit of pe.scheme X".
 std::string pe_max_positions_name(const PEConfig& cfg);

@@ -193,6 +193,11 @@ PEScheme& PEScheme::parameters(std::function<int64_t(const PEConfig&, const Stac
   parameters_fn = std::move(f);
   return *this;
 }
+PEScheme& PEScheme::attention_memory(
+    std::function<double(const PEConfig&, const AttentionSizes&)> f) {
+  attention_memory_fn = std::move(f);
+  return *this;
+}
 PEScheme& PEScheme::size_key(const std::string& key) {
   size_key_name = key;
   return *this;
@@ -330,6 +335,11 @@ std::string pe_key_scheme(const std::string& full_key) {
   if (full_key.rfind("pe.", 0) != 0) return "";
   const PEKey* k = find_pe_key(full_key.substr(3));
   return k ? k->scheme : "";
+}
+
+double pe_attention_memory(const PEConfig& cfg, const AttentionSizes& sites) {
+  const PEScheme& s = pe_scheme(cfg.scheme);
+  return s.attention_memory_fn ? s.attention_memory_fn(cfg, sites) : 0.0;
 }
 
 std::string pe_max_positions_name(const PEConfig& cfg) {

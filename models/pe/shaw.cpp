@@ -26,6 +26,7 @@
 
 #include "models/pe/layer_params.h"
 #include "models/pe/pe.h"
+#include "models/pe/site_tables.h"
 #include "pelab/autograd.h"
 #include "pelab/backend.h"
 
@@ -136,7 +137,7 @@ class ShawPE : public PositionalEncoding {
     std::vector<int64_t> v(static_cast<size_t>(Lq * Lk));
     for (int64_t i = 0; i < Lq; ++i)
       for (int64_t j = 0; j < Lk; ++j) v[i * Lk + j] = clip(kp[j] - qp[i]) - lo;
-    if (cache_.size() >= 4) cache_.pop_front();
+    if (cache_.size() >= kPositionCacheEntries) cache_.pop_front();
     cache_.push_back({qp, kp, dev, Tensor::from_ints(v, {Lq, Lk}, dev), lo, hi});
     return cache_.back();
   }
@@ -168,6 +169,12 @@ PELAB_REGISTER_PE(
           const int64_t tables = (c.get_bool("shaw_keys") ? 1 : 0) + (c.get_bool("shaw_values") ? 1 : 0);
           return tables * (2 * c.get_int("shaw_k") + 1) * s.head_dim() *
                  (c.get_bool("shaw_per_head") ? s.heads : 1) * s.layers;
+        })
+        .attention_memory([](const PEConfig&, const AttentionSizes& s) {
+          if (s.kind == AttnKind::Cross) return 0.0;
+          // the cached Int64 [Lq, Lk] relative indexes and the host vector of the newest; the
+          // tables' terms are formed inside the fused attention (O(Lq·R) per head)
+          return (kPositionCacheEntries + 1) * 8.0 * s.pairs();
         })
         .size_key("shaw_k"));
 

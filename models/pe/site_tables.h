@@ -30,10 +30,14 @@ inline std::vector<double> site_distances(const std::vector<int64_t>& qp,
   return d;
 }
 
+// The sites a scheme's cache of position tables keeps (the newest; the memory estimate counts
+// that many tables of a site's size: training lengths vary from batch to batch).
+constexpr size_t kPositionCacheEntries = 4;
+
 template <class Value>
 class PositionCache {
  public:
-  explicit PositionCache(size_t capacity = 4) : capacity_(capacity) {}
+  explicit PositionCache(size_t capacity = kPositionCacheEntries) : capacity_(capacity) {}
 
   // The entry for these keys, or null.
   const Value* find(const std::vector<int64_t>& q, const std::vector<int64_t>& k, int64_t form,

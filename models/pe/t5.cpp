@@ -109,6 +109,17 @@ PELAB_REGISTER_PE(
         .parameters([](const PEConfig& c, const StackInfo& s) {
           return c.get_int("t5_num_buckets") * s.heads * (c.get_bool("t5_per_layer") ? s.layers : 1);
         })
+        .attention_memory([](const PEConfig&, const AttentionSizes& s) {
+          if (s.kind == AttnKind::Cross) return 0.0;
+          const double P = s.pairs(), h = static_cast<double>(s.heads), b = static_cast<double>(s.batch);
+          const double dt = static_cast<double>(s.dtype_bytes);
+          // cached bucket ids (Int64 [Lq·Lk]) and the host vector of the newest
+          const double ids = (kPositionCacheEntries + 1) * 8.0 * P;
+          // training: each layer's [1, H, Lq, Lk] bias and its gather kept for the backward, the
+          // engine's [B, H, Lq, Lk] gradient of the bias and its reduction; evaluation: one bias
+          if (!s.training) return ids + 2 * h * P * dt;
+          return ids + 2.0 * static_cast<double>(s.layers) * h * P * dt + 3 * b * h * P * dt;
+        })
         .size_key("t5_num_buckets"));
 
 }  // namespace pelab::models

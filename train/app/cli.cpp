@@ -281,7 +281,7 @@ int cmd_eval(const std::vector<std::string>& a, std::ostream& out) {
   const Config cfg = load_target("eval", args.positional[0], args.sets, &run_dir);
   set_num_threads(cfg.train.threads);
   const std::string ckpt = choose_checkpoint("eval", run_dir, args.value("--checkpoint"));
-  LoadedModel lm = load_model(cfg, ckpt);
+  LoadedModel lm = load_model(cfg, ckpt, MemoryUse::Evaluate);
   EvalOptions eo;
   eo.use_cache = !args.has("--no-cache");
   eo.keep_predictions = cfg.eval.save_predictions && args.has("--out");
@@ -420,7 +420,12 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
   if (tr.stop_when.enabled())
     out << "stop when: " << tr.stop_when.describe() << " (validation every "
         << count_text(tr.eval_every, "step") << "; train.steps is the cap)\n";
-  out << "run directory: " << run_directory(cfg) << "\n\n";
+  out << "run directory: " << run_directory(cfg) << "\n";
+  out << "memory (estimated, docs/training.md): "
+      << run_memory_text(cfg, Device::parse(tr.device) == Device::cpu() ? MemoryUse::Train
+                                                                          : MemoryUse::Load,
+                         lm.data.get())
+      << "; this machine has " << gigabytes(machine_memory_bytes()) << "\n\n";
   out << models::model_info(*lm.model);
   if (args.has("--yaml")) out << "\n" << config_to_yaml(cfg, true);
   return 0;

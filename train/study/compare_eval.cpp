@@ -98,7 +98,7 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
                 "numbers it) and merge again");
   const double t0 = now_s();
   set_num_threads(ecfg.train.threads);
-  LoadedModel lm = load_model(ecfg, ck);
+  LoadedModel lm = load_model(ecfg, ck, MemoryUse::Evaluate);
   std::vector<EvalResult> res;
   Generator gen(
       data::derive_seed(static_cast<uint64_t>(ecfg.train.seed), "compare_eval_positions"));

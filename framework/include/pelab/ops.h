@@ -127,6 +127,7 @@ Tensor relative_values(const Tensor& probs, const Tensor& index, const Tensor& t
 // its backward; past it the backward recomputes them block by block from the row log-sum-exp, so
 // memory stays linear in the length. Returns the previous limit (0: always recompute).
 int64_t set_attention_keep_limit(int64_t bytes);
+int64_t attention_keep_limit();  // the limit now (the memory estimate counts what it keeps)
 // inverted dropout: identity when !training or p == 0
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 

@@ -256,6 +256,8 @@ int64_t set_attention_keep_limit(int64_t bytes) {
   return g_attention_keep_bytes.exchange(bytes);
 }
 
+int64_t attention_keep_limit() { return g_attention_keep_bytes.load(std::memory_order_relaxed); }
+
 namespace {
 void check_table(const char* op, const Tensor& table, const char* what) {
   check_float_arg(op, table, what);
