@@ -236,10 +236,10 @@ TEST_F(ResourceBounds, AttentionOfALongTrainingLengthIsInTheEstimate) {
   EXPECT_EQ(ok.code(), 0) << ok.err;
 }
 
-// Item 6: evaluation at the test lengths was not estimated: `pelab eval` of a run whose config.yaml
-// says test_lengths [3000000] died in a bare std::bad_alloc. A received run folder is checked from
-// its config before its data or model is built.
-TEST_F(ResourceBounds, ReceivedRunWithAHugeTestLengthIsRefusedByEval) {
+// Item 6: evaluation at the test lengths was not estimated: `pelab eval` or `plot-pe` of a run whose
+// config.yaml says test_lengths [3000000] died in a bare std::bad_alloc. A received run folder is
+// checked from its config before its data or model is built.
+TEST_F(ResourceBounds, ReceivedRunWithAHugeTestLengthIsRefusedByEvalAndPlotPe) {
   const std::string cfg = write("tiny.yaml", tiny_yaml());
   ASSERT_EQ(run_bounded({"train", cfg, "--progress", "none"}, dir_).code(), 0);
   const fs::path run = dir_ / "runs" / "r";
@@ -250,4 +250,39 @@ TEST_F(ResourceBounds, ReceivedRunWithAHugeTestLengthIsRefusedByEval) {
   write("runs/r/config.yaml", yaml);
   expect_refused(run_bounded({"eval", run.string()}, dir_),
                  {"task.test_lengths=[3000000]: evaluating the run needs ", "len_3000000"});
+  expect_refused(run_bounded({"plot-pe", "--run", run.string(), "--run-only", "--no-plots", "--out",
+                              (dir_ / "pe").string()},
+                             dir_),
+                 {"plot-pe: the default input (the first example of test length 3000000",
+                  "--max-output-mb"});
+}
+
+// Item 7: plot-pe wrote attention maps quadratic in the input's length with no check (a 5000-digit
+// --input wrote 2.1 GB in 64 s). Their size is estimated from the input before anything is
+// decoded or written and refused past --max-output-mb (default 256), which raises it.
+TEST_F(ResourceBounds, PlotPeBoundsItsAttentionMaps) {
+  const std::string cfg = write("tiny.yaml", tiny_yaml());
+  ASSERT_EQ(run_bounded({"train", cfg, "--progress", "none"}, dir_).code(), 0);
+  const std::string run = (dir_ / "runs" / "r").string();
+  auto plot = [&](const std::string& input, const std::string& out,
+                  const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"plot-pe", "--run", run, "--run-only", "--no-plots", "--out",
+                                     (dir_ / out).string(), "--input", input};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_bounded(args, dir_);
+  };
+  expect_refused(plot(std::string(5000, '1'), "long", {}),
+                 {"--input (5000 characters)", "would write", "more than --max-output-mb 256"});
+  EXPECT_TRUE(!fs::exists(dir_ / "long" / "attention_encoder_self_layer0.csv"));
+  // 300 symbols: 11.6 MB of encoder maps at most (2 heads x 301 x 301 x 64 bytes), past 1 MB;
+  // under a raised limit they are written, and take no more than the estimate said.
+  const std::string mid(300, '2');
+  expect_refused(plot(mid, "small", {"--max-output-mb", "1"}), {"more than --max-output-mb 1;"});
+  const BoundedRun ok = plot(mid, "raised", {"--max-output-mb", "50"});
+  ASSERT_EQ(ok.code(), 0) << ok.err;
+  double written = 0;
+  for (const auto& e : fs::directory_iterator(dir_ / "raised"))
+    if (e.path().filename().string().rfind("attention_", 0) == 0) written += fs::file_size(e.path());
+  EXPECT_GT(written, 1e6);
+  EXPECT_LE(written, 50e6);
 }

@@ -3,6 +3,7 @@
 #include "train/study/plot_pe.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <complex>
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include <sstream>
 
 #include "data/batch.h"
+#include "data/error.h"
+#include "data/tasks.h"
 #include "models/pe/pe.h"
 #include "models/transformer.h"
 #include "pelab/autograd.h"
@@ -20,6 +23,8 @@
 #include "pelab/strings.h"
 #include "train/command_line.h"
 #include "train/config.h"
+#include "train/memory_estimate.h"
+#include "train/metrics.h"
 #include "train/evaluate.h"
 #include "train/study/report.h"
 #include "train/task_data.h"
@@ -430,6 +435,33 @@ void pe_pictures(Plotter& p, const std::string& stem, const std::string& label,
 
 // ---------------- pictures from a run ----------------
 
+// Refuses the attention maps of `source` + `target` positions (decoder-only: source 0) past
+// --max-output-mb or the machine's memory, naming `what` sets the length: before anything is
+// decoded or written (item 7 of issue 51: a 5000-digit input wrote 2.1 GB in 64 s).
+void check_attention_maps(const Config& cfg, const PlotPeOptions& opt, int64_t source,
+                          int64_t target, const std::string& what) {
+  const double bytes = attention_maps_bytes(cfg, source, target);
+  const std::string len = source > 0 ? std::to_string(source) + " source and " +
+                                           std::to_string(target) + " target positions"
+                                     : std::to_string(target) + " positions";
+  const int64_t layers = cfg.model.arch == "seq2seq"
+                             ? cfg.model.encoder_layers + 2 * cfg.model.decoder_layers
+                             : cfg.model.decoder_layers;
+  PELAB_CHECK(bytes <= opt.max_output_bytes, "plot-pe: ", what, ": the attention maps of ", len,
+              " would write ", gigabytes(bytes), " (", count_text(layers, "map"), " x ",
+              count_text(cfg.model.heads, "head"),
+              " x queries x keys, a CSV row and a .dat number each), more than --max-output-mb ",
+              format_double(opt.max_output_bytes / 1e6, 6),
+              "; pass a shorter --input, or raise --max-output-mb");
+  // In memory: every layer's probabilities (and a host copy of one), one map's text.
+  const double dt = cfg.model.dtype == "float64" ? 8 : 4;
+  const double need = bytes + bytes / kAttentionMapEntryBytes * (2 * dt + 8);
+  const double have = machine_memory_bytes();
+  PELAB_CHECK(have <= 0 || need <= have, "plot-pe: ", what, ": the attention maps of ", len,
+              " need ", gigabytes(need), " of memory; this machine has ", gigabytes(have),
+              ". Pass a shorter --input");
+}
+
 std::string token_label(const data::Vocab& v, int64_t id) {
   std::string s = v.symbol(id);
   if (s == "\n") return "\\n";
@@ -497,7 +529,8 @@ void attention_picture(Plotter& p, const std::string& stem, const std::string& t
   p.plot(stem, gp);
 }
 
-void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::string& input) {
+void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const PlotPeOptions& opt) {
+  const std::string& input = opt.input;
   models::Transformer& model = *lm.model;
   const TaskData& data = *lm.data;
   const data::Vocab& vocab = data.vocab();
@@ -536,11 +569,15 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
   };
   std::vector<std::string> stok, ttok;
   const std::string in_text = "input '" + used + "'";
+  const std::string what =
+      input.empty() ? "the default input (" + std::to_string(src.size()) + " symbols)"
+                    : "--input (" + std::to_string(src.size()) + " symbols)";
   if (model.is_seq2seq()) {
     PELAB_CHECK(!limited || static_cast<int64_t>(src.size()) + 1 <= max_pos,
                 "plot-pe: the input needs ", src.size() + 1, " positions > ", max_pos_name, " ",
                 max_pos);
     data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{src, {}, {}, {}}});
+    check_attention_maps(cfg, opt, b.S, 1, what);  // the source's maps, before decoding
     Tensor s = ids_tensor(b.src, b.B, b.S, dev), sm = mask_tensor(b.src_mask, b.B, b.S, dev);
     int64_t budget = decode_budget(cfg, static_cast<int64_t>(src.size()));
     if (limited) budget = std::min<int64_t>(budget, max_pos - 1);
@@ -549,6 +586,7 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
     for (int64_t t : g.tokens[0]) tgt_in.push_back(t);
     for (int64_t id : b.src) stok.push_back(token_label(vocab, id));
     for (int64_t id : tgt_in) ttok.push_back(token_label(vocab, id));
+    check_attention_maps(cfg, opt, b.S, static_cast<int64_t>(tgt_in.size()), what);
     keep(true);
     (void)model.forward_seq2seq(
         s, sm, ids_tensor(tgt_in, 1, static_cast<int64_t>(tgt_in.size()), dev), Tensor());
@@ -574,6 +612,7 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
     return;
   }
   std::vector<int64_t> seq = data.is_lm() ? src : data::decoder_prompt(src);
+  check_attention_maps(cfg, opt, 0, static_cast<int64_t>(seq.size()), what);  // before decoding
   std::string out_text;
   if (!data.is_lm()) {
     int64_t budget = decode_budget(cfg, static_cast<int64_t>(src.size()));
@@ -589,6 +628,7 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
               "plot-pe: the sequence needs ", seq.size(), " positions > ", max_pos_name, " ",
               max_pos);
   for (int64_t id : seq) ttok.push_back(token_label(vocab, id));
+  check_attention_maps(cfg, opt, 0, static_cast<int64_t>(seq.size()), what);
   keep(true);
   (void)model.forward_decoder(ids_tensor(seq, 1, static_cast<int64_t>(seq.size()), dev), Tensor());
   keep(false);
@@ -600,7 +640,38 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const std::s
                       ttok, ttok);
 }
 
+// The length of the attention maps' input from the config alone, before anything is built: a
+// --input's symbols (at most its non-space characters), else the default example's (the first
+// example of the last test length, or of the validation split; lm: 48 tokens); 0 = unknown (a
+// text file's examples). Only the prompt: the decoded part is checked once decoded.
+std::pair<int64_t, std::string> maps_input_length(const Config& cfg, const std::string& input) {
+  const TaskConfig& t = cfg.task;
+  if (!input.empty()) {
+    int64_t n = 0;
+    for (char c : input) n += !std::isspace(static_cast<unsigned char>(c));
+    return {n, "--input (" + std::to_string(n) + " characters)"};
+  }
+  if (t.name == "lm") return {std::min<int64_t>(48, t.lm_train_len), "the default input"};
+  if (t.name == "textfile") return {0, ""};
+  const int64_t L = t.test_lengths.empty() ? t.train_max_len : t.test_lengths.back();
+  try {
+    return {data::make_task(task_spec(cfg))->max_source_len(L),
+            "the default input (the first example of test length " + std::to_string(L) +
+                "; pass a shorter --input)"};
+  } catch (const data::DataError&) {
+    return {0, ""};  // the task's own error comes when the data is built
+  }
+}
+
 }  // namespace
+
+double attention_maps_bytes(const Config& cfg, int64_t source, int64_t target) {
+  const double S = static_cast<double>(source), T = static_cast<double>(target);
+  const double maps = cfg.model.arch == "seq2seq"
+                          ? cfg.model.encoder_layers * S * S + cfg.model.decoder_layers * (T * T + T * S)
+                          : cfg.model.decoder_layers * T * T;
+  return maps * static_cast<double>(cfg.model.heads) * kAttentionMapEntryBytes;
+}
 
 PlotPeResult plot_pe(const PlotPeOptions& opt) {
   PlotPeResult res;
@@ -647,6 +718,16 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
   set_num_threads(cfg.train.threads);
   const std::string ck = opt.checkpoint.empty() ? latest_checkpoint(opt.run) : opt.checkpoint;
   PELAB_CHECK(!ck.empty(), "plot-pe: no checkpoint in ", opt.run, "/checkpoints");
+  {
+    // The attention maps' input, bounded before the run's data and model are built.
+    const auto [n, what] = maps_input_length(cfg, opt.input);
+    if (n > 0) {
+      if (cfg.model.arch == "seq2seq")
+        check_attention_maps(cfg, opt, n + 1, 1, what);
+      else
+        check_attention_maps(cfg, opt, 0, cfg.task.name == "lm" ? n : n + 2, what);
+    }
+  }
   LoadedModel lm = load_model(cfg, ck);
   const std::vector<NamedTensor> ps = lm.model->named_parameters();
   {
@@ -673,7 +754,7 @@ PlotPeResult plot_pe(const PlotPeOptions& opt) {
     stack("decoder", StackKind::Decoder, *model.decoder->pe,
           static_cast<int64_t>(model.decoder->layers->size()));
   }
-  attention_maps(p, cfg, lm, opt.input);
+  attention_maps(p, cfg, lm, opt);
   return res;
 }
 
@@ -681,7 +762,7 @@ namespace {
 
 const char* kPlotPeHelp =
     "usage: pelab plot-pe [--out DIR] [--run RUN_DIR [--input TEXT] [--checkpoint PATH]\n"
-    "                     [--run-only]] [--no-plots]\n"
+    "                     [--run-only] [--max-output-mb MB]] [--no-plots]\n"
     "\n"
     "Draws the positional encodings through their modules' own hooks, each as a PNG (gnuplot)\n"
     "plus the CSV behind it: what hook 1 adds to the embedding (table, cosine similarity of\n"
@@ -699,11 +780,14 @@ const char* kPlotPeHelp =
     "31415)\n"
     "  --checkpoint PATH  checkpoint of the run (default: its newest)\n"
     "  --run-only         with --run: only the pictures of the run (skip the scheme pictures)\n"
+    "  --max-output-mb MB the most the attention maps may write (default 256; they grow with\n"
+    "                     the square of the input's length)\n"
     "  --no-plots         only write the CSV / .dat files\n"
     "  -h, --help         show this help\n";
 
 const CommandSpec kPlotPeSpec{
-    "plot-pe", {"--out", "--run", "--input", "--checkpoint"}, {"--no-plots", "--run-only"}, false};
+    "plot-pe", {"--out", "--run", "--input", "--checkpoint", "--max-output-mb"},
+    {"--no-plots", "--run-only"}, false};
 
 }  // namespace
 
@@ -722,6 +806,7 @@ int plot_pe_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
     opt.checkpoint = args.value("--checkpoint");
     opt.plots = !args.has("--no-plots");
     opt.run_only = args.has("--run-only");
+    opt.max_output_bytes = static_cast<double>(args.integer("--max-output-mb", 1, 256)) * 1e6;
     if ((!opt.input.empty() || opt.run_only) && opt.run.empty())
       throw args.error(std::string(opt.run_only ? "--run-only" : "--input") +
                        " needs --run RUN_DIR");

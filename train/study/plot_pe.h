@@ -21,6 +21,8 @@
 
 namespace pelab {
 
+struct Config;
+
 struct PlotPeOptions {
   std::string out = "reports/pe";
   std::string run;         // a run directory ("" = only the scheme pictures)
@@ -28,6 +30,10 @@ struct PlotPeOptions {
   std::string checkpoint;  // "" = the run's newest checkpoint
   bool plots = true;       // call gnuplot (else only the CSV / .dat files)
   bool run_only = false;   // with a run: skip the scheme pictures that do not depend on it
+  // The most the attention maps of a run may write (CSV + .dat; --max-output-mb): they grow with
+  // the square of the input's length, so a long --input (or a received run's long test length) is
+  // refused before anything is decoded or written.
+  double max_output_bytes = 256e6;
   // Sizes of the scheme pictures without a run.
   int64_t positions = 128, d_model = 128, heads = 8, rotation_dims = 128, distance = 1024;
 };
@@ -39,6 +45,13 @@ struct PlotPeResult {
 };
 
 PlotPeResult plot_pe(const PlotPeOptions& opt);
+
+// Bytes the attention maps of a sequence of `source` + `target` positions (decoder-only: source 0)
+// write for a model with cfg's layers and heads: every layer's (and seq2seq: encoder, decoder self
+// and cross) [heads, Lq, Lk] probabilities, each entry a CSV row and a .dat number
+// (kAttentionMapEntryBytes at most).
+constexpr double kAttentionMapEntryBytes = 64;
+double attention_maps_bytes(const Config& cfg, int64_t source, int64_t target);
 
 // `pelab plot-pe` (args[0] == "plot-pe"; parsed by train/command_line.h). Returns the exit status;
 // usage errors print "pelab: error: ..." and return 2, other errors are thrown (a plot that gnuplot
