@@ -174,14 +174,25 @@ TEST(BlasKernels, NothingChangesWhenOpenBLASAlreadyHasTheBestOrTheUserChose) {
     EXPECT_EQ(s.kind, BlasStep::Continue) << f.corename;
     EXPECT_NE(s.note.find("is the best this CPU supports"), std::string::npos) << s.note;
   }
-  // OPENBLAS_CORETYPE set by the user is kept, whatever pelab's setting and an old marker say.
+  // OPENBLAS_CORETYPE set by the user is kept, whatever pelab's setting and an old marker say,
+  // once the kernels OpenBLAS loaded for it pass the self-test (run once; children inherit it).
   BlasEnv user;
   user.openblas_coretype = "Prescott";
   user.marker = "done|auto|SkylakeX|from a parent with other settings";
-  const BlasStep u = pelab::plan_blas_kernels(user, {"Prescott", kDynamic, "SkylakeX"}, no_self_test);
+  int ran = 0;
+  const BlasStep u = pelab::plan_blas_kernels(user, {"Prescott", kDynamic, "SkylakeX"}, [&] {
+    ++ran;
+    return std::string();
+  });
+  EXPECT_EQ(ran, 1);
   EXPECT_EQ(u.kind, BlasStep::Continue);
-  EXPECT_EQ(u.note, "OPENBLAS_CORETYPE=Prescott from the environment, kept");
+  EXPECT_EQ(u.note, "OPENBLAS_CORETYPE=Prescott from the environment, kept, passed pelab's numeric "
+                    "self-test");
   EXPECT_EQ(u.marker, "done|auto|Prescott|" + u.note);
+  EXPECT_EQ(u.warning, "");
+  user.marker = u.marker;  // a child of that process
+  EXPECT_EQ(pelab::plan_blas_kernels(user, {"Prescott", kDynamic, "SkylakeX"}, no_self_test).note,
+            u.note);
   // keep
   BlasEnv keep;
   keep.policy = "keep";
@@ -197,6 +208,48 @@ TEST(BlasKernels, NothingChangesWhenOpenBLASAlreadyHasTheBestOrTheUserChose) {
       {}, {"Haswell", "OpenBLAS 0.3.21 NO_AFFINITY HASWELL MAX_THREADS=64", "SkylakeX"}, no_self_test);
   EXPECT_EQ(fixed.kind, BlasStep::Continue);
   EXPECT_NE(fixed.note.find("no DYNAMIC_ARCH"), std::string::npos);
+}
+
+// Issue 51 item 15: an empty or unknown OPENBLAS_CORETYPE (or one this CPU cannot run) makes
+// OpenBLAS load kernels of its own choosing without a word, and pelab reported them as "kept from
+// the environment", untested. Now what was loaded is named, self-tested and warned about; kernels
+// that fail the test fall back to OpenBLAS's own choice as pelab's own choices do.
+TEST(BlasKernels, AUserCoretypeIsReportedAsLoadedAndSelfTested) {
+  for (const std::string v : {"", "NoSuchKernels", "Cooperlake"}) {
+    BlasEnv user;
+    user.openblas_coretype = v;
+    int ran = 0;
+    const BlasStep s = pelab::plan_blas_kernels(user, {"Haswell", kDynamic, "Haswell"}, [&] {
+      ++ran;
+      return std::string();
+    });
+    EXPECT_EQ(ran, 1) << v;
+    EXPECT_EQ(s.kind, BlasStep::Continue) << v;
+    EXPECT_EQ(s.note, "OPENBLAS_CORETYPE='" + v + "' from the environment names no kernels it "
+                      "loaded: Haswell, which passed pelab's numeric self-test");
+    EXPECT_EQ(s.warning.rfind("pelab: warning: OPENBLAS_CORETYPE='" + v + "' from the environment "
+                              "names no kernels this OpenBLAS (" + std::string(kDynamic) +
+                              ") loaded: it loaded Haswell instead", 0),
+              0u)
+        << s.warning;
+    EXPECT_EQ(s.marker, "done|auto|" + v + "|" + s.note);
+  }
+  // Kernels that fail the self-test: back to OpenBLAS's own choice (OPENBLAS_CORETYPE removed).
+  BlasEnv user;
+  user.openblas_coretype = "Prescott";
+  const BlasStep f = pelab::plan_blas_kernels(user, {"Prescott", kDynamic, "SkylakeX"},
+                                              [] { return std::string("sgemm 5x7x3: wrong"); });
+  EXPECT_EQ(f.kind, BlasStep::Reexec);
+  EXPECT_EQ(f.set_coretype, std::optional<std::string>(""));
+  EXPECT_EQ(f.warning, "pelab: warning: OpenBLAS's Prescott kernels (OPENBLAS_CORETYPE='Prescott' "
+                       "from the environment) failed pelab's numeric self-test (sgemm 5x7x3: "
+                       "wrong); running OpenBLAS's own choice");
+  // The re-executed process (no OPENBLAS_CORETYPE) takes the decision without another test.
+  BlasEnv child;
+  child.marker = f.marker;
+  const BlasStep c = pelab::plan_blas_kernels(child, {"Haswell", kDynamic, "SkylakeX"}, no_self_test);
+  EXPECT_EQ(c.kind, BlasStep::Continue);
+  EXPECT_NE(c.note.find("failed pelab's numeric self-test"), std::string::npos) << c.note;
 }
 
 TEST(BlasKernels, NamedKernelsAreTestedAndABadNameIsOneError) {
@@ -281,12 +334,34 @@ TEST_F(BlasKernelsCli, VersionReportsTheKernelsChosenForEachSetting) {
         << autom.out;
   }
 
-  // The user's OPENBLAS_CORETYPE is kept.
+  // The user's OPENBLAS_CORETYPE is kept, self-tested.
   const auto user = version("OPENBLAS_CORETYPE=Prescott");
   ASSERT_EQ(user.rc, 0) << user.err;
-  EXPECT_NE(user.out.find("Prescott kernels; OPENBLAS_CORETYPE=Prescott from the environment, kept"),
+  EXPECT_NE(user.out.find("Prescott kernels; OPENBLAS_CORETYPE=Prescott from the environment, "
+                          "kept, passed pelab's numeric self-test"),
             std::string::npos)
       << user.out;
+  EXPECT_TRUE(user.err.empty()) << user.err;
+  // An empty or unknown one: OpenBLAS loads kernels of its choosing (this 0.3.21 its build's
+  // target, Haswell, not the Zen it picks for this CPU when unset); the line names what it loaded,
+  // tested, and one warning says so.
+  for (const std::string v : {"", "NoSuchKernels"}) {
+    const auto odd = version("OPENBLAS_CORETYPE=" + v);
+    ASSERT_EQ(odd.rc, 0) << odd.err;
+    const std::string loaded = kernels(odd.out);
+    ASSERT_FALSE(loaded.empty()) << odd.out;
+    EXPECT_NE(odd.out.find(loaded + " kernels; OPENBLAS_CORETYPE='" + v + "' from the environment "
+                           "names no kernels it loaded: " + loaded + ", which passed pelab's "
+                           "numeric self-test"),
+              std::string::npos)
+        << odd.out;
+    EXPECT_EQ(odd.err.rfind("pelab: warning: OPENBLAS_CORETYPE='" + v + "' from the environment "
+                            "names no kernels this OpenBLAS",
+                            0),
+              0u)
+        << odd.err;
+    EXPECT_EQ(odd.err.find('\n'), odd.err.size() - 1) << odd.err;
+  }
 
   // A name: OpenBLAS is loaded with those kernels and they pass the self-test (two SSE-only ones,
   // so that one differs from OpenBLAS's own choice on any x86-64 CPU).

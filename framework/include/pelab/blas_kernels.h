@@ -7,7 +7,9 @@
 // the new process checks those kernels with a numeric self-test before anything else runs and goes
 // back to OpenBLAS's own choice, saying so, if they fail it. Override: PELAB_BLAS_CORETYPE = auto
 // (the default) | keep (OpenBLAS's own choice) | a kernel name (e.g. SkylakeX); an OPENBLAS_CORETYPE
-// set by the user is always kept. docs/performance.md, "BLAS kernels".
+// set by the user is kept, but what OpenBLAS loaded for it is self-tested the same way (a failure
+// falls back to OpenBLAS's own choice) and a value it did not load (empty, unknown, or kernels this
+// CPU cannot run) is a warning naming what it loaded. docs/performance.md, "BLAS kernels".
 #pragma once
 
 #include <functional>
@@ -59,10 +61,13 @@ struct BlasStep {
   std::optional<std::string> set_coretype;  // Reexec: the OPENBLAS_CORETYPE to set ("" = unset)
   std::string marker;                       // PELAB_BLAS_SELECTION to set (Continue and Reexec)
   std::string note;                         // Continue: how the kernels were chosen
-  std::string warning;                      // printed before a Reexec that falls back
+  // Printed (stderr) before a Reexec that falls back, or on Continue with an OPENBLAS_CORETYPE that
+  // OpenBLAS did not load.
+  std::string warning;
   std::string error;                        // Error: one line, without "pelab: error: "
 };
-// `self_test` runs only in the re-executed process, on the kernels to be checked.
+// `self_test` runs only on kernels to be checked: in the re-executed process, or in this one on
+// what OpenBLAS loaded for a user's OPENBLAS_CORETYPE (once: children inherit the decision).
 BlasStep plan_blas_kernels(const BlasEnv& env, const BlasFacts& facts,
                            const std::function<std::string()>& self_test);
 

@@ -246,10 +246,12 @@ BlasStep plan_blas_kernels(const BlasEnv& e, const BlasFacts& facts,
     step.marker = done_marker(policy, coretype, note);
     return step;
   };
+  // deflt "": OpenBLAS's own choice is not known yet (the user's OPENBLAS_CORETYPE was loaded).
   auto fall_back = [&](const std::string& name, const std::string& deflt, const std::string& why) {
     step.kind = BlasStep::Reexec;
     step.set_coretype = "";
-    const std::string note = name + " kernels " + why + "; running " + own_choice(deflt);
+    const std::string note = name + " kernels " + why + "; running " +
+                             (deflt.empty() ? std::string("OpenBLAS's own choice") : own_choice(deflt));
     step.marker = done_marker(policy, "", note);
     step.warning = "pelab: warning: OpenBLAS's " + note;
     return step;
@@ -293,8 +295,25 @@ BlasStep plan_blas_kernels(const BlasEnv& e, const BlasFacts& facts,
     }
   }
   // A fresh decision.
-  if (e.openblas_coretype)
-    return done(std::string(kCoretypeVar) + "=" + coretype + " from the environment, kept");
+  if (e.openblas_coretype) {
+    // The user's choice, kept, but tested like pelab's own: OpenBLAS loads what it likes for an
+    // empty or unknown name, or one this CPU cannot run, without a word; say what it loaded.
+    const std::string set = std::string(kCoretypeVar) + "='" + coretype + "' from the environment";
+    const bool loaded = !coretype.empty() && same_name(facts.corename, coretype);
+    const std::string failed = self_test();
+    if (!failed.empty())
+      return fall_back(facts.corename, "",
+                       "(" + set + ") failed pelab's numeric self-test (" + failed + ")");
+    if (loaded)
+      return done(std::string(kCoretypeVar) + "=" + coretype +
+                  " from the environment, kept, passed pelab's numeric self-test");
+    step.warning = "pelab: warning: " + set + " names no kernels this OpenBLAS (" + facts.config +
+                   ") loaded: it loaded " + facts.corename +
+                   " instead; unset it, or name kernels it has and this CPU runs, e.g. " +
+                   kKernelExamples;
+    return done(set + " names no kernels it loaded: " + facts.corename +
+                ", which passed pelab's numeric self-test");
+  }
   if (policy == "keep") return done(std::string(kPolicyVar) + "=keep, " + own_choice(facts.corename));
   if (facts.config.find("DYNAMIC_ARCH") == std::string::npos) {
     if (named) {
@@ -332,11 +351,14 @@ void select_blas_kernels(char** argv) {
   CrashGuard guard;
   const auto guarded_test = [&]() {
     // Prepared as a fall-back would be: OPENBLAS_CORETYPE removed, the marker saying why.
+    // The kernels under test: those a re-execution tried (the marker's NAME, OpenBLAS's own being
+    // DEFAULT), or what OpenBLAS loaded for the user's OPENBLAS_CORETYPE.
     const std::vector<std::string> d = fields(e.marker.value_or(""), 4);
+    const bool tried = d.size() == 4 && d[0] == "try";
     const std::string policy = e.policy && !e.policy->empty() ? *e.policy : "auto";
-    const std::string note = (d.size() == 4 ? d[2] : std::string("?")) +
+    const std::string note = (tried ? d[2] : facts.corename) +
                              " kernels crashed in pelab's numeric self-test; running " +
-                             own_choice(d.size() == 4 ? d[3] : std::string("?"));
+                             (tried ? own_choice(d[3]) : std::string("OpenBLAS's own choice"));
     for (char** p = environ; *p != nullptr; ++p) {
       const std::string kv = *p;
       if (kv.rfind(std::string(kCoretypeVar) + "=", 0) == 0 ||
@@ -366,6 +388,7 @@ void select_blas_kernels(char** argv) {
     std::exit(2);
   }
   if (step.kind == BlasStep::Continue) {
+    if (!step.warning.empty()) std::fprintf(stderr, "%s\n", step.warning.c_str());
     ::setenv(kMarkerVar, step.marker.c_str(), 1);
     process_note() = step.note;
     return;
