@@ -158,39 +158,17 @@ fs::path fresh_dir(const std::string& name) {
                                         pelab::testing::current_test_name());
 }
 
-struct PelabRun {
-  int status = -1;  // raw waitpid status
-  std::string out, err;
-  bool exited() const { return WIFEXITED(status); }
-  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-};
+using PelabRun = pelab::testing::ChildRun;
 
 // Runs the pelab binary with `args` in `cwd`; with fsize_limit > 0 the child's RLIMIT_FSIZE is set
 // to it and SIGXFSZ ignored, so a write past the limit fails with EFBIG like one on a full disk.
 PelabRun run_pelab(const std::vector<std::string>& args, const fs::path& cwd, rlim_t fsize_limit = 0) {
-  const fs::path out = cwd / "pelab.out", err = cwd / "pelab.err";
-  const std::string bin = pelab::testing::pelab_binary();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
-    if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr))
-      ::_exit(126);
-    if (fsize_limit > 0) {
-      ::signal(SIGXFSZ, SIG_IGN);
-      struct rlimit rl {fsize_limit, fsize_limit};
-      if (::setrlimit(RLIMIT_FSIZE, &rl) != 0) ::_exit(126);
-    }
-    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  PelabRun r;
-  ::waitpid(pid, &r.status, 0);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return pelab::testing::run_pelab_child(args, cwd, [&] {
+    if (fsize_limit == 0) return true;
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl {fsize_limit, fsize_limit};
+    return ::setrlimit(RLIMIT_FSIZE, &rl) == 0;
+  });
 }
 
 // A tiny reverse run: d_model 16, one layer each side.

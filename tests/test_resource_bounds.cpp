@@ -26,14 +26,7 @@ using pelab::testing::slurp;
 
 namespace {
 
-// What a bounded pelab command did.
-struct BoundedRun {
-  int status = -1;  // raw waitpid status
-  std::string out, err;
-  double seconds = 0;
-  bool exited() const { return WIFEXITED(status); }
-  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-};
+using BoundedRun = pelab::testing::ChildRun;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitizer = true;
@@ -48,31 +41,13 @@ constexpr rlim_t kAddressSpace = rlim_t{3} << 29;
 // Runs the pelab binary with `args` in `cwd` (one OpenMP thread), its RLIMIT_AS at `as_bytes`.
 BoundedRun run_bounded(const std::vector<std::string>& args, const fs::path& cwd,
                        rlim_t as_bytes = kAddressSpace) {
-  const fs::path out = cwd / "pelab.out", err = cwd / "pelab.err";
-  const std::string bin = pelab::testing::pelab_binary();
-  const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
-    if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr))
-      ::_exit(126);
+  return pelab::testing::run_pelab_child(args, cwd, [&] {
+    ::setenv("OMP_NUM_THREADS", "1", 1);
     // (A sanitizer build reserves terabytes of shadow address space: there the bounds are checked
     // by the message and the time alone.)
     struct rlimit rl {as_bytes, as_bytes};
-    if (!kSanitizer && ::setrlimit(RLIMIT_AS, &rl) != 0) ::_exit(126);
-    ::setenv("OMP_NUM_THREADS", "1", 1);
-    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  BoundedRun r;
-  ::waitpid(pid, &r.status, 0);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+    return kSanitizer || ::setrlimit(RLIMIT_AS, &rl) == 0;
+  });
 }
 
 // One "pelab: error: ..." line holding every part of `wants`, a non-zero exit, within 10 s.

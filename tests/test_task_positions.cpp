@@ -72,6 +72,18 @@ Example find_pair(const Task& t, int64_t lo, int64_t hi, int64_t la, int64_t lb)
   return {};
 }
 
+// A decoder-only addition_reversed run over coupled IDs read by a learned table, one layer, one
+// thread, evaluated at the end only; `sets` add the lengths, sizes and steps.
+pelab::Config coupled_learned_run(const std::filesystem::path& dir, const std::string& name,
+                                  const std::vector<std::string>& sets) {
+  std::vector<std::string> base = {"task.name=addition_reversed", "task.formulation=decoder",
+                                   "task.position_ids=coupled", "model.arch=decoder",
+                                   "model.decoder_layers=1", "pe.scheme=learned",
+                                   "train.threads=1", "train.eval_every=0"};
+  base.insert(base.end(), sets.begin(), sets.end());
+  return pelab::testing::tiny_run_config(base, dir, name, {});
+}
+
 }  // namespace
 
 // Cho et al.'s format: operands most significant digit first, zero-padded to the longer one's
@@ -382,14 +394,12 @@ TEST(TaskPositions, TrainedIdsReachTheModelAndCachedDecodingIsExact) {
   const fs::path dir = fs::temp_directory_path() /
                        ("pelab_task_positions_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const pelab::Config cfg = pelab::testing::tiny_run_config(
-      {"task.name=addition_reversed", "task.formulation=decoder", "task.position_ids=coupled",
-       "task.train_max_len=3", "task.test_lengths=[3, 6]", "task.max_position_id=10",
-       "task.num_eval_examples=24", "model.arch=decoder", "model.decoder_layers=1",
-       "model.d_model=32", "model.d_ff=64", "pe.scheme=learned", "pe.max_positions=16",
+  const pelab::Config cfg = coupled_learned_run(
+      dir, "coupled",
+      {"task.train_max_len=3", "task.test_lengths=[3, 6]", "task.max_position_id=10",
+       "task.num_eval_examples=24", "model.d_model=32", "model.d_ff=64", "pe.max_positions=16",
        "train.steps=120", "train.batch_size=16", "train.lr=0.003", "train.warmup=10",
-       "train.threads=1", "train.checkpoint_every=120", "train.eval_every=0"},
-      dir, "coupled", {});
+       "train.checkpoint_every=120"});
   const pelab::TrainResult r = pelab::train(cfg, pelab::testing::quiet_train());
   ASSERT_TRUE(r.finished);
   pelab::LoadedModel lm = pelab::load_model(cfg, r.last_checkpoint);
@@ -424,14 +434,12 @@ TEST(TaskPositions, LearnedTableOverTaskIdsIsSizedByTheIdsNotTheSequence) {
   const fs::path dir = fs::temp_directory_path() /
                        ("pelab_task_ids_table_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  pelab::Config cfg = pelab::testing::tiny_run_config(
-      {"task.name=addition_reversed", "task.formulation=decoder", "task.position_ids=coupled",
-       "task.train_max_len=15", "task.test_lengths=[15]", "task.max_position_id=32",
-       "task.num_eval_examples=2", "model.arch=decoder", "model.decoder_layers=1",
-       "model.d_model=16", "model.heads=2", "model.d_ff=32", "pe.scheme=learned",
+  pelab::Config cfg = coupled_learned_run(
+      dir, "ids",
+      {"task.train_max_len=15", "task.test_lengths=[15]", "task.max_position_id=32",
+       "task.num_eval_examples=2", "model.d_model=16", "model.heads=2", "model.d_ff=32",
        "pe.max_positions=40", "train.steps=2", "train.batch_size=4", "train.warmup=0",
-       "train.threads=1", "train.checkpoint_every=2", "train.eval_every=0"},
-      dir, "ids", {});
+       "train.checkpoint_every=2"});
   {
     pelab::TaskData data(cfg);
     EXPECT_EQ(data.train_positions(), 49);

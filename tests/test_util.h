@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pelab/error.h"
 #include "train/app/cli.h"
@@ -299,6 +300,42 @@ inline int wait_at_most(pid_t pid, double seconds, double& waited) {
     }
     ::usleep(5000);
   }
+}
+
+// What the pelab binary did in a child process: its raw wait status, stdout, stderr and wall time.
+struct ChildRun {
+  int status = -1;
+  std::string out, err;
+  double seconds = 0;
+  bool exited() const { return WIFEXITED(status); }
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+// Runs the pelab binary with `args` in `cwd`, stdout and stderr into cwd/pelab.out and pelab.err;
+// `setup` runs in the child before the exec (resource limits, the environment; false: exit 126).
+inline ChildRun run_pelab_child(const std::vector<std::string>& args, const fs::path& cwd,
+                                const std::function<bool()>& setup = {}) {
+  const fs::path out = cwd / "pelab.out", err = cwd / "pelab.err";
+  const std::string bin = pelab_binary();
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr))
+      ::_exit(126);
+    if (setup && !setup()) ::_exit(126);
+    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ChildRun r;
+  ::waitpid(pid, &r.status, 0);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
 }
 
 }  // namespace pelab::testing
