@@ -333,6 +333,10 @@ void check_training_memory(const Config& cfg, int64_t vocab, int64_t train_posit
 
 // ---------------- the whole command ----------------
 
+MemoryUse training_memory_use(const Config& cfg) {
+  return Device::parse(cfg.train.device) == Device::cpu() ? MemoryUse::Train : MemoryUse::Load;
+}
+
 double RunEstimate::total(MemoryUse use) const {
   // The process itself (binary, libraries, the BLAS library's buffers): 27 MB measured for a run
   // of length 8 (docs/training.md).

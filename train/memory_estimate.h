@@ -108,6 +108,10 @@ void check_training_memory(const Config& cfg, int64_t vocab, int64_t train_posit
 // What a command does with a config: train it, evaluate it (pelab eval, compare), or only load
 // its data and model (generate, info, plot-pe, which checks its own pass).
 enum class MemoryUse { Train, Evaluate, Load };
+// What training cfg asks of the host: everything on the CPU; with train.device cuda the model,
+// its state and the passes live on the GPU, the host holding the data and the parameters
+// (MemoryUse::Load).
+MemoryUse training_memory_use(const Config& cfg);
 
 // Everything a command holds at its peak (see the top of the file).
 struct RunEstimate {

@@ -283,8 +283,7 @@ void Trainer::setup_model(const std::vector<std::string>& vocab, int64_t train_p
   // Host memory, from the config before anything is built: the data, and on the CPU the
   // parameters, training state, one micro-batch and the largest evaluation batch (CUDA keeps those
   // on the GPU); again once the data is built (a text file's lengths, the lm corpus's vocabulary).
-  const MemoryUse use =
-      Device::parse(cfg_.train.device) == Device::cpu() ? MemoryUse::Train : MemoryUse::Load;
+  const MemoryUse use = training_memory_use(cfg_);
   check_run_memory(rank_cfg, use, machine_memory_bytes());
   data_ = std::make_unique<TaskData>(rank_cfg, vocab);
   train_positions_ = train_positions > 0 ? train_positions : data_->train_positions();
@@ -917,10 +916,7 @@ TrainResult Trainer::run() {
   while (std::getline(table, line)) progress_->log_only("  " + line);
   // What this process held at its peak, next to the estimate it was admitted by.
   progress_->log_only("memory: peak resident " + gigabytes(peak_resident_bytes()) + "; estimated " +
-                      run_memory_text(cfg_, Device::parse(cfg_.train.device) == Device::cpu()
-                                                ? MemoryUse::Train
-                                                : MemoryUse::Load,
-                                      data_.get()));
+                      run_memory_text(cfg_, training_memory_use(cfg_), data_.get()));
   res.step = step_;
   res.finished = true;
   res.final_eval = std::move(results);

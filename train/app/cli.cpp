@@ -422,9 +422,7 @@ int cmd_info(const std::vector<std::string>& a, std::ostream& out) {
         << count_text(tr.eval_every, "step") << "; train.steps is the cap)\n";
   out << "run directory: " << run_directory(cfg) << "\n";
   out << "memory (estimated, docs/training.md): "
-      << run_memory_text(cfg, Device::parse(tr.device) == Device::cpu() ? MemoryUse::Train
-                                                                          : MemoryUse::Load,
-                         lm.data.get())
+      << run_memory_text(cfg, training_memory_use(cfg), lm.data.get())
       << "; this machine has " << gigabytes(machine_memory_bytes()) << "\n\n";
   out << models::model_info(*lm.model);
   if (args.has("--yaml")) out << "\n" << config_to_yaml(cfg, true);
