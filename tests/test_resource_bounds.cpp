@@ -197,6 +197,27 @@ TEST_F(ResourceBounds, HugeTrainingLengthIsRefusedBeforeTheDataIsBuilt) {
   EXPECT_FALSE(fs::exists(dir_ / "runs")) << "a refused run leaves no run directory";
 }
 
+// Item 4, through `pelab compare`: its plan built every scheme's data (a validation split of
+// task.num_eval_examples x task.train_max_len) before any estimate, so a compare config asking for
+// task.train_max_len 1e8 generated gigabytes (unlimited: 1.6 GB and 12 s for two examples) before
+// the trainer refused it, and under a small address-space limit the data check named only the data.
+// The plan now estimates each scheme's runs from the config before their data is built.
+TEST_F(ResourceBounds, CompareRefusesAHugeTrainingLengthBeforeTheDataIsBuilt) {
+  const std::string cfg = write(
+      "compare.yaml",
+      "task: {name: copy, num_symbols: 4, train_max_len: 4, test_lengths: [3, 6],\n"
+      "       num_eval_examples: 1}\n"
+      "model: {d_model: 16, heads: 2, d_ff: 32, encoder_layers: 1, decoder_layers: 1}\n"
+      "train: {steps: 2, batch_size: 4, warmup: 0, threads: 1, eval_every: 0, checkpoint_every: 2}\n"
+      "compare: {out: " + (dir_ / "cmp").string() + ", seeds: [1], schemes: [sinusoidal]}\n");
+  const BoundedRun r =
+      run_bounded({"compare", cfg, "--set", "task.train_max_len=100000000"}, dir_);
+  expect_refused(r, {"compare.schemes (sinusoidal): ", "task.train_max_len=100000000",
+                     ": training needs ", "this machine has "});
+  EXPECT_EQ(r.err.find("the generated data alone"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "cmp" / "runs")) << "a refused plan leaves no run directory";
+}
+
 // Item 6: no term for attention. A training length of 5000 passed the estimate and failed at step
 // 1 ("out of memory allocating 900480064 bytes"): the causal mask of every row, the probabilities
 // and the schemes' terms grow with B·H·L². Refused up front, naming the length and the batch.

@@ -17,6 +17,7 @@
 #include "data/batch.h"
 #include "models/pe/pe.h"
 #include "pelab/strings.h"
+#include "train/memory_estimate.h"
 #include "train/metrics.h"
 #include "train/study/compare_internal.h"
 #include "train/study/run_record.h"
@@ -281,7 +282,11 @@ std::vector<std::string> compare_row_labels(const CompareSpec& spec) {
 std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::string& out_dir) {
   std::vector<ComparePlanRun> plan;
   std::map<std::string, std::shared_ptr<TaskData>> data_cache;
-  auto data_for = [&](const Config& c) {
+  // The data of a config, estimated with what `use` of it holds before any example is generated
+  // (a scheme's runs train with it, a variant evaluates with it): a config that cannot fit is
+  // refused here, not after gigabytes of data are built.
+  auto data_for = [&](const Config& c, MemoryUse use) {
+    check_run_memory(c, use, machine_memory_bytes());
     const std::string k = task_key(c);
     auto it = data_cache.find(k);
     if (it != data_cache.end()) return it->second;
@@ -307,9 +312,11 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
     } catch (const std::exception& e) {
       throw ConfigError(spec.source + ": " + what + ": " + e.what());
     }
-    std::shared_ptr<TaskData> data = data_for(cfg);
-    // Builds the model once so that scheme settings the config rules cannot see fail now.
+    // Builds the data and the model once so that scheme settings the config rules cannot see (and
+    // sizes that cannot fit) fail now.
+    std::shared_ptr<TaskData> data;
     try {
+      data = data_for(cfg, training_memory_use(cfg));
       (void)build_model(cfg, *data);
     } catch (const std::exception& e) {
       throw ConfigError(spec.source + ": " + what + ": " + e.what());
@@ -331,7 +338,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
           for (const auto& o : v.sets)
             if (key_of(o) != key_of(set)) others.push_back(o);
           apply_overrides(probe, others);
-          vd = data_for(probe);
+          vd = data_for(probe, MemoryUse::Evaluate);
           for (const auto& t : vd->tests())
             need = std::max(need, positions_needed(t, vd->is_decoder()));
           const double f = static_cast<double>(need) / static_cast<double>(data->train_positions());
@@ -341,7 +348,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       }
       try {
         apply_overrides(vc, sets);
-        (void)build_model(vc, *data_for(vc));
+        (void)build_model(vc, *data_for(vc, MemoryUse::Evaluate));
       } catch (const std::exception& e) {
         throw ConfigError(spec.source + ": compare.variants (" + v.name + ") for scheme " + s.name +
                           ": " + e.what());
