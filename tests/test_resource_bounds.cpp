@@ -195,6 +195,13 @@ TEST_F(ResourceBounds, HugeTrainingLengthIsRefusedBeforeTheDataIsBuilt) {
   expect_refused(run_bounded({"train", cfg, "--set", "task.train_max_len=100000000"}, dir_),
                  {"task.train_max_len=100000000", ": training needs ", "this machine has "});
   EXPECT_FALSE(fs::exists(dir_ / "runs")) << "a refused run leaves no run directory";
+  // A split that fits by itself (one example: 0.8 GB of the ~1.1 GB left under the limit, as the
+  // 16 GB split did on a 25 GB machine) in a run that cannot: refused before it is generated.
+  const BoundedRun one = run_bounded({"train", cfg, "--set", "task.train_max_len=100000000",
+                                      "--set", "task.num_eval_examples=1"},
+                                     dir_);
+  expect_refused(one, {"task.train_max_len=100000000", ": training needs "});
+  EXPECT_EQ(one.err.find("the generated data alone"), std::string::npos) << one.err;
 }
 
 // Item 4, through `pelab compare`: its plan built every scheme's data (a validation split of

@@ -16,9 +16,9 @@
 #   host, libs, device, tests_cuda, memcheck, racecheck, train, bench_cuda, bench_torch, tests_rest
 # Each step has its own time limit (`timeout`), and all of them share one budget (PELAB_GPU_BUDGET
 # seconds, default 540, so the whole check fits a 10-minute session); a step that would start with
-# too little budget left is skipped and reported. OUT/summary.txt is always written; the exit status
-# is 0 only if no step failed and it was. Without a usable CUDA device it stops after the probe, printing one
-# line "gpu_check: no CUDA device: ..." (exit 1).
+# too little budget left is skipped and reported. OUT/summary.txt is always written (one that cannot
+# be written is a failure); the exit status is 0 only if no step failed. Without a usable CUDA device
+# it stops after the probe, printing one line "gpu_check: no CUDA device: ..." (exit 1).
 set -uo pipefail
 # A `cd` that finds its folder through an exported CDPATH prints the folder, and "$(cd X && pwd)"
 # would capture two lines: no cd here consults CDPATH, and none prints.
