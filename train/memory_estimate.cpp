@@ -526,7 +526,10 @@ void check_run_memory(const Config& cfg, MemoryUse use, double available, const 
     if (t.name == "textfile" && r.eval_split != "valid")
       which = "task.test_files (" + r.eval_split + ")";
     lead = "eval.batch_size=" + std::to_string(cfg.eval.batch_size) + ", " + which;
-    advice = "Reduce eval.batch_size, the evaluated lengths or eval.max_decode_len.";
+    advice = r.eval_split == "valid"
+                 ? "Reduce the training length (the validation split's), eval.batch_size or "
+                   "eval.max_decode_len."
+                 : "Reduce eval.batch_size, the evaluated lengths or eval.max_decode_len.";
   } else {
     lead = "model.d_model=" + std::to_string(cfg.model.d_model) +
            ", model.d_ff=" + std::to_string(cfg.model.d_ff) + ", model.heads=" +
