@@ -195,6 +195,10 @@ struct ConfigKey {
   // A map with fixed sub-keys (train.stop_when): each sub-key's name, type, allowed values,
   // default and doc, for the reference. Empty for every other key.
   std::vector<ConfigKey> fields;
+  // A key added after run records were published: the resolved config (config_to_yaml, and so
+  // the config digest of a run) leaves it out while it has its default, so a record made before
+  // the key existed keeps its digest (docs/experiments.md, "Run records and merging").
+  bool omitted_at_default = false;
   std::string full_name() const { return section + "." + name; }
 };
 

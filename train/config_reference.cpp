@@ -50,7 +50,11 @@ std::string config_reference_markdown(const std::vector<ConfigReferenceSection>&
     }
     const std::string def = k.default_text.empty() ? "(none)" : "`" + cell(k.default_text) + "`";
     return "| `" + k.full_name() + "` | " + config_type_name(k.type) + " | " + def + " | " +
-           cell(allowed) + " | " + cell(k.doc) + " |\n";
+           cell(allowed) + " | " + cell(k.doc) +
+           (k.omitted_at_default ? " (the resolved config lists it only when it is not the "
+                                   "default, so older runs' config digests stay valid)"
+                                 : "") +
+           " |\n";
   };
   for (const auto& sec : config_sections()) {
     md << "\n## `" << sec.first << "`\n\n" << sec.second << ".\n\n"

@@ -589,6 +589,7 @@ std::string config_to_yaml(const Config& cfg, bool with_docs) {
     em << YAML::Key << sec.first << YAML::Value << YAML::BeginMap;
     for (const auto& e : entries()) {
       if (e.key.section != sec.first) continue;
+      if (e.key.omitted_at_default && emit_text(e, cfg) == e.key.default_text) continue;
       em << YAML::Key << e.key.name << YAML::Value;
       e.emit(cfg, em);
       if (with_docs) em << YAML::Comment(e.key.doc);
