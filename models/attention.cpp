@@ -1,7 +1,10 @@
 // pelab — multi-head attention calling the four PE hooks; the attention mask builder.
 #include "models/attention.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "pelab/autograd.h"
 
 namespace pelab::models {
 
@@ -37,10 +40,32 @@ Tensor attention_mask(const Tensor& key_mask, int64_t Lq, int64_t Lk, bool causa
   return pad.defined() ? pad : cm;
 }
 
+LengthScale length_scale_from_name(const std::string& name) {
+  if (name == "off") return LengthScale::Off;
+  if (name == "log_n") return LengthScale::LogN;
+  if (name == "ssmax") return LengthScale::SSMax;
+  fail("model.attention_length_scale: unknown value '", name, "' (valid: off, log_n, ssmax)");
+}
+
+namespace {
+// log n_i per query row: n_i = the keys of row i that `blocked` leaves (at least 1), as a constant
+// [B or 1, 1, Lq or 1, 1] tensor (the shape `blocked` reduces to); log Lk everywhere when nothing
+// is blocked.
+Tensor log_key_counts(const Tensor& blocked, int64_t Lk, DType dtype, Device device) {
+  if (!blocked.defined())
+    return Tensor::full({1, 1, 1, 1}, std::log(static_cast<double>(std::max<int64_t>(Lk, 1))),
+                        dtype, device);
+  NoGradGuard ng;
+  const Tensor n = add_scalar(neg(sum(blocked, {3}, true)), static_cast<double>(Lk));
+  return log(clamp(n, 1.0, static_cast<double>(Lk)));
+}
+}  // namespace
+
 MultiHeadAttention::MultiHeadAttention(int64_t d_model_, int64_t heads_, double dropout,
-                                       bool bias, Generator& gen, DType dtype)
+                                       bool bias, Generator& gen, DType dtype,
+                                       LengthScale length_scale_)
     : d_model(d_model_), heads(heads_), head_dim(heads_ > 0 ? d_model_ / heads_ : 0),
-      dropout_p(dropout) {
+      dropout_p(dropout), length_scale(length_scale_) {
   PELAB_CHECK(heads > 0 && d_model > 0 && d_model % heads == 0,
               "MultiHeadAttention: d_model ", d_model, " must be a positive multiple of heads ", heads);
   PELAB_CHECK(dropout >= 0 && dropout < 1, "MultiHeadAttention: dropout must be in [0, 1), got ",
@@ -51,6 +76,8 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model_, int64_t heads_, double 
   k = register_module("k", std::make_shared<Linear>(d_model, d_model, gen, opt, dtype));
   v = register_module("v", std::make_shared<Linear>(d_model, d_model, gen, opt, dtype));
   o = register_module("o", std::make_shared<Linear>(d_model, d_model, gen, opt, dtype));
+  if (length_scale == LengthScale::SSMax)
+    length_scale_s = register_parameter("length_scale", Tensor::full({heads}, 1.0, dtype));
 }
 
 Tensor MultiHeadAttention::project(const Linear& lin, const Tensor& x) const {
@@ -80,18 +107,31 @@ Tensor MultiHeadAttention::attend(const Tensor& qh, const Tensor& kh, const Tens
               Lk, " keys, shared or one row per batch row (B = ", B, "); got [", site.q_pos.rows, ", ",
               site.q_pos.len, "] and [", site.k_pos.rows, ", ", site.k_pos.len, "]");
   const double scale = 1.0 / std::sqrt(double(head_dim));
+  // Length scaling: every logit of row i times f_i. The q·k and table (Shaw-K) terms are linear in
+  // q, so the queries are scaled; a score term given as a tensor is scaled itself (it is computed
+  // from the unscaled queries: CoPE's gates read q·k).
+  Tensor f;  // [B or 1, 1 or H, Lq or 1, 1]
+  if (length_scale != LengthScale::Off) {
+    f = log_key_counts(blocked, Lk, qh.dtype(), qh.device());
+    if (length_scale == LengthScale::SSMax) f = mul(reshape(length_scale_s, {1, heads, 1, 1}), f);
+  }
+  const Tensor qs = f.defined() ? mul(qh, f) : qh;
+  auto scaled = [&](const Tensor& term) {
+    return term.defined() && f.defined() ? mul(term, f) : term;
+  };
   Tensor out;  // [B, H, Lq, dh]
   const PositionalEncoding::RelativeTables rel = pe.relative_tables(site);
   if (!keep_probs && !(is_training() && dropout_p > 0) &&
       (rel.values.defined() || !pe.has_value_term(site))) {
     // nothing needs the probabilities: one fused op, the hooks' table forms inside it
-    const Tensor term = rel.keys.defined() ? Tensor() : pe.keyed_score_term(qh, kh, blocked, site);
-    out = scaled_dot_attention(qh, kh, vh, term, blocked, scale, kMaskedScore, rel.index, rel.keys,
+    const Tensor term =
+        rel.keys.defined() ? Tensor() : scaled(pe.keyed_score_term(qh, kh, blocked, site));
+    out = scaled_dot_attention(qs, kh, vh, term, blocked, scale, kMaskedScore, rel.index, rel.keys,
                                rel.values);
   } else {
-    const Tensor term = pe.keyed_score_term(qh, kh, blocked, site);
+    const Tensor term = scaled(pe.keyed_score_term(qh, kh, blocked, site));
     // q k^T / sqrt(dh), the scale applied inside the GEMM
-    Tensor scores = matmul(qh, transpose(kh, 2, 3), scale);
+    Tensor scores = matmul(qs, transpose(kh, 2, 3), scale);
     if (term.defined()) scores = add(scores, term);
     if (blocked.defined()) scores = masked_fill(scores, blocked, kMaskedScore);
     Tensor probs = softmax(scores, -1);

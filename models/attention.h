@@ -5,6 +5,7 @@
 //   s = q kᵀ / √dh + pe.keyed_score_term(q, k, blocked, site)
 //                                                        (hook 3, e.g. T5 / ALiBi / Shaw-K / CoPE;
 //                                                        default: pe.score_term(q, site))
+//   s = f · s   (model.attention_length_scale, row i: f = log n_i or s_h · log n_i; off: f = 1)
 //   s = masked_fill(s, blocked, -1e9)                    (causal and key-padding masks)
 //   p = dropout(softmax(s))
 //   out = p v + pe.value_term(p, site)                   (hook 4, e.g. Shaw-V)
@@ -23,6 +24,17 @@
 
 namespace pelab::models {
 
+// Length-scaled attention logits (model.attention_length_scale): every logit of query row i — the
+// q·k term and the scheme's score term alike — is multiplied by
+//   LogN:  f_i = log n_i             (Chiang & Cholak 2022)
+//   SSMax: f_i = s_h · log n_i       (Nakanishi 2025, "Scalable-Softmax": s_h learned per head and
+//                                     layer, parameter `length_scale` [H], initialised to 1)
+// with n_i the number of keys row i may attend (the keys its mask does not block; at least 1), so
+// the attention a key with a given logit margin gets does not fade as the sequence grows.
+enum class LengthScale { Off, LogN, SSMax };
+// "off" | "log_n" | "ssmax" (model.attention_length_scale); throws naming the key otherwise.
+LengthScale length_scale_from_name(const std::string& name);
+
 // Value written into blocked scores. Finite, so a row whose keys are all blocked gives a uniform
 // softmax instead of NaN.
 constexpr double kMaskedScore = -1e9;
@@ -38,7 +50,7 @@ Tensor attention_mask(const Tensor& key_mask, int64_t Lq, int64_t Lk, bool causa
 class MultiHeadAttention : public Module {
  public:
   MultiHeadAttention(int64_t d_model, int64_t heads, double dropout, bool bias, Generator& gen,
-                     DType dtype = DType::Float32);
+                     DType dtype = DType::Float32, LengthScale length_scale = LengthScale::Off);
 
   // KV-cache decoding: the keys and values a layer keeps between calls (LayerKV's tensors).
   //  all_k_pos set (self-attention): *k / *v hold the keys (after transform_qk) and values of the
@@ -70,7 +82,9 @@ class MultiHeadAttention : public Module {
 
   int64_t d_model, heads, head_dim;
   double dropout_p;
+  LengthScale length_scale;
   std::shared_ptr<Linear> q, k, v, o;
+  Tensor length_scale_s;  // SSMax's s_h [H] (parameter "length_scale"); undefined otherwise
 
   // When true, attend() keeps the attention probabilities of its last call (before dropout,
   // detached) in last_probs [B, H, Lq, Lk], for analysis tools.

@@ -25,6 +25,9 @@ struct ModelConfig {
   bool bias = true;                 // biases in the attention and feed-forward Linear layers
   bool tie_embeddings = false;      // one table for src/tgt embeddings and lm_head
   std::string embed_scale = "auto";  // auto: sqrt(d_model) for additive PE else 1 | sqrt_d | none
+  // off | log_n | ssmax: every attention logit of a query times log(keys it attends), learned
+  // per head for ssmax (models/attention.h, LengthScale)
+  std::string attention_length_scale = "off";
   std::string dtype = "float32";     // float32 | float64
   double init_std = 0.02;            // std of the token embeddings and of an untied lm_head
   uint64_t seed = 0;                 // parameter init (train.seed); dropout derives a generator from it

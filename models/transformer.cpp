@@ -39,6 +39,7 @@ void ModelConfig::validate() const {
   PELAB_CHECK(norm_eps > 0, "model.norm_eps: must be > 0, got ", norm_eps);
   check_one_of("model.activation", activation, {"gelu", "relu"});
   check_one_of("model.embed_scale", embed_scale, {"auto", "sqrt_d", "none"});
+  check_one_of("model.attention_length_scale", attention_length_scale, {"off", "log_n", "ssmax"});
   check_one_of("model.dtype", dtype, {"float32", "float64"});
   PELAB_CHECK(init_std >= 0 && init_std <= dtype_max(dtype_value()),
               "model.init_std: must be >= 0 and finite in model.dtype ", dtype, ", got ", init_std);
@@ -151,8 +152,10 @@ static std::vector<int64_t> row_lengths(const PositionalEncoding& pe, const Tens
 EncoderLayer::EncoderLayer(const ModelConfig& cfg, Generator& gen)
     : pre_norm(cfg.norm == "pre"), dropout_p(cfg.dropout) {
   const DType dt = cfg.dtype_value();
-  self_attn = register_module("self_attn", std::make_shared<MultiHeadAttention>(
-                                               cfg.d_model, cfg.heads, cfg.dropout, cfg.bias, gen, dt));
+  self_attn = register_module(
+      "self_attn", std::make_shared<MultiHeadAttention>(
+                       cfg.d_model, cfg.heads, cfg.dropout, cfg.bias, gen, dt,
+                       length_scale_from_name(cfg.attention_length_scale)));
   norm1 = register_module("norm1", std::make_shared<LayerNorm>(cfg.d_model, cfg.norm_eps, true, dt));
   ff = register_module("ff", std::make_shared<FeedForward>(cfg.d_model, cfg.d_ff, cfg.activation,
                                                            cfg.dropout, cfg.bias, gen, dt));
@@ -181,7 +184,8 @@ DecoderLayer::DecoderLayer(const ModelConfig& cfg, bool cross, Generator& gen)
     : pre_norm(cfg.norm == "pre"), dropout_p(cfg.dropout) {
   const DType dt = cfg.dtype_value();
   auto mha = [&] {
-    return std::make_shared<MultiHeadAttention>(cfg.d_model, cfg.heads, cfg.dropout, cfg.bias, gen, dt);
+    return std::make_shared<MultiHeadAttention>(cfg.d_model, cfg.heads, cfg.dropout, cfg.bias, gen,
+                                                dt, length_scale_from_name(cfg.attention_length_scale));
   };
   auto ln = [&] { return std::make_shared<LayerNorm>(cfg.d_model, cfg.norm_eps, true, dt); };
   self_attn = register_module("self_attn", mha());

@@ -456,10 +456,12 @@ eval: {max_decode_len: 77, best_metric: loss}
   EXPECT_EQ(pelab::load_config_string(pelab::config_to_yaml(c, true)), c);
   EXPECT_TRUE(contains(pelab::config_to_yaml(c, true), "# model width"));
 
-  // Every key of the schema appears in the output under its section.
+  // Every key of the schema appears in the output under its section (a key added after records
+  // were published only when it is not at its default: ConfigOmittedAtDefault below).
   YAML::Node root = YAML::Load(text);
   size_t n = 0;
   for (const auto& k : pelab::config_schema()) {
+    if (k.omitted_at_default) continue;
     EXPECT_TRUE(root[k.section][k.name].IsDefined()) << k.full_name();
     ++n;
   }
@@ -505,4 +507,42 @@ TEST_F(ConfigTest, ConfigMarkdownReference) {
   EXPECT_TRUE(contains(md, "| `model.dropout` | float | `0.0` | [0, 1) |"));
   EXPECT_TRUE(contains(md, "| `pe.rope_fraction` | float | `1.0` | (0, 1] |"));
   for (const auto& r : pelab::config_cross_field_rules()) EXPECT_TRUE(contains(md, "- " + r));
+}
+
+// A key added after run records were published (ConfigKey::omitted_at_default) must not change
+// the resolved config of a run that does not set it: the config digest of every published record
+// is computed from that text (train/study/compare_plan.cpp). Fault injected: emitting the key at
+// its default (as every other key) makes the first expectation fail — and every record made
+// before the key refused by --merge ("config digest ... is not that of its config.yaml").
+TEST_F(ConfigTest, ConfigOmittedAtDefault) {
+  const Config d;
+  const std::string text = pelab::config_to_yaml(d);
+  size_t flagged = 0;
+  for (const auto& k : pelab::config_schema()) {
+    if (!k.omitted_at_default) continue;
+    ++flagged;
+    EXPECT_FALSE(YAML::Load(text)[k.section][k.name].IsDefined()) << k.full_name();
+  }
+  EXPECT_GE(flagged, 1u);  // model.attention_length_scale
+  // Set to another value it is written, and reads back.
+  Config c = pelab::load_config_string("model: {attention_length_scale: ssmax}\n");
+  EXPECT_EQ(c.model.attention_length_scale, "ssmax");
+  const std::string t2 = pelab::config_to_yaml(c);
+  EXPECT_EQ(YAML::Load(t2)["model"]["attention_length_scale"].as<std::string>(), "ssmax");
+  EXPECT_EQ(pelab::load_config_string(t2), c);
+  EXPECT_NE(c, d);
+  // Written at its default in a file, it reads as the config without it: the same text.
+  EXPECT_EQ(pelab::config_to_yaml(pelab::load_config_string("model: {attention_length_scale: off}\n")),
+            text);
+  // A run config written before the key existed (every other key, this one absent) round-trips
+  // to the same text, hence the same digest.
+  EXPECT_EQ(pelab::config_to_yaml(pelab::load_config_string(text)), text);
+  // Bad values name the key.
+  try {
+    pelab::load_config_string("model: {attention_length_scale: log2}\n", "c.yaml");
+    FAIL() << "log2 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.attention_length_scale"), std::string::npos)
+        << e.what();
+  }
 }

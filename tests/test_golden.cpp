@@ -138,6 +138,19 @@ std::vector<GoldenCase> golden_cases() {
     d.embed_scale = "sqrt_d";
     add("rope_partial_interleaved_nobias_tied_decoder", d);
   }
+  // Length-scaled attention logits (model.attention_length_scale, docs/model.md §3.1): SSMax's
+  // learned per-head scale over Shaw (its K table inside the fused op, two layers: a scale per
+  // layer), and log n over ALiBi (a score term given as a tensor) with seq2seq's cross-attention
+  // and padded keys.
+  {
+    auto c = base_config("shaw", "decoder");
+    c.decoder_layers = 2;
+    c.attention_length_scale = "ssmax";
+    add("shaw_ssmax_decoder", c);
+    auto d = base_config("alibi", "seq2seq");
+    d.attention_length_scale = "log_n";
+    add("alibi_logn_seq2seq", d, 0.1);
+  }
   // Position IDs per batch row, "<scheme>_rowids_<arch>", for every scheme that accepts them and
   // both architectures (a scheme's cases depend on it alone, so adding a scheme leaves every other
   // scheme's goldens as they are: tools/make_goldens.sh --scheme).

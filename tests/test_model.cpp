@@ -289,6 +289,205 @@ TEST(ModelAttention, GradCheckEverySchemeAndSite) {
   }
 }
 
+// Length-scaled logits (model.attention_length_scale; docs/model.md §3.1): the probabilities
+// against a direct computation, softmax_j(f_i · q_i·k_j / √dh) over the keys row i may attend with
+// f_i = log n_i (log_n) or s_h · log n_i (ssmax), n_i counted from the mask (causal and key
+// padding); then float64 finite-difference gradients of every parameter (s_h included) and the
+// inputs for every scheme at every site, fused and composite paths equal. Faults this catches:
+// a scale applied to the q·k term but not to a scheme's score term (Shaw's table form is inside
+// the fused op, ALiBi/T5 give a tensor) — the paths or the direct values differ; n taken as Lk
+// instead of the unblocked keys — the causal rows' values differ; no gradient into s_h.
+TEST(ModelAttention, LengthScaledLogitsValuesAndGradients) {
+  for (LengthScale ls : {LengthScale::LogN, LengthScale::SSMax}) {
+    const std::string mode = ls == LengthScale::LogN ? "log_n" : "ssmax";
+    // Values, scheme none (no score term), causal self-attention with key padding in row 1.
+    {
+      Generator gen(3);
+      StackInfo s;
+      s.kind = StackKind::Decoder;
+      s.layers = 1;
+      s.d_model = 8;
+      s.heads = 2;
+      s.dtype = DType::Float64;
+      auto pe = make_pe(small_pe("none"), s, gen);
+      MultiHeadAttention mha(8, 2, 0.0, true, gen, DType::Float64, ls);
+      if (ls == LengthScale::SSMax) {
+        ASSERT_TRUE(mha.length_scale_s.defined());
+        EXPECT_EQ(mha.length_scale_s.to_vector(), (std::vector<double>{1.0, 1.0}));  // init
+        mha.length_scale_s.data<double>()[0] = 0.5;
+        mha.length_scale_s.data<double>()[1] = 2.0;
+      } else {
+        EXPECT_FALSE(mha.length_scale_s.defined());
+      }
+      const int64_t B = 2, L = 5, dh = 4;
+      Tensor x = randn({B, L, 8}, gen);
+      std::vector<double> km(B * L, 1.0);
+      km[B * L - 1] = km[B * L - 2] = 0.0;  // row 1: the last two keys are padding
+      Tensor blocked = attention_mask(mask_from(km, B, L), L, L, true, DType::Float64, Device::cpu());
+      std::vector<int64_t> pos = {0, 1, 2, 3, 4};
+      AttnSite site = pelab::testing::site_of(AttnKind::DecoderSelf, pos, pos, true);
+      mha.keep_probs = true;
+      NoGradGuard ng;
+      mha.forward(x, x, blocked, *pe, site, gen);
+      const std::vector<double> p = mha.last_probs.to_vector();  // [B, H, L, L]
+      const std::vector<double> q = mha.project(*mha.q, x).contiguous().to_vector();
+      const std::vector<double> k = mha.project(*mha.k, x).contiguous().to_vector();
+      const std::vector<double> sh = ls == LengthScale::SSMax ? std::vector<double>{0.5, 2.0}
+                                                              : std::vector<double>{1.0, 1.0};
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t i = 0; i < L; ++i) {
+            std::vector<int64_t> keys;
+            for (int64_t j = 0; j <= i; ++j)
+              if (km[b * L + j] != 0) keys.push_back(j);
+            const double f = sh[h] * std::log(static_cast<double>(std::max<size_t>(keys.size(), 1)));
+            std::vector<double> logit(L, -1e300);
+            double mx = -1e300, z = 0;
+            for (int64_t j : keys) {
+              double dot = 0;
+              for (int64_t d = 0; d < dh; ++d)
+                dot += q[((b * 2 + h) * L + i) * dh + d] * k[((b * 2 + h) * L + j) * dh + d];
+              logit[j] = f * dot / 2.0;  // √dh = 2
+              mx = std::max(mx, logit[j]);
+            }
+            for (int64_t j : keys) z += std::exp(logit[j] - mx);
+            for (int64_t j = 0; j < L; ++j) {
+              const double want =
+                  std::find(keys.begin(), keys.end(), j) != keys.end() ? std::exp(logit[j] - mx) / z : 0.0;
+              if (keys.empty()) continue;  // row 1's padding queries: nothing to compare
+              EXPECT_NEAR(p[((b * 2 + h) * L + i) * L + j], want, 1e-12)
+                  << mode << " b" << b << " h" << h << " i" << i << " j" << j;
+            }
+          }
+    }
+    // Gradients and fused = composite, every scheme and site.
+    for (const auto& scheme : pe_names()) {
+      for (AttnKind kind : {AttnKind::EncoderSelf, AttnKind::DecoderSelf, AttnKind::Cross}) {
+        const std::string label = mode + " " + scheme +
+                                  (kind == AttnKind::EncoderSelf   ? " enc-self"
+                                   : kind == AttnKind::DecoderSelf ? " dec-self"
+                                                                   : " cross");
+        Generator gen(13);
+        StackInfo s;
+        s.kind = kind == AttnKind::EncoderSelf ? StackKind::Encoder : StackKind::Decoder;
+        s.layers = 2;
+        s.d_model = 8;
+        s.heads = 2;
+        s.dtype = DType::Float64;
+        auto pe = make_pe(small_pe(scheme), s, gen);
+        MultiHeadAttention mha(8, 2, 0.0, true, gen, DType::Float64, ls);
+        if (ls == LengthScale::SSMax) {  // away from 1, different per head
+          mha.length_scale_s.data<double>()[0] = 0.7;
+          mha.length_scale_s.data<double>()[1] = 1.3;
+        }
+        const int64_t B = 2, Lq = 5, Lk = kind == AttnKind::Cross ? 7 : 5;
+        Tensor xq = randn({B, Lq, 8}, gen).set_requires_grad(true);
+        Tensor xk = randn({B, Lk, 8}, gen).set_requires_grad(true);
+        Tensor w = randn({B, Lq, 8}, gen);
+        std::vector<int64_t> qpos, kpos;
+        for (int64_t i = 0; i < Lq; ++i) qpos.push_back(3 + i);
+        for (int64_t i = 0; i < Lk; ++i) kpos.push_back(3 + i);
+        std::vector<double> km(B * Lk, 1.0);
+        km[B * Lk - 1] = 0.0;  // padding in row 1 at every site
+        const bool causal = kind == AttnKind::DecoderSelf;
+        Tensor blocked =
+            attention_mask(mask_from(km, B, Lk), Lq, Lk, causal, DType::Float64, Device::cpu());
+        AttnSite site = pelab::testing::site_of(kind, qpos, kpos, causal, 1);
+        auto loss = [&] {
+          Tensor q_in = pe->embed(xq, qpos);
+          Tensor k_in = kind == AttnKind::Cross ? xk : q_in;
+          return sum(mul(mha.forward(q_in, k_in, blocked, *pe, site, gen), w));
+        };
+        std::vector<GradTarget> targets = model_targets(mha);
+        for (const auto& nt : pe->named_parameters()) targets.push_back({"pe." + nt.first, nt.second});
+        targets.push_back({"xq", xq});
+        if (kind == AttnKind::Cross) targets.push_back({"xk", xk});
+        grad_check(loss, targets, label, 4, 2);
+        if (ls == LengthScale::SSMax) {
+          mha.length_scale_s.zero_grad();
+          loss().backward();
+          ASSERT_TRUE(mha.length_scale_s.grad().defined()) << label;
+          for (double g : mha.length_scale_s.grad().to_vector()) EXPECT_NE(g, 0.0) << label;
+        }
+        std::vector<double> path_loss(2);
+        std::vector<std::vector<double>> path_grads[2];
+        for (int path = 0; path < 2; ++path) {
+          mha.keep_probs = path == 1;
+          for (auto g : targets) g.t.zero_grad();
+          Tensor l = loss();
+          l.backward();
+          path_loss[path] = l.item();
+          for (const auto& g : targets)
+            path_grads[path].push_back(g.t.grad().defined() ? g.t.grad().to_vector()
+                                                            : std::vector<double>{});
+        }
+        mha.keep_probs = false;
+        EXPECT_NEAR(path_loss[0], path_loss[1], 1e-12 * (1 + std::fabs(path_loss[1]))) << label;
+        for (size_t i = 0; i < targets.size(); ++i) {
+          ASSERT_EQ(path_grads[0][i].size(), path_grads[1][i].size()) << label;
+          for (size_t j = 0; j < path_grads[0][i].size(); ++j)
+            ASSERT_NEAR(path_grads[0][i][j], path_grads[1][i][j], 1e-11)
+                << label << ": fused vs composite gradient of " << targets[i].name << " at " << j;
+        }
+      }
+    }
+  }
+}
+
+// The option in whole models: a tiny model's gradients (ssmax: every layer's s_h is a parameter
+// named ...self_attn.length_scale), and KV-cache decoding equal to the full forward — the cached
+// step counts its keys from the cache's mask as the full forward does from the causal mask.
+TEST(ModelTransformer, LengthScaledAttentionInWholeModels) {
+  for (const std::string mode : {"log_n", "ssmax"}) {
+    for (const std::string arch : {"seq2seq", "decoder"}) {
+      for (const std::string scheme : {"shaw", "alibi", "rope"}) {
+        ModelConfig c = tiny_model(arch, scheme);
+        c.attention_length_scale = mode;
+        Transformer m(c);
+        if (mode == "ssmax") {
+          EXPECT_EQ(m.parameter("decoder.layers.0.self_attn.length_scale").shape(), (Shape{2}));
+        } else {
+          EXPECT_THROW(m.parameter("decoder.layers.0.self_attn.length_scale"), Error);
+        }
+        Generator gen(5);
+        Batch b = make_batch(c.vocab, gen);
+        auto loss = [&] {
+          Tensor logits = arch == "seq2seq" ? m.forward_seq2seq(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+                                            : m.forward_decoder(b.tgt_in, b.tgt_mask);
+          return cross_entropy(logits, b.tgt_out);
+        };
+        grad_check(loss, model_targets(m), mode + " " + scheme + " " + arch, 3, 1);
+        m.eval();
+        Generator g2(51);
+        Tensor src = random_ids(2, 6, 11, g2), tgt = random_ids(2, 7, 11, g2);
+        Tensor src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 6);
+        NoGradGuard ng;
+        Tensor full;
+        DecoderCache cache;
+        if (arch == "seq2seq") {
+          Tensor mem = m.encode(src, src_mask);
+          full = m.decode(tgt, Tensor(), mem, src_mask);
+          cache = m.start_cache(mem, src_mask);
+        } else {
+          full = m.forward_decoder(tgt, Tensor());
+          cache = m.start_cache(2);
+        }
+        std::vector<Tensor> parts;
+        for (auto [a, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 4}, {4, 7}})
+          parts.push_back(m.decode_step(cache, slice(tgt, 1, a, e).contiguous()));
+        EXPECT_LE(max_abs_diff(concat(parts, 1), full), 1e-10) << mode << " " << scheme << " " << arch;
+        // and the option changes the outputs (it is not silently off)
+        ModelConfig plain = c;
+        plain.attention_length_scale = "off";
+        Transformer mp(plain);
+        Tensor other = arch == "seq2seq" ? mp.decode(tgt, Tensor(), mp.encode(src, src_mask), src_mask)
+                                         : mp.forward_decoder(tgt, Tensor());
+        EXPECT_GT(max_abs_diff(other, full), 1e-6) << mode << " " << scheme << " " << arch;
+      }
+    }
+  }
+}
+
 TEST(ModelTransformer, GradCheckTinyModelsEveryScheme) {
   for (const auto& scheme : pe_names()) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
@@ -607,6 +806,7 @@ TEST(ModelConfigTest, ValidateNamesTheKey) {
       {[](ModelConfig& c) { c.norm_eps = 0; }, "model.norm_eps"},
       {[](ModelConfig& c) { c.activation = "swish"; }, "model.activation"},
       {[](ModelConfig& c) { c.embed_scale = "big"; }, "model.embed_scale"},
+      {[](ModelConfig& c) { c.attention_length_scale = "log2"; }, "model.attention_length_scale"},
       {[](ModelConfig& c) { c.dtype = "int64"; }, "model.dtype"},
       {[](ModelConfig& c) { c.init_std = -1; }, "model.init_std"},
       {[](ModelConfig& c) { c.pe.scheme = "bogus"; }, "pe.scheme"},

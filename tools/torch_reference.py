@@ -61,6 +61,9 @@ class Cfg:
         self.bias = as_bool(m["bias"])
         self.tie = as_bool(m["tie_embeddings"])
         self.embed_scale = m["embed_scale"]
+        # absent from a resolved config while it is "off" (docs/model.md §3.1)
+        self.length_scale = m.get("attention_length_scale", "off")
+        assert self.length_scale in ("off", "log_n", "ssmax"), self.length_scale
         self.pe = p
         self.scheme = p["scheme"]
         assert self.d_model % self.heads == 0
@@ -538,6 +541,13 @@ class Model:
         st = pe.keyed_score_term(q, k, blocked, site)
         if st is not None:
             a = a + st
+        if c.length_scale != "off":  # every logit of row i times log n_i (ssmax: s_h log n_i),
+            # n_i = the keys the row may attend, at least 1 (Chiang & Cholak 2022; Nakanishi 2025)
+            n = (~blocked).sum(-1, keepdim=True).clamp(min=1).to(a.dtype)  # [B, 1, Lq, 1]
+            f = torch.log(n)
+            if c.length_scale == "ssmax":
+                f = self.P[name + ".length_scale"].reshape(1, c.heads, 1, 1) * f
+            a = a * f
         a = a.masked_fill(blocked, -1e9)
         p = torch.softmax(a, dim=-1)
         o = p @ v

@@ -238,6 +238,12 @@ std::vector<Entry> build_entries() {
   model("embed_scale", &ModelConfig::embed_scale, "auto|sqrt_d|none",
         "token embedding multiplier; auto = sqrt(d_model) for additive schemes (sinusoidal, "
         "learned), else 1");
+  model("attention_length_scale", &ModelConfig::attention_length_scale, "off|log_n|ssmax",
+        "length-scaled attention logits: every logit of a query (q.k and the scheme's score "
+        "term) times log n, n the keys it attends (log_n, Chiang & Cholak 2022), or times "
+        "s*log n with s learned per head and layer, initialised to 1 (ssmax, Nakanishi 2025); "
+        "off = plain softmax attention");
+  v.back().key.omitted_at_default = true;  // added after records were published
   model("dtype", &ModelConfig::dtype, "float32|float64",
         "parameter and activation dtype (float64 for gradient checks)");
   model("init_std", &ModelConfig::init_std, "(0, inf)", "std of the normal weight init");
