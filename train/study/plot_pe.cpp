@@ -536,12 +536,22 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const PlotPe
   const data::Vocab& vocab = data.vocab();
   std::vector<int64_t> src;
   std::string used = input;
+  // Position IDs from the task (task.position_ids, task.index_hints: the example carries them) are
+  // the positions the model was trained and evaluated on; 0..L-1 would draw another model's
+  // attention. They come with the task's examples, so --input (a bare text) is refused then.
+  const data::Example* task_ex = nullptr;
   if (!input.empty()) {
+    PELAB_CHECK(cfg.task.position_ids == "sequential" && cfg.task.index_hints == 0,
+                "plot-pe: --input cannot be used with a run whose task gives the positions "
+                "(task.position_ids ", cfg.task.position_ids, ", task.index_hints ",
+                cfg.task.index_hints, "): the IDs come with the task's examples; leave --input "
+                "out to draw the first example of the run's longest test length");
     src = data.encode_line(input);
   } else if (!data.is_lm()) {
     const EvalSet* set = data.tests().empty() ? &data.valid() : &data.tests().back();
     PELAB_CHECK(!set->examples.empty(), "plot-pe: the run has no test examples; pass --input");
     src = set->examples.front().src;
+    if (!set->examples.front().src_pos.empty()) task_ex = &set->examples.front();
     used = data.render(src);
   } else {
     const EvalSet& set = data.valid();
@@ -620,17 +630,32 @@ void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const PlotPe
       budget = std::min<int64_t>(budget, max_pos - static_cast<int64_t>(seq.size()));
     PELAB_CHECK(budget > 0, "plot-pe: the input is too long for ", max_pos_name, " ",
                 max_pos);
-    models::GreedyResult g = models::greedy_decode(model, {seq}, budget);
+    models::GreedyPositions gp;
+    if (task_ex) {
+      budget = static_cast<int64_t>(task_ex->tgt.size()) + 1;  // the answer and its eos
+      gp.tgt = models::Positions(data::decoder_position_ids(*task_ex, budget));
+    }
+    models::GreedyResult g = models::greedy_decode(model, {seq}, budget, true, {},
+                                                   task_ex ? &gp : nullptr);
     for (int64_t t : g.tokens[0]) seq.push_back(t);
     out_text = data.render(g.tokens[0]);
   }
-  PELAB_CHECK(!limited || static_cast<int64_t>(seq.size()) <= max_pos,
+  PELAB_CHECK(!limited || task_ex || static_cast<int64_t>(seq.size()) <= max_pos,
               "plot-pe: the sequence needs ", seq.size(), " positions > ", max_pos_name, " ",
               max_pos);
   for (int64_t id : seq) ttok.push_back(token_label(vocab, id));
   check_attention_maps(cfg, opt, 0, static_cast<int64_t>(seq.size()), what);
   keep(true);
-  (void)model.forward_decoder(ids_tensor(seq, 1, static_cast<int64_t>(seq.size()), dev), Tensor());
+  {
+    models::Positions pos;
+    if (task_ex) {
+      std::vector<int64_t> ids = data::decoder_position_ids(
+          *task_ex, static_cast<int64_t>(seq.size()) - static_cast<int64_t>(task_ex->src_pos.size()));
+      pos = models::Positions(std::move(ids));
+    }
+    (void)model.forward_decoder(ids_tensor(seq, 1, static_cast<int64_t>(seq.size()), dev), Tensor(),
+                                task_ex ? &pos : nullptr);
+  }
   keep(false);
   for (size_t i = 0; i < model.decoder->layers->size(); ++i)
     attention_picture(p, "attention_decoder_self_layer" + std::to_string(i),
