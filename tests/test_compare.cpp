@@ -640,22 +640,9 @@ TEST_F(CompareTest, PlotPeFromTrainedRun) {
   for (const char* f : {"attention_encoder_self_layer0.csv", "attention_decoder_self_layer0.csv",
                         "attention_decoder_cross_layer0.csv"}) {
     ASSERT_TRUE(fs::exists(dir_ / "pe" / f)) << f;
-    std::ifstream in(dir_ / "pe" / f);
-    std::string line;
-    std::getline(in, line);
-    EXPECT_EQ(line, "head,query,key,query_token,key_token,probability");
     std::map<std::pair<int, int>, double> sums;
-    while (std::getline(in, line)) {
-      std::stringstream ss(line);
-      std::string h, q, k, qt, kt, p;
-      std::getline(ss, h, ',');
-      std::getline(ss, q, ',');
-      std::getline(ss, k, ',');
-      std::getline(ss, qt, ',');
-      std::getline(ss, kt, ',');
-      std::getline(ss, p, ',');
-      sums[{std::stoi(h), std::stoi(q)}] += std::stod(p);
-    }
+    for (const auto& [hqk, p] : pelab::testing::read_attention_csv(dir_ / "pe" / f))
+      sums[{std::get<0>(hqk), std::get<1>(hqk)}] += p;
     EXPECT_EQ(sums.size() % 2, 0u);  // 2 heads
     for (const auto& [key, s] : sums) EXPECT_NEAR(s, 1.0, 1e-5) << f;
   }

@@ -128,6 +128,42 @@ Batch make_batch(int64_t vocab, Generator& gen) {
   return b;
 }
 
+
+// One decoding input (seed 51): 2 rows, a source of 6 tokens (the second row's last two padded)
+// and a target of 7.
+struct DecodingInput {
+  Tensor src, src_mask, tgt;
+};
+DecodingInput decoding_input() {
+  Generator gen(51);
+  DecodingInput in;
+  in.src = random_ids(2, 6, 11, gen);
+  in.tgt = random_ids(2, 7, 11, gen);
+  in.src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 6);
+  return in;
+}
+
+// The decoder's output for it, whole, as training computes it.
+Tensor decode_whole(Transformer& m, const std::string& arch, const DecodingInput& in) {
+  NoGradGuard ng;
+  return arch == "seq2seq" ? m.decode(in.tgt, Tensor(), m.encode(in.src, in.src_mask), in.src_mask)
+                           : m.forward_decoder(in.tgt, Tensor());
+}
+
+// The same through the KV cache, in steps of 3, 1 and 3 tokens (the cache's offset checked after
+// each).
+Tensor decode_cached(Transformer& m, const std::string& arch, const DecodingInput& in) {
+  NoGradGuard ng;
+  DecoderCache cache =
+      arch == "seq2seq" ? m.start_cache(m.encode(in.src, in.src_mask), in.src_mask) : m.start_cache(2);
+  std::vector<Tensor> parts;
+  for (auto [a, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 4}, {4, 7}}) {
+    parts.push_back(m.decode_step(cache, slice(in.tgt, 1, a, e).contiguous()));
+    EXPECT_EQ(cache.offset(), e);
+  }
+  return concat(parts, 1);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -458,30 +494,15 @@ TEST(ModelTransformer, LengthScaledAttentionInWholeModels) {
         };
         grad_check(loss, model_targets(m), mode + " " + scheme + " " + arch, 3, 1);
         m.eval();
-        Generator g2(51);
-        Tensor src = random_ids(2, 6, 11, g2), tgt = random_ids(2, 7, 11, g2);
-        Tensor src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 6);
-        NoGradGuard ng;
-        Tensor full;
-        DecoderCache cache;
-        if (arch == "seq2seq") {
-          Tensor mem = m.encode(src, src_mask);
-          full = m.decode(tgt, Tensor(), mem, src_mask);
-          cache = m.start_cache(mem, src_mask);
-        } else {
-          full = m.forward_decoder(tgt, Tensor());
-          cache = m.start_cache(2);
-        }
-        std::vector<Tensor> parts;
-        for (auto [a, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 4}, {4, 7}})
-          parts.push_back(m.decode_step(cache, slice(tgt, 1, a, e).contiguous()));
-        EXPECT_LE(max_abs_diff(concat(parts, 1), full), 1e-10) << mode << " " << scheme << " " << arch;
+        const DecodingInput in = decoding_input();
+        const Tensor full = decode_whole(m, arch, in);
+        EXPECT_LE(max_abs_diff(decode_cached(m, arch, in), full), 1e-10)
+            << mode << " " << scheme << " " << arch;
         // and the option changes the outputs (it is not silently off)
         ModelConfig plain = c;
         plain.attention_length_scale = "off";
         Transformer mp(plain);
-        Tensor other = arch == "seq2seq" ? mp.decode(tgt, Tensor(), mp.encode(src, src_mask), src_mask)
-                                         : mp.forward_decoder(tgt, Tensor());
+        const Tensor other = decode_whole(mp, arch, in);
         EXPECT_GT(max_abs_diff(other, full), 1e-6) << mode << " " << scheme << " " << arch;
       }
     }
@@ -608,27 +629,9 @@ TEST(ModelDecoding, CachedStepsMatchTheFullForwardEveryScheme) {
     for (const std::string arch : {"seq2seq", "decoder"}) {
       Transformer m(tiny_model(arch, scheme));
       m.eval();
-      Generator gen(51);
-      Tensor src = random_ids(2, 6, 11, gen), tgt = random_ids(2, 7, 11, gen);
-      Tensor src_mask = mask_from({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 2, 6);
-      NoGradGuard ng;
-      Tensor full;
-      DecoderCache cache;
-      if (arch == "seq2seq") {
-        Tensor mem = m.encode(src, src_mask);
-        full = m.decode(tgt, Tensor(), mem, src_mask);
-        cache = m.start_cache(mem, src_mask);
-      } else {
-        full = m.forward_decoder(tgt, Tensor());
-        cache = m.start_cache(2);
-      }
-      // Steps of 3, 1 and 3 tokens.
-      std::vector<Tensor> parts;
-      for (auto [a, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 4}, {4, 7}}) {
-        parts.push_back(m.decode_step(cache, slice(tgt, 1, a, e).contiguous()));
-        EXPECT_EQ(cache.offset(), e);
-      }
-      EXPECT_LE(max_abs_diff(concat(parts, 1), full), 1e-10) << scheme << " " << arch;
+      const DecodingInput in = decoding_input();
+      EXPECT_LE(max_abs_diff(decode_cached(m, arch, in), decode_whole(m, arch, in)), 1e-10)
+          << scheme << " " << arch;
     }
   }
 }

@@ -35,27 +35,6 @@ class PlotPeTaskIds : public pelab::testing::TempDirTest {
   PlotPeTaskIds() : TempDirTest("pelab_plot_pe_task_ids") {}
 };
 
-// probability[(head, query, key)] of an attention CSV.
-std::map<std::tuple<int, int, int>, double> read_attention(const fs::path& f) {
-  std::map<std::tuple<int, int, int>, double> out;
-  std::ifstream in(f);
-  std::string line;
-  std::getline(in, line);
-  EXPECT_EQ(line, "head,query,key,query_token,key_token,probability");
-  while (std::getline(in, line)) {
-    std::stringstream ss(line);
-    std::string h, q, k, qt, kt, p;
-    std::getline(ss, h, ',');
-    std::getline(ss, q, ',');
-    std::getline(ss, k, ',');
-    std::getline(ss, qt, ',');
-    std::getline(ss, kt, ',');
-    std::getline(ss, p, ',');
-    out[{std::stoi(h), std::stoi(q), std::stoi(k)}] = std::stod(p);
-  }
-  return out;
-}
-
 TEST_F(PlotPeTaskIds, DecoderAttentionMapsUseTheTasksPositionIds) {
   const Config cfg = pelab::testing::tiny_run_config(
       {"task.name=addition_reversed", "task.formulation=decoder", "task.train_max_len=3",
@@ -74,7 +53,8 @@ TEST_F(PlotPeTaskIds, DecoderAttentionMapsUseTheTasksPositionIds) {
   o.run_only = true;
   o.plots = false;
   plot_pe(o);
-  const auto drawn = read_attention(dir_ / "pe" / "attention_decoder_self_layer0.csv");
+  const auto drawn =
+      pelab::testing::read_attention_csv(dir_ / "pe" / "attention_decoder_self_layer0.csv");
   ASSERT_FALSE(drawn.empty());
 
   // The same model on the first example of the longest test length (the one plot-pe draws),

@@ -18,6 +18,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,28 @@ inline std::map<std::string, std::string> file_tree(const fs::path& dir) {
 }
 
 // `s` as one single-quoted /bin/sh word.
+// probability[(head, query, key)] of a plot-pe attention-map CSV
+// (head,query,key,query_token,key_token,probability), its header checked.
+inline std::map<std::tuple<int, int, int>, double> read_attention_csv(const fs::path& f) {
+  std::map<std::tuple<int, int, int>, double> out;
+  std::ifstream in(f);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "head,query,key,query_token,key_token,probability") << f;
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string h, q, k, qt, kt, p;
+    std::getline(ss, h, ',');
+    std::getline(ss, q, ',');
+    std::getline(ss, k, ',');
+    std::getline(ss, qt, ',');
+    std::getline(ss, kt, ',');
+    std::getline(ss, p, ',');
+    out[{std::stoi(h), std::stoi(q), std::stoi(k)}] = std::stod(p);
+  }
+  return out;
+}
+
 inline std::string quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
