@@ -16,14 +16,13 @@ Tensor attention_mask(const Tensor& key_mask, int64_t Lq, int64_t Lk, bool causa
   if (key_mask.defined()) {
     PELAB_CHECK(key_mask.dim() == 2 && key_mask.size(1) == Lk,
                 "attention_mask: key mask must be [B, ", Lk, "], got ", shape_str(key_mask.shape()));
-    const std::vector<double> m = key_mask.to_vector();
-    std::vector<double> blocked(m.size());
-    bool any = false;
-    for (size_t i = 0; i < m.size(); ++i) {
-      blocked[i] = m[i] == 0.0 ? 1.0 : 0.0;
-      any |= m[i] == 0.0;
-    }
-    if (any) pad = Tensor::from_vector(blocked, {key_mask.size(0), 1, 1, Lk}, dtype, device);
+    // Computed where the mask is (a device op, no read back): every query row of a batch row
+    // then carries the same blocked keys, also where none is blocked (a padding-free batch masks
+    // nothing, with the same result).
+    Tensor km = key_mask.device() == device ? key_mask : key_mask.to(device);
+    pad = eq(km, Tensor::zeros({1}, km.dtype(), device));
+    if (pad.dtype() != dtype) pad = pad.to(dtype);
+    pad = reshape(pad, {key_mask.size(0), 1, 1, Lk});
   }
   Tensor cm;  // [1, 1, Lq, Lk]
   if (causal && Lq > 0) {

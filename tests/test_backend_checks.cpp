@@ -143,20 +143,40 @@ TEST(BackendChecks, LayerNorm) {
 }
 
 TEST(BackendChecks, CrossEntropy) {
-  expect_error([] { cpu().cross_entropy(v(f32({2})), v(f32({2})), v(f32({2, 3})), v(i64({2})), 2, 0, -100, 0.0); },
+  // loss (one element of the logits' dtype) and count (one float64) come first
+  auto fwd = [](const Tensor& loss, const Tensor& count, const Tensor& rows, const Tensor& lse,
+                const Tensor& logits, const Tensor& targets, int64_t C) {
+    cpu().cross_entropy(v(loss), v(count), v(rows), v(lse), v(logits), v(targets), 2, C, -100, 0.0);
+  };
+  auto bwd = [](const Tensor& grad, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                int64_t C, const Tensor& g, const Tensor& count) {
+    cpu().cross_entropy_backward(v(grad), v(logits), v(lse), v(targets), 2, C, -100, 0.0, v(g),
+                                 v(count));
+  };
+  expect_error([&] { fwd(f32({1}), f64({1}), f32({2}), f32({2}), f32({2, 3}), i64({2}), 0); },
                "cross_entropy: number of classes must be positive, got 0");
-  expect_error([] { cpu().cross_entropy(v(f32({2})), v(f32({2})), v(f32({2, 3})), v(f32({2})), 2, 3, -100, 0.0); },
+  expect_error([&] { fwd(f32({1}), f64({1}), f32({2}), f32({2}), f32({2, 3}), f32({2}), 3); },
                "cross_entropy: targets has dtype float32, expected int64");
-  expect_error([] { cpu().cross_entropy(v(f32({2})), v(f64({2})), v(f32({2, 3})), v(i64({2})), 2, 3, -100, 0.0); },
+  expect_error([&] { fwd(f32({1}), f64({1}), f32({2}), f64({2}), f32({2, 3}), i64({2}), 3); },
                "cross_entropy: lse has dtype float64, expected float32");
-  expect_error([] { cpu().cross_entropy_backward(v(f32({2, 3})), v(f32({2, 3})), v(f32({2})), v(i64({2})), 2, -1, -100, 0.0, 1.0); },
+  expect_error([&] { fwd(f64({1}), f64({1}), f32({2}), f32({2}), f32({2, 3}), i64({2}), 3); },
+               "cross_entropy: loss has dtype float64, expected float32");
+  expect_error([&] { fwd(f32({1}), f32({1}), f32({2}), f32({2}), f32({2, 3}), i64({2}), 3); },
+               "cross_entropy: count has dtype float32, expected float64");
+  expect_error([&] { fwd(f32({2}), f64({1}), f32({2}), f32({2}), f32({2, 3}), i64({2}), 3); },
+               "cross_entropy: loss [2] should hold 1 elements");
+  expect_error([&] { bwd(f32({2, 3}), f32({2, 3}), f32({2}), i64({2}), -1, f32({1}), f64({1})); },
                "cross_entropy_backward: number of classes must be positive, got -1");
-  expect_error([] { cpu().cross_entropy_backward(v(f32({2, 2})), v(f32({2, 3})), v(f32({2})), v(i64({2})), 2, 3, -100, 0.0, 1.0); },
+  expect_error([&] { bwd(f32({2, 2}), f32({2, 3}), f32({2}), i64({2}), 3, f32({1}), f64({1})); },
                "cross_entropy_backward: grad_logits [2, 2] should hold 6 elements");
-  expect_error([] { cpu().cross_entropy_backward(v(f32({2, 3})), v(f32({2, 3})), v(f32({2})), v(f32({2})), 2, 3, -100, 0.0, 1.0); },
+  expect_error([&] { bwd(f32({2, 3}), f32({2, 3}), f32({2}), f32({2}), 3, f32({1}), f64({1})); },
                "cross_entropy_backward: targets has dtype float32, expected int64");
+  expect_error([&] { bwd(f32({2, 3}), f32({2, 3}), f32({2}), i64({2}), 3, f64({1}), f64({1})); },
+               "cross_entropy_backward: grad_loss has dtype float64, expected float32");
+  expect_error([&] { bwd(f32({2, 3}), f32({2, 3}), f32({2}), i64({2}), 3, f32({1}), i64({1})); },
+               "cross_entropy_backward: count has dtype int64, expected float64");
   const Tensor targets = Tensor::from_ints({1, 7}, {2});
-  expect_error([&] { cpu().cross_entropy(v(f32({2})), v(f32({2})), v(f32({2, 3})), v(targets), 2, 3, -100, 0.0); },
+  expect_error([&] { fwd(f32({1}), f64({1}), f32({2}), f32({2}), f32({2, 3}), targets, 3); },
                "cross_entropy: target 7 at row 1 is out of range [0, 3) and is not ignore_index (-100)");
 }
 

@@ -610,12 +610,16 @@ TEST(CpuBackendNN, CrossEntropySmoothingIgnoreMatchesNaive) {
   auto logits = randv(R * C, 61, -4, 4);
   std::vector<int64_t> t = {3, ignore, 0, 10, 7, ignore};
   std::vector<double> loss(R, 9), lse(R), grad(R * C, 9);
+  double mean = 9, count = 9, g = 1.0;  // scale = g / count = 1 / 4
   View lv = mk(logits.data(), DType::Float64, {R, C});
   View tv = mk(t.data(), DType::Int64, {R});
-  be.cross_entropy(mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}), lv,
-                   tv, R, C, ignore, s);
+  View mv = mk(&mean, DType::Float64, {1}), cv = mk(&count, DType::Float64, {1});
+  View gv = mk(&g, DType::Float64, {1});
+  be.cross_entropy(mv, cv, mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}),
+                   lv, tv, R, C, ignore, s);
+  EXPECT_EQ(count, 4.0) << "the rows whose target is not ignore_index";
   be.cross_entropy_backward(mk(grad.data(), DType::Float64, {R, C}), lv,
-                            mk(lse.data(), DType::Float64, {R}), tv, R, C, ignore, s, scale);
+                            mk(lse.data(), DType::Float64, {R}), tv, R, C, ignore, s, gv, cv);
   for (int64_t r = 0; r < R; ++r) {
     double se = 0;
     for (int64_t c = 0; c < C; ++c) se += std::exp(logits[r * C + c]);
@@ -634,11 +638,15 @@ TEST(CpuBackendNN, CrossEntropySmoothingIgnoreMatchesNaive) {
     }
     EXPECT_NEAR(loss[r], ref, 1e-12);
   }
+  // the mean over the kept rows: their sum (in row order here: one block) times 1 / count
+  double sum = 0;
+  for (int64_t r = 0; r < R; ++r) sum += loss[r];
+  EXPECT_EQ(mean, sum * (1.0 / 4.0));
   // a target outside [0, C) that is not ignore_index throws, naming the op, row and value
   t[4] = C;
   try {
-    be.cross_entropy(mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}), lv,
-                     tv, R, C, ignore, s);
+    be.cross_entropy(mv, cv, mk(loss.data(), DType::Float64, {R}), mk(lse.data(), DType::Float64, {R}),
+                     lv, tv, R, C, ignore, s);
     FAIL() << "expected pelab::Error";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -649,7 +657,7 @@ TEST(CpuBackendNN, CrossEntropySmoothingIgnoreMatchesNaive) {
   t[4] = -1;
   EXPECT_THROW(
       be.cross_entropy_backward(mk(grad.data(), DType::Float64, {R, C}), lv,
-                                mk(lse.data(), DType::Float64, {R}), tv, R, C, ignore, s, scale),
+                                mk(lse.data(), DType::Float64, {R}), tv, R, C, ignore, s, gv, cv),
       Error);
 }
 

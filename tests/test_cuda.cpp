@@ -1,16 +1,17 @@
-// Tests of the CUDA backend (framework/src/cuda), all named Cuda*: CPU-vs-CUDA parity of every op
-// driver case forward and backward (float32 within max(1e-5, case tolerance), float64 within 1e-12;
-// gradients 10x, as in the op driver), direct kernel parity on shapes that take the two-pass and
-// chunked paths, bit-identical dropout masks, determinism, index/target errors as pelab::Error, the
-// caching allocator, full training steps of a small transformer for every PE scheme, and a checkpoint
-// saved from a GPU model loaded on the CPU and back.
-//
-// Without a GPU (or in a build without CUDA) every test but CudaAvailability skips with
-// "no CUDA device: CUDA parity tests skipped".
+// Tests of the CUDA backend's kernels (framework/src/cuda), all named Cuda*: CPU-vs-CUDA parity of
+// every op driver case forward and backward (float32 within max(1e-5, case tolerance), float64
+// within 1e-12; gradients 10x, as in the op driver), direct kernel parity on shapes that take the
+// two-pass, chunked and multi-tensor paths, bit-identical dropout masks, determinism, and the
+// caching allocator. Their subject is the CUDA kernels' numerics, so they need a GPU: without one
+// (or in a build without CUDA) every test but CudaAvailability skips with "no CUDA device: CUDA
+// parity tests skipped". What runs on a device but is not a kernel's numerics (training steps,
+// checkpoints, decoding, error paths, the host round trips of a step) is tested once for every
+// device in tests/test_device.cpp, on the CPU everywhere.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -22,6 +23,7 @@
 
 #include "models/transformer.h"
 #include "pelab/pelab.h"
+#include "tests/device_param.h"
 #include "tests/op_driver.h"
 #include "tests/pe_test_util.h"
 #include "tests/test_util.h"
@@ -51,33 +53,8 @@ const Device kCuda = Device::cuda(0);
 const Device kCpu = Device::cpu();
 
 
-// EXPECTs that got (CUDA) matches ref (CPU) within tol (scaled error); `what` names the check.
-void expect_close(const Values& ref, const Values& got, double tol, const std::string& what) {
-  ASSERT_EQ(ref.size(), got.size()) << what;
-  size_t worst = 0;
-  const double err = scaled_error(ref, got, &worst);
-  EXPECT_LE(err, tol) << what << ": CUDA differs from CPU at flat index " << worst << ": "
-                      << (got.empty() ? 0.0 : got[worst]) << " vs "
-                      << (ref.empty() ? 0.0 : ref[worst]);
-}
-
-void expect_close(const Tensor& ref, const Tensor& got, double tol, const std::string& what) {
-  ASSERT_EQ(ref.shape(), got.shape()) << what;
-  ASSERT_EQ(ref.dtype(), got.dtype()) << what;
-  expect_close(ref.to_vector(), got.to_vector(), tol, what);
-}
-
-// Identical values (same bits, so -0 != +0); any NaN matches any NaN (payloads may differ).
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  const Values x = a.to_vector(), y = b.to_vector();
-  if (x.size() != y.size()) return false;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
-    if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0) return false;
-  }
-  return true;
-}
-
+using pelab::testing::bit_equal;
+using pelab::testing::expect_close;
 using pelab::testing::error_of;
 
 // ---------------------------------------------------------------------------------------------
@@ -174,12 +151,6 @@ Pair pair_ints(const std::vector<int64_t>& v, const Shape& s) {
 }
 Pair pair_empty(const Shape& s, DType dt) {
   return {Tensor::zeros(s, dt, kCpu), Tensor::zeros(s, dt, kCuda)};
-}
-View flat(const Tensor& t, const Shape& s) {
-  View v = view_of(t);
-  v.shape = s;
-  v.strides = contiguous_strides(s);
-  return v;
 }
 
 Backend& cpu_be() { return backend_for(kCpu); }
@@ -374,16 +345,24 @@ TEST(CudaKernels, FusedSoftmaxLayerNormCrossEntropyLargeRows) {
     Pair logits = pair_of(randv(R * C, 41, -5, 5), {R, C}, dt);
     for (double smoothing : {0.0, 0.1}) {
       Pair loss = pair_empty({R}, dt), lse = pair_empty({R}, dt), grad = pair_empty({R, C}, dt);
-      cpu_be().cross_entropy(view_of(loss.cpu), view_of(lse.cpu), view_of(logits.cpu),
-                             view_of(tg.cpu), R, C, -100, smoothing);
-      gpu_be().cross_entropy(view_of(loss.gpu), view_of(lse.gpu), view_of(logits.gpu),
-                             view_of(tg.gpu), R, C, -100, smoothing);
+      Pair mean = pair_empty({1}, dt), count = pair_empty({1}, DType::Float64);
+      Pair g = pair_of({0.37 * 29}, {1}, dt);  // scale = g / count = 0.37 (29 rows kept)
+      cpu_be().cross_entropy(view_of(mean.cpu), view_of(count.cpu), view_of(loss.cpu),
+                             view_of(lse.cpu), view_of(logits.cpu), view_of(tg.cpu), R, C, -100,
+                             smoothing);
+      gpu_be().cross_entropy(view_of(mean.gpu), view_of(count.gpu), view_of(loss.gpu),
+                             view_of(lse.gpu), view_of(logits.gpu), view_of(tg.gpu), R, C, -100,
+                             smoothing);
       expect_close(loss.cpu, loss.gpu, tol, "cross_entropy loss rows");
       expect_close(lse.cpu, lse.gpu, tol, "cross_entropy lse");
+      expect_close(mean.cpu, mean.gpu, tol, "cross_entropy mean");
+      EXPECT_EQ(count.gpu.to_vector(), (Values{29.0})) << "rows whose target is not ignored";
       cpu_be().cross_entropy_backward(view_of(grad.cpu), view_of(logits.cpu), view_of(lse.cpu),
-                                      view_of(tg.cpu), R, C, -100, smoothing, 0.37);
+                                      view_of(tg.cpu), R, C, -100, smoothing, view_of(g.cpu),
+                                      view_of(count.cpu));
       gpu_be().cross_entropy_backward(view_of(grad.gpu), view_of(logits.gpu), view_of(lse.gpu),
-                                      view_of(tg.gpu), R, C, -100, smoothing, 0.37);
+                                      view_of(tg.gpu), R, C, -100, smoothing, view_of(g.gpu),
+                                      view_of(count.gpu));
       expect_close(grad.cpu, grad.gpu, tol, "cross_entropy_backward");
     }
   }
@@ -452,58 +431,6 @@ TEST(CudaKernels, IndexOpsMatchCpuAndAccumulateDeterministically) {
       EXPECT_TRUE(bit_equal(acc.gpu, acc2)) << "scatter_add must be bit-identical run to run";
     }
   }
-}
-
-TEST(CudaKernels, IndexAndTargetErrorsBecomePelabErrors) {
-  PELAB_REQUIRE_CUDA();
-  Pair in = pair_of(randv(15, 71), {15}, DType::Float32);
-  Pair idx = pair_ints({0, 4, 9, 1}, {4});
-  Pair out = pair_empty({12}, DType::Float32);
-  // Backend level: the device error record surfaces at the next synchronisation point.
-  std::string msg = error_of([&] {
-    gpu_be().index_select(view_of(out.gpu), view_of(in.gpu), view_of(idx.gpu), 1, 5, 4, 3);
-    gpu_be().synchronize();
-  });
-  EXPECT_NE(msg.find("index_select"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("index 9 at position 2"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("[0, 5)"), std::string::npos) << msg;
-  // The record is reset once reported.
-  EXPECT_EQ(error_of([&] { gpu_be().synchronize(); }), "");
-  // scatter_add: reported at the next read of any tensor
-  Pair acc = pair_empty({2, 3}, DType::Float64);
-  Pair src = pair_of({1, 2, 3, 4}, {4}, DType::Float64);
-  Pair sidx = pair_ints({0, 2, -1, 1}, {4});
-  msg = error_of([&] {
-    gpu_be().scatter_add(view_of(acc.gpu), view_of(src.gpu), view_of(sidx.gpu), 2, 3, 2, 1);
-    (void)acc.gpu.to_vector();
-  });
-  EXPECT_NE(msg.find("scatter_add: index -1 at position 2"), std::string::npos) << msg;
-#ifdef PELAB_WITH_CUDA
-  // With sync checks on, the kernel call itself throws.
-  CudaBackend::set_sync_checks(true);
-  msg = error_of([&] {
-    gpu_be().gather(view_of(out.gpu), view_of(in.gpu), view_of(pair_ints(std::vector<int64_t>(12, 5), {12}).gpu),
-                    1, 5, 4, 3);
-  });
-  CudaBackend::set_sync_checks(false);
-  EXPECT_NE(msg.find("gather: index 5 at position "), std::string::npos) << msg;
-#endif
-  // Ops level: indices and targets are validated before any kernel runs.
-  Tensor table = Tensor::ones({5, 3}, DType::Float32, kCuda);
-  msg = error_of([&] { index_select(table, 0, Tensor::from_ints({1, 7}, {2}, kCuda)); });
-  EXPECT_NE(msg.find("index_select"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("7"), std::string::npos) << msg;
-  Tensor logits = Tensor::zeros({3, 4}, DType::Float32, kCuda);
-  msg = error_of([&] { cross_entropy(logits, Tensor::from_ints({0, 4, 1}, {3}, kCuda)); });
-  EXPECT_NE(msg.find("cross_entropy: target 4"), std::string::npos) << msg;
-  // Backend level: the fused kernel checks its targets on the host before launching.
-  Pair loss = pair_empty({3}, DType::Float32), lse = pair_empty({3}, DType::Float32);
-  Pair bad = pair_ints({0, 40, 1}, {3});
-  msg = error_of([&] {
-    gpu_be().cross_entropy(view_of(loss.gpu), view_of(lse.gpu), flat(logits, {3, 4}),
-                           view_of(bad.gpu), 3, 4, -100, 0.0);
-  });
-  EXPECT_NE(msg.find("target 40 at row 1 is out of range [0, 4)"), std::string::npos) << msg;
 }
 
 TEST(CudaKernels, ElementwiseStridedBroadcastAndHighRank) {
@@ -602,6 +529,101 @@ TEST(CudaKernels, OptimizerStepsMatchCpu) {
   }
 }
 
+// The multi-tensor kernels (sum_squares_many, the guarded AdamW / SGD updates) on more buffers than
+// one launch takes (kMultiTensors), with empty buffers, buffers across a chunk boundary and a run of
+// each dtype, against the CPU's; update_control on finite and non-finite records; deterministic
+// repeats.
+TEST(CudaKernels, GuardedUpdatesMatchCpu) {
+  PELAB_REQUIRE_CUDA();
+  std::vector<Pair> xs;
+  std::vector<View> vc, vg;
+  for (int i = 0; i < 90; ++i) {
+    const int64_t n = i % 17 == 3 ? 0 : (i % 13 == 5 ? 20000 + i : 1 + (i * 37) % 300);
+    const DType dt = i < 60 ? DType::Float32 : DType::Float64;
+    xs.push_back(pair_of(randv(n, 300 + i), {n}, dt));
+  }
+  for (const Pair& x : xs) {
+    vc.push_back(view_of(x.cpu));
+    vg.push_back(view_of(x.gpu));
+  }
+  Pair sc = pair_empty({1}, DType::Float64), sg2 = pair_empty({1}, DType::Float64);
+  cpu_be().sum_squares_many(view_of(sc.cpu), vc);
+  gpu_be().sum_squares_many(view_of(sc.gpu), vg);
+  gpu_be().sum_squares_many(view_of(sg2.gpu), vg);
+  EXPECT_TRUE(bit_equal(sc.gpu, sg2.gpu)) << "sum_squares_many must be bit-identical run to run";
+  expect_close(sc.cpu, sc.gpu, 1e-12, "sum_squares_many");
+  // update_control: clip, no clip, a NaN loss, an infinite sum
+  const std::vector<std::array<double, 3>> cases = {
+      {1.5, 16.0, 1.0}, {1.5, 0.25, 1.0}, {std::nan(""), 4.0, 1.0},
+      {2.0, std::numeric_limits<double>::infinity(), 1.0}, {2.0, 9.0, std::numeric_limits<double>::infinity()}};
+  for (const auto& c : cases) {
+    Pair st = pair_of({c[0], c[1], 0.0}, {3}, DType::Float64);
+    Pair ctl = pair_of({0.0, 0.0, 7.0}, {3}, DType::Float64);
+    cpu_be().update_control(view_of(ctl.cpu), view_of(st.cpu), c[2]);
+    gpu_be().update_control(view_of(ctl.gpu), view_of(st.gpu), c[2]);
+    EXPECT_TRUE(bit_equal(st.cpu, st.gpu)) << "step record, loss " << c[0] << " sumsq " << c[1];
+    EXPECT_TRUE(bit_equal(ctl.cpu, ctl.gpu)) << "control, loss " << c[0] << " sumsq " << c[1];
+  }
+  // the guarded updates on every buffer: clipped (scale 0.3, step 4), then skipped (update 0)
+  for (double update : {1.0, 0.0}) {
+    Pair ctl = pair_of({0.3, update, 4.0}, {3}, DType::Float64);
+    std::vector<Pair> p, g, m, v;
+    std::vector<Backend::AdamWBuffers> bc, bg;
+    std::vector<Backend::SGDBuffers> sc_, sg_;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const int64_t n = xs[i].cpu.numel();
+      const DType dt = xs[i].cpu.dtype();
+      p.push_back(pair_of(randv(n, 700 + i), {n}, dt));
+      g.push_back(xs[i]);
+      m.push_back(pair_of(randv(n, 800 + i), {n}, dt));
+      v.push_back(pair_of(randv(n, 900 + i, 0.0, 1.0), {n}, dt));
+    }
+    for (size_t i = 0; i < xs.size(); ++i) {
+      bc.push_back({view_of(p[i].cpu), view_of(g[i].cpu), view_of(m[i].cpu), view_of(v[i].cpu)});
+      bg.push_back({view_of(p[i].gpu), view_of(g[i].gpu), view_of(m[i].gpu), view_of(v[i].gpu)});
+    }
+    cpu_be().adamw_step_guarded(bc, 1e-2, 0.9, 0.999, 1e-8, 0.01, view_of(ctl.cpu));
+    gpu_be().adamw_step_guarded(bg, 1e-2, 0.9, 0.999, 1e-8, 0.01, view_of(ctl.gpu));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double tol = f_tol(p[i].cpu.dtype());
+      expect_close(p[i].cpu, p[i].gpu, tol, "adamw param " + std::to_string(i));
+      expect_close(m[i].cpu, m[i].gpu, tol, "adamw exp_avg " + std::to_string(i));
+      expect_close(v[i].cpu, v[i].gpu, tol, "adamw exp_avg_sq " + std::to_string(i));
+      sc_.push_back({view_of(p[i].cpu), view_of(g[i].cpu), view_of(m[i].cpu)});
+      sg_.push_back({view_of(p[i].gpu), view_of(g[i].gpu), view_of(m[i].gpu)});
+    }
+    for (bool nesterov : {false, true}) {
+      cpu_be().sgd_step_guarded(sc_, 0.1, 0.9, 0.0, 1e-3, nesterov, view_of(ctl.cpu));
+      gpu_be().sgd_step_guarded(sg_, 0.1, 0.9, 0.0, 1e-3, nesterov, view_of(ctl.gpu));
+    }
+    cpu_be().sgd_step_guarded(sc_, 0.1, 0.0, 0.0, 0.0, false, view_of(ctl.cpu));
+    gpu_be().sgd_step_guarded(sg_, 0.1, 0.0, 0.0, 0.0, false, view_of(ctl.gpu));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double tol = f_tol(p[i].cpu.dtype());
+      expect_close(p[i].cpu, p[i].gpu, tol, "sgd param " + std::to_string(i));
+      expect_close(m[i].cpu, m[i].gpu, tol, "sgd momentum " + std::to_string(i));
+    }
+  }
+}
+
+// gemm_outer (one cuBLAS batched call over several levels of batch strides) against the CPU's,
+// which runs one strided-batch gemm per outer entry, on the heads of a token-major projection.
+TEST(CudaKernels, GemmOuterMatchesCpu) {
+  PELAB_REQUIRE_CUDA();
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    const int64_t B = 5, L = 7, H = 3, dh = 4;
+    Pair x = pair_of(randv(B * L * H * dh, 61), {B, L, H, dh}, dt);
+    Pair y = pair_of(randv(B * L * H * dh, 62), {B, L, H, dh}, dt);
+    // [B, H, L, dh] @ [B, H, dh, L] through permuted views (not one stride per batch level)
+    const Tensor qc = permute(x.cpu, {0, 2, 1, 3}), kc = permute(y.cpu, {0, 2, 3, 1});
+    const Tensor qg = permute(x.gpu, {0, 2, 1, 3}), kg = permute(y.gpu, {0, 2, 3, 1});
+    expect_close(matmul(qc, kc, 0.5), matmul(qg, kg, 0.5), f_tol(dt) * 10, "gemm_outer scores");
+    const Tensor pc = softmax(matmul(qc, kc), -1), pg = softmax(matmul(qg, kg), -1);
+    expect_close(matmul(pc, permute(y.cpu, {0, 2, 1, 3})), matmul(pg, permute(y.gpu, {0, 2, 1, 3})),
+                 f_tol(dt) * 10, "gemm_outer values");
+  }
+}
+
 TEST(CudaKernels, CachingAllocatorReusesBlocksAndEmptyCacheFreesThem) {
   PELAB_REQUIRE_CUDA();
 #ifdef PELAB_WITH_CUDA
@@ -634,201 +656,6 @@ TEST(CudaKernels, CachingAllocatorReusesBlocksAndEmptyCacheFreesThem) {
   EXPECT_EQ(CudaBackend::cached_bytes(), 0u);
   EXPECT_NE(CudaBackend::device_name().find("sm_"), std::string::npos);
 #endif
-}
-
-// ---------------------------------------------------------------------------------------------
-// Training steps of a small transformer for every scheme, CPU vs CUDA.
-
-models::ModelConfig small_model(const std::string& arch, const std::string& scheme,
-                                const std::string& dtype) {
-  models::ModelConfig c;
-  c.arch = arch;
-  c.vocab = 13;
-  c.d_model = 16;
-  c.heads = 2;
-  c.d_ff = 32;
-  c.encoder_layers = 2;
-  c.decoder_layers = 2;
-  c.dropout = 0.1;  // identical masks on both devices (counter-based RNG)
-  c.dtype = dtype;
-  c.init_std = 0.1;
-  c.seed = 3;
-  c.pe = pelab::testing::small_pe(scheme);
-  return c;
-}
-
-struct Batch {
-  Tensor src, src_mask, tgt_in, tgt_mask, tgt_out;
-  Batch to(Device d) const {
-    return {src.to(d), src_mask.to(d), tgt_in.to(d), tgt_mask.to(d), tgt_out.to(d)};
-  }
-};
-
-Batch make_batch(int64_t vocab) {
-  Generator gen(17);
-  auto ids = [&](int64_t B, int64_t L) {
-    std::vector<int64_t> v(static_cast<size_t>(B * L));
-    for (auto& x : v) x = 3 + static_cast<int64_t>(gen.randint(static_cast<uint64_t>(vocab - 3)));
-    return v;
-  };
-  const int64_t B = 3, S = 7, T = 6;
-  Batch b;
-  b.src = Tensor::from_ints(ids(B, S), {B, S});
-  std::vector<double> sm(B * S, 1.0);
-  sm[S - 1] = sm[S - 2] = 0.0;  // row 0 padded at the end
-  b.src_mask = Tensor::from_vector(sm, {B, S});
-  b.tgt_in = Tensor::from_ints(ids(B, T), {B, T});
-  std::vector<double> tm(B * T, 1.0);
-  tm[2 * T - 1] = 0.0;
-  b.tgt_mask = Tensor::from_vector(tm, {B, T});
-  std::vector<int64_t> out = ids(B, T);
-  out[2 * T - 1] = -100;  // ignored
-  b.tgt_out = Tensor::from_ints(out, {B, T});
-  return b;
-}
-
-Tensor loss_of(models::Transformer& m, const Batch& b) {
-  Tensor logits = m.is_seq2seq() ? m.forward_seq2seq(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
-                                 : m.forward_decoder(b.tgt_in, b.tgt_mask);
-  return cross_entropy(logits, b.tgt_out, -100, 0.1);
-}
-
-TEST(CudaTraining, StepsMatchCpuForEverySchemeAndArch) {
-  PELAB_REQUIRE_CUDA();
-  const std::vector<std::string> schemes = models::pe_names();
-  ASSERT_FALSE(schemes.empty());
-  for (const auto& scheme : schemes) {
-    for (const std::string arch : {"seq2seq", "decoder"}) {
-      for (const std::string dtype : {"float32", "float64"}) {
-        SCOPED_TRACE(scheme + " " + arch + " " + dtype);
-        const bool f64 = dtype == "float64";
-        const models::ModelConfig cfg = small_model(arch, scheme, dtype);
-        models::Transformer mc(cfg), mg(cfg);
-        mg.to(kCuda);
-        for (const auto& nt : mg.named_parameters()) ASSERT_EQ(nt.second.device(), kCuda) << nt.first;
-        const Batch bc = make_batch(cfg.vocab), bg = bc.to(kCuda);
-        AdamW oc(mc.parameters(), 3e-3), og(mg.parameters(), 3e-3);
-        const auto pc = mc.named_parameters(), pg = mg.named_parameters();
-        for (int step = 0; step < 3; ++step) {
-          oc.zero_grad();
-          og.zero_grad();
-          Tensor lc = loss_of(mc, bc), lg = loss_of(mg, bg);
-          EXPECT_EQ(lg.device(), kCuda);
-          const double vc = lc.item(), vg = lg.item();
-          EXPECT_NEAR(vg, vc, (f64 ? 1e-11 : 2e-5) * std::max(1.0, std::fabs(vc)))
-              << "loss at step " << step;
-          lc.backward();
-          lg.backward();
-          if (step == 0) {
-            for (size_t i = 0; i < pc.size(); ++i) {
-              const Tensor gc = pc[i].second.grad(), gg = pg[i].second.grad();
-              ASSERT_EQ(gc.defined(), gg.defined()) << pc[i].first;
-              if (gc.defined())
-                expect_close(gc, gg, f64 ? 1e-10 : 1e-4, "gradient of " + pc[i].first);
-            }
-          }
-          const double nc = clip_grad_norm(mc.parameters(), 1.0);
-          const double ng = clip_grad_norm(mg.parameters(), 1.0);
-          EXPECT_NEAR(ng, nc, (f64 ? 1e-10 : 1e-4) * std::max(1.0, nc)) << "grad norm";
-          oc.step();
-          og.step();
-        }
-        // float64: the parameters after three AdamW steps agree tightly. (float32 Adam updates of
-        // near-zero gradients amplify rounding noise, so only losses and gradients are compared.)
-        if (f64)
-          for (size_t i = 0; i < pc.size(); ++i)
-            expect_close(pc[i].second, pg[i].second, 1e-9, "parameter " + pc[i].first);
-        EXPECT_EQ(mc.rng().offset(), mg.rng().offset()) << "dropout consumed the same counters";
-      }
-    }
-  }
-}
-
-TEST(CudaTraining, RepeatedStepsAreBitIdentical) {
-  PELAB_REQUIRE_CUDA();
-  for (const std::string scheme : {"shaw", "t5", "rope"}) {
-    std::vector<Tensor> grads[2];
-    for (int run = 0; run < 2; ++run) {
-      models::Transformer m(small_model("seq2seq", scheme, "float32"));
-      m.to(kCuda);
-      const Batch b = make_batch(13).to(kCuda);
-      Tensor loss = loss_of(m, b);
-      loss.backward();
-      for (const Tensor& p : m.parameters()) grads[run].push_back(p.grad());
-    }
-    for (size_t i = 0; i < grads[0].size(); ++i)
-      EXPECT_TRUE(bit_equal(grads[0][i], grads[1][i])) << scheme << " parameter " << i;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-
-TEST(CudaCheckpoint, GpuCheckpointLoadsOnCpuAndBack) {
-  PELAB_REQUIRE_CUDA();
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("pelab_cuda_ckpt_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string path = (dir / "gpu.h5").string();
-
-  const models::ModelConfig cfg = small_model("seq2seq", "rope", "float32");
-  models::Transformer gpu(cfg);
-  gpu.to(kCuda);
-  const Batch b = make_batch(cfg.vocab);
-  AdamW opt(gpu.parameters(), 1e-2);
-  for (int i = 0; i < 2; ++i) {
-    opt.zero_grad();
-    loss_of(gpu, b.to(kCuda)).backward();
-    opt.step();
-  }
-  CheckpointData d;
-  d.step = 2;
-  d.scheme = "rope";
-  d.arch = "seq2seq";
-  capture_parameters(gpu, d);
-  capture_optimizer(opt, "adamw", d);
-  save_checkpoint(path, d);
-
-  const CheckpointData loaded = load_checkpoint(path);
-  models::Transformer cpu(cfg);
-  load_parameters(cpu, loaded, path);
-  const auto pg = gpu.named_parameters(), pc = cpu.named_parameters();
-  ASSERT_EQ(pg.size(), pc.size());
-  for (size_t i = 0; i < pg.size(); ++i) {
-    EXPECT_EQ(pc[i].second.device(), kCpu);
-    EXPECT_TRUE(bit_equal(pg[i].second, pc[i].second)) << pg[i].first;
-  }
-  // ... and back onto the GPU, with the optimizer state.
-  models::Transformer gpu2(cfg);
-  gpu2.to(kCuda);
-  load_parameters(gpu2, loaded, path);
-  AdamW opt2(gpu2.parameters(), 1e-2);
-  restore_optimizer(opt2, loaded, path);
-  const auto pg2 = gpu2.named_parameters();
-  for (size_t i = 0; i < pg.size(); ++i) {
-    EXPECT_EQ(pg2[i].second.device(), kCuda);
-    EXPECT_TRUE(bit_equal(pg[i].second, pg2[i].second)) << pg[i].first;
-  }
-  EXPECT_EQ(opt2.step_count(), opt.step_count());
-  // The next step is the same on the original and the reloaded GPU model.
-  gpu.eval();
-  gpu2.eval();
-  for (auto* pair : {&opt, &opt2}) pair->zero_grad();
-  loss_of(gpu, b.to(kCuda)).backward();
-  loss_of(gpu2, b.to(kCuda)).backward();
-  opt.step();
-  opt2.step();
-  for (size_t i = 0; i < pg.size(); ++i)
-    EXPECT_TRUE(bit_equal(pg[i].second, pg2[i].second)) << "after a step: " << pg[i].first;
-  // The CPU copy computes the same loss as the GPU model it came from (eval: no dropout).
-  cpu.eval();
-  models::Transformer gpu3(cfg);
-  gpu3.to(kCuda);
-  load_parameters(gpu3, loaded, path);
-  gpu3.eval();
-  NoGradGuard ng;
-  EXPECT_NEAR(loss_of(cpu, b).item(), loss_of(gpu3, b.to(kCuda)).item(), 2e-5);
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -86,7 +86,8 @@ class Trainer {
   void setup_model(const std::vector<std::string>& vocab, int64_t train_positions = 0);
   void keep_best_of_this_timeline();
   void restore(const CheckpointData& ck, const std::string& path);
-  double train_step(int64_t& tokens);
+  void train_step(int64_t& tokens);
+  void settle();
   Tensor micro_loss(int64_t j, int64_t& tokens);
   std::vector<int64_t> positions_for(int64_t L);
   void add_row(const MetricRow& row);
@@ -96,8 +97,8 @@ class Trainer {
   void save(const std::string& path);
   void save_step_checkpoint();
   bool healthy() const;
-  void after_skipped_step(double loss);
-  [[noreturn]] void diverged(const std::string& why);
+  void after_skipped_step(int64_t step, double loss);
+  [[noreturn]] void diverged(int64_t step, const std::string& why);
 
   Config cfg_;
   TrainOptions opt_;
@@ -129,6 +130,13 @@ class Trainer {
   double best_ = std::numeric_limits<double>::quiet_NaN();
   int64_t best_step_ = -1;
   double last_lr_ = 0, last_grad_norm_ = 0;
+  // A step is decided on the model's device and reads nothing back (Optimizer::guarded_step):
+  // its loss, gradient sum of squares and norm go to row `pending_` of history_ (Float64
+  // [window, 3] there), which settle() reads, one read for the steps since the last, at every
+  // training row, validation, checkpoint and end of training (and when the window is full).
+  Tensor history_;
+  int64_t pending_ = 0;        // steps trained since the last settle()
+  double last_loss_ = std::numeric_limits<double>::quiet_NaN();  // of the last settled step
   double elapsed_before_ = 0;  // seconds trained before this process (resume)
   double t_start_ = 0;
   int64_t saved_step_ = -1;    // step of the newest checkpoint on disk
@@ -447,7 +455,7 @@ Tensor Trainer::micro_loss(int64_t j, int64_t& tokens) {
 // loss / K) in k order, ((g_0 + g_1) + g_2) + ...: each micro-batch's gradient is formed whole and
 // then added, locally and then over ranks in rank order, so with one micro-batch per rank the
 // result is bit for bit that of one process with train.grad_accum = ranks.
-double Trainer::train_step(int64_t& tokens) {
+void Trainer::train_step(int64_t& tokens) {
   const int accum = cfg_.train.grad_accum;
   const int N = comm_.size(), r = comm_.rank();
   const uint64_t K = static_cast<uint64_t>(accum) * static_cast<uint64_t>(N);
@@ -459,7 +467,17 @@ double Trainer::train_step(int64_t& tokens) {
   const uint64_t drop0 = drop.offset(), pos0 = randpos_.offset();
   const std::vector<Tensor>& params = optim_->params();
   std::vector<Tensor> held(params.size());
-  double loss = 0;
+  // This step's record: [0] its loss, the micro-batch losses added in order in double on the
+  // device (as `loss += l.item()` would on the host), [1] and [2] the gradients' sum of squares
+  // and norm (guarded_step).
+  const Device dev = params.front().device();
+  const int64_t window = std::clamp<int64_t>(cfg_.train.log_every, 1, 1024);
+  if (!history_.defined()) history_ = Tensor::zeros({window, 3}, DType::Float64, dev);
+  const Tensor rec = reshape(slice(history_, 0, pending_, pending_ + 1), {3});
+  View loss_slot = view_of(rec);
+  loss_slot.shape = {};
+  loss_slot.strides = {};
+  Backend& be = backend_for(dev);
   int64_t tok = 0;
   for (int a = 0; a < accum; ++a) {
     const uint64_t k = static_cast<uint64_t>(a) * static_cast<uint64_t>(N) + static_cast<uint64_t>(r);
@@ -483,7 +501,8 @@ double Trainer::train_step(int64_t& tokens) {
           Tensor(params[i]).set_grad(held[i]);
         held[i] = Tensor();
       }
-    loss += l.item();
+    if (a == 0) be.copy(loss_slot, view_of(l));
+    else be.axpy(loss_slot, view_of(l), 1.0);
     PELAB_CHECK(drop.offset() - (drop0 + k * kMicroBatchStride) < kMicroBatchStride &&
                     randpos_.offset() - (pos0 + k * kMicroBatchStride) < kMicroBatchStride,
                 "a micro-batch drew 2^40 random numbers or more; reduce train.batch_size");
@@ -507,11 +526,11 @@ double Trainer::train_step(int64_t& tokens) {
       return last_rank ? static_cast<double>(hi ? v >> 32 : v & 0xffffffffu) : 0.0;
     };
     stop_test_point("reduction", r);
-    std::vector<double> sums = {loss, static_cast<double>(tok), stop_signal() ? 1.0 : 0.0,
+    std::vector<double> sums = {rec.to_vector()[0], static_cast<double>(tok), stop_signal() ? 1.0 : 0.0,
                                 half(ends[0], 1), half(ends[0], 0), half(ends[1], 1),
                                 half(ends[1], 0)};
     allreduce_gradients(comm_, optim_->params(), &sums);
-    loss = sums[0];
+    be.fill(loss_slot, sums[0]);
     tok = static_cast<int64_t>(sums[1]);
     peer_signal_ = sums[2] > 0;
     ends[0] = (static_cast<uint64_t>(sums[3]) << 32) | static_cast<uint64_t>(sums[4]);
@@ -523,17 +542,47 @@ double Trainer::train_step(int64_t& tokens) {
   tokens += tok;
   const double clip = cfg_.train.grad_clip > 0 ? cfg_.train.grad_clip
                                                : std::numeric_limits<double>::infinity();
-  last_grad_norm_ = clip_grad_norm(optim_->params(), clip);
-  if (std::isfinite(last_grad_norm_) && std::isfinite(loss)) {
-    optim_->step();
-    consecutive_skipped_ = 0;
-  } else {  // no update; counted, reported and limited by the caller (after_skipped_step)
-    ++skipped_steps_;
-    ++consecutive_skipped_;
-  }
+  // The clip, and the update only where the norm and the loss are finite, decided on the device;
+  // a skipped step is counted, reported and limited when settle() reads the record.
+  optim_->guarded_step(rec, clip);
   optim_->zero_grad();
   ++step_;
-  return loss;
+  ++pending_;
+}
+
+// Reads the records of the steps trained since the last read (one device->host read) and does for
+// each, in order, what its loss and gradient norm decide on the host: the skipped-step counts,
+// their log lines and the divergence limits (naming the step where a limit was reached), the
+// training loss of the log window and the logged norm. A device error that the read reports (an
+// index or target out of range in those steps) names the steps. Parameters are never wrong for
+// the late read: a skipped step changed nothing on the device, and a checkpoint is written only
+// after this.
+void Trainer::settle() {
+  if (pending_ == 0) return;
+  const int64_t n = pending_, first = step_ - n + 1;
+  std::vector<double> rec;
+  try {
+    rec = slice(history_, 0, 0, n).to_vector();
+  } catch (const Error& e) {
+    fail(n == 1 ? "step " + std::to_string(first)
+                : "steps " + std::to_string(first) + "-" + std::to_string(step_),
+         " (read back at step ", step_, "): ", e.what());
+  }
+  pending_ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double loss = rec[3 * i], norm = rec[3 * i + 2];
+    last_grad_norm_ = norm;
+    last_loss_ = loss;
+    if (std::isfinite(norm) && std::isfinite(loss)) {
+      consecutive_skipped_ = 0;
+    } else {
+      ++skipped_steps_;
+      ++consecutive_skipped_;
+      after_skipped_step(first + i, loss);
+    }
+    log_loss_sum_ += loss;
+    ++log_loss_count_;
+  }
 }
 
 void Trainer::add_row(const MetricRow& row) {
@@ -549,8 +598,8 @@ bool Trainer::healthy() const {
   return consecutive_skipped_ == 0 && all_finite(model_->parameters());
 }
 
-void Trainer::diverged(const std::string& why) {
-  std::string msg = "step " + std::to_string(step_) + ": " + why + "; the run diverged";
+void Trainer::diverged(int64_t step, const std::string& why) {
+  std::string msg = "step " + std::to_string(step) + ": " + why + "; the run diverged";
   if (last_finite_step_ >= 0)
     msg += " (last finite checkpoint: " +
            (fs::path(dir_) / "checkpoints" / checkpoint_name(last_finite_step_)).string() + ")";
@@ -566,23 +615,23 @@ void Trainer::diverged(const std::string& why) {
   fail(msg);
 }
 
-// After a step that was skipped: a log line (the first skipped step, then at most one every
-// train.log_every steps) and the divergence limits.
-void Trainer::after_skipped_step(double loss) {
+// After step `step` was skipped (settle()): a log line (the first skipped step, then at most one
+// every train.log_every steps) and the divergence limits.
+void Trainer::after_skipped_step(int64_t step, double loss) {
   const TrainConfig& t = cfg_.train;
-  if (last_skip_report_ < 0 || step_ - last_skip_report_ >= t.log_every) {
-    progress_->line("step " + std::to_string(step_) + " skipped: non-finite " +
+  if (last_skip_report_ < 0 || step - last_skip_report_ >= t.log_every) {
+    progress_->line("step " + std::to_string(step) + " skipped: non-finite " +
                     (std::isfinite(loss) ? "gradient norm" : "loss") + " (" +
                     count_text(consecutive_skipped_, "step") + " in a row, " +
                     std::to_string(skipped_steps_) + " skipped in total)");
-    last_skip_report_ = step_;
+    last_skip_report_ = step;
   }
   if (t.max_consecutive_skipped > 0 && consecutive_skipped_ >= t.max_consecutive_skipped)
-    diverged(count_text(consecutive_skipped_, "consecutive step") +
+    diverged(step, count_text(consecutive_skipped_, "consecutive step") +
              " skipped for a non-finite loss or gradient norm (train.max_consecutive_skipped = " +
              std::to_string(t.max_consecutive_skipped) + ")");
   if (t.max_skipped_steps > 0 && skipped_steps_ >= t.max_skipped_steps)
-    diverged(count_text(skipped_steps_, "step") +
+    diverged(step, count_text(skipped_steps_, "step") +
              " skipped in total for a non-finite loss or gradient norm (train.max_skipped_steps = " +
              std::to_string(t.max_skipped_steps) + ")");
 }
@@ -788,21 +837,27 @@ TrainResult Trainer::run() {
       res.interrupted = true;
       break;
     }
-    const double loss = train_step(tok_log);
-    if (consecutive_skipped_ > 0) after_skipped_step(loss);
+    train_step(tok_log);
     ++steps_here;
-    log_loss_sum_ += loss;
-    ++log_loss_count_;
     now = now_s();
     eta = (now - t_start_) / static_cast<double>(steps_here) * static_cast<double>(total - step_);
     tps = static_cast<double>(tok_log) / std::max(1e-9, now - t_log);
-    progress_->update(step_, loss, last_lr_, tps, eta, step_ == total);
-    if (step_ % t.log_every == 0 || step_ == total) train_row();
+    // The steps' records are read where the host needs them: a training row, a validation, a
+    // checkpoint, the end of training (the loop's end), a full window; the other steps read
+    // nothing back and wait for nothing.
+    const bool log = step_ % t.log_every == 0 || step_ == total;
+    if (log || pending_ == history_.size(0) || (t.eval_every > 0 && step_ % t.eval_every == 0) ||
+        (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0))
+      settle();
+    // (the bar shows the loss of the last step read back)
+    progress_->update(step_, last_loss_, last_lr_, tps, eta, step_ == total);
+    if (log) train_row();
     if (!validate_and_save()) {
       res.interrupted = true;
       break;
     }
   }
+  settle();  // the steps since the last read (a stop by signal, --stop-after)
   progress_->finish();
   if (mpi && steps_here > 0)
     progress_->line("pelab train: " + printf_number("%.3f", comm_s_) + " s of " +
@@ -819,9 +874,9 @@ TrainResult Trainer::run() {
   // (the skip limits catch this in a long run; this catches it in a short one).
   if (steps_here > 0 && !healthy()) {
     if (!all_finite(model_->parameters()))
-      diverged("the parameters are not finite after the last update (learning rate too large?)");
+      diverged(step_, "the parameters are not finite after the last update (learning rate too large?)");
     if (consecutive_skipped_ >= step_)
-      diverged("all " + count_text(step_, "step") +
+      diverged(step_, "all " + count_text(step_, "step") +
                " skipped for a non-finite loss or gradient norm: the model never updated (check "
                "model.init_std and the pe.* initial values)");
   }

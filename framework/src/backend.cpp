@@ -14,6 +14,7 @@
 namespace pelab {
 
 void register_cpu_backend();  // framework/src/cpu/cpu_register.cpp
+std::unique_ptr<Backend> counting_backend(std::unique_ptr<Backend> inner);  // backend_counts.cpp
 
 namespace {
 std::array<std::unique_ptr<Backend>, 2>& slots() {
@@ -57,8 +58,9 @@ void load_cuda_backend() {
 #endif
 }  // namespace
 
+// Every backend is used through the counting layer (backend_counts.cpp).
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend) {
-  slots()[static_cast<size_t>(type)] = std::move(backend);
+  slots()[static_cast<size_t>(type)] = backend ? counting_backend(std::move(backend)) : nullptr;
 }
 
 static void ensure(DeviceType type) {

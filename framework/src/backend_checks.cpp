@@ -202,16 +202,26 @@ void check_cross_entropy_args(const char* op, const View& out, const char* out_w
 }
 }  // namespace
 
-void check_cross_entropy(const View& loss_rows, const View& lse, const View& logits,
-                         const View& targets, int64_t rows, int64_t C) {
-  check_cross_entropy_args("cross_entropy", loss_rows, "loss_rows", rows, lse, logits, targets,
-                           rows, C);
+void check_cross_entropy(const View& loss, const View& count, const View& loss_rows,
+                         const View& lse, const View& logits, const View& targets, int64_t rows,
+                         int64_t C) {
+  const char* op = "cross_entropy";
+  check_cross_entropy_args(op, loss_rows, "loss_rows", rows, lse, logits, targets, rows, C);
+  check_rows(loss, 1, op, "loss");
+  check_dtype(loss, logits.dtype, op, "loss");
+  check_rows(count, 1, op, "count");
+  check_dtype(count, DType::Float64, op, "count");
 }
 
 void check_cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
-                                  const View& targets, int64_t rows, int64_t C) {
-  check_cross_entropy_args("cross_entropy_backward", grad_logits, "grad_logits", rows * C, lse,
-                           logits, targets, rows, C);
+                                  const View& targets, int64_t rows, int64_t C,
+                                  const View& grad_loss, const View& count) {
+  const char* op = "cross_entropy_backward";
+  check_cross_entropy_args(op, grad_logits, "grad_logits", rows * C, lse, logits, targets, rows, C);
+  check_rows(grad_loss, 1, op, "grad_loss");
+  check_dtype(grad_loss, logits.dtype, op, "grad_loss");
+  check_rows(count, 1, op, "count");
+  check_dtype(count, DType::Float64, op, "count");
 }
 
 void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index) {
@@ -325,6 +335,33 @@ void check_sgd_step(const View& param, const View& grad, const View& momentum_bu
     check_rows(momentum_buf, n, op, "momentum_buffer");
     check_dtype(momentum_buf, param.dtype, op, "momentum_buffer");
   }
+}
+
+void check_sum_squares_many(const View& out, const std::vector<View>& ins) {
+  const char* op = "sum_squares_many";
+  check_rows(out, 1, op, "output");
+  check_dtype(out, DType::Float64, op, "output");
+  for (const View& in : ins) {
+    PELAB_CHECK(in.data != nullptr || in.numel() == 0, op, ": an input ", shape_str(in.shape),
+                " has no data");
+    PELAB_CHECK(in.contiguous(), op, ": inputs must be contiguous (shape ", shape_str(in.shape),
+                ", strides ", shape_str(in.strides), ")");
+    PELAB_CHECK(is_floating(in.dtype), op, ": inputs must be floating, got ", dtype_name(in.dtype));
+  }
+}
+
+void check_update_control(const View& control, const View& step, double max_norm) {
+  const char* op = "update_control";
+  check_rows(control, 3, op, "control");
+  check_dtype(control, DType::Float64, op, "control");
+  check_rows(step, 3, op, "step");
+  check_dtype(step, DType::Float64, op, "step");
+  PELAB_CHECK(max_norm > 0, op, ": max_norm must be > 0, got ", max_norm);
+}
+
+void check_guarded_control(const View& control, const char* op) {
+  check_rows(control, 3, op, "control");
+  check_dtype(control, DType::Float64, op, "control");
 }
 
 // ---------------- rotary pairs, fused attention ----------------

@@ -6,6 +6,7 @@
 // through the public ops.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "pelab/backend.h"
 
@@ -49,10 +50,14 @@ void check_layer_norm(const View& y, const View& mean, const View& rstd, const V
 void check_layer_norm_backward(const View& grad_x, const View& grad_weight, const View& grad_bias,
                                const View& grad_y, const View& x, const View& mean,
                                const View& rstd, const View& weight, int64_t rows, int64_t n);
-void check_cross_entropy(const View& loss_rows, const View& lse, const View& logits,
-                         const View& targets, int64_t rows, int64_t C);
+// cross_entropy / cross_entropy_backward (Backend): also loss / grad_loss (one element of the
+// logits' dtype) and count (one Float64 element).
+void check_cross_entropy(const View& loss, const View& count, const View& loss_rows,
+                         const View& lse, const View& logits, const View& targets, int64_t rows,
+                         int64_t C);
 void check_cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
-                                  const View& targets, int64_t rows, int64_t C);
+                                  const View& targets, int64_t rows, int64_t C,
+                                  const View& grad_loss, const View& count);
 // Every target (host memory, `rows` of them) is in [0, C) or is ignore_index.
 void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index);
 
@@ -83,6 +88,12 @@ void check_adamw_step(const View& param, const View& grad, const View& m, const 
 // The momentum buffer is looked at only when `use_momentum`.
 void check_sgd_step(const View& param, const View& grad, const View& momentum_buf,
                     bool use_momentum);
+// The guarded updates (Backend::sum_squares_many, update_control, *_step_guarded): one Float64
+// output, contiguous floating inputs; the Float64 [3] control and step records; `op` names the
+// guarded step whose control is checked (its buffers are checked as adamw_step / sgd_step's).
+void check_sum_squares_many(const View& out, const std::vector<View>& ins);
+void check_update_control(const View& control, const View& step, double max_norm);
+void check_guarded_control(const View& control, const char* op);
 
 void check_rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
                         int64_t outer, int64_t L, int64_t D, int64_t P);

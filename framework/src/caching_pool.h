@@ -22,6 +22,8 @@
 
 namespace pelab {
 
+void note_backend_alloc(bool raw);  // pelab/backend.h: counted per thread (BackendCounts)
+
 struct CachingPoolStats {
   size_t cached = 0;     // bytes of freed blocks kept for reuse
   size_t allocated = 0;  // bytes of blocks currently handed out
@@ -43,9 +45,11 @@ class CachingPool {
         it->second.pop_back();
         stats_.cached -= sz;
         note_allocated(sz);
+        note_backend_alloc(false);
         return p;
       }
     }
+    note_backend_alloc(true);
     Status status = Policy::kOk;
     void* p = Policy::raw_allocate(sz, &status);
     if (!p && Policy::out_of_memory(status)) {

@@ -224,32 +224,32 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-std::vector<double> Tensor::to_vector() const {
-  check_defined("to_vector");
+// The tensor's values in host memory, read through its backend's copy_to_host on every device (on
+// the CPU a copy in memory), so a read counts as one (BackendCounts::reads) wherever it happens.
+template <class Out>
+static std::vector<Out> host_values(const Tensor& t) {
   NoGradGuard ng;
-  Tensor c = to(Device::cpu()).contiguous();
+  const Tensor c = t.contiguous();
   const int64_t n = c.numel();
-  std::vector<double> out(static_cast<size_t>(n));
+  std::vector<Out> out(static_cast<size_t>(n));
+  if (n == 0) return out;
   PELAB_DISPATCH_ALL(c.dtype(), "to_vector", [&](auto tag) {
     using T = decltype(tag);
-    const T* p = c.data<T>();
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(p[i]);
+    std::vector<T> host(static_cast<size_t>(n));
+    backend_for(c.device()).copy_to_host(host.data(), c.raw_data(), static_cast<size_t>(n) * sizeof(T));
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(host[i]);
   });
   return out;
 }
 
+std::vector<double> Tensor::to_vector() const {
+  check_defined("to_vector");
+  return host_values<double>(*this);
+}
+
 std::vector<int64_t> Tensor::to_int_vector() const {
   check_defined("to_int_vector");
-  NoGradGuard ng;
-  Tensor c = to(Device::cpu()).contiguous();
-  const int64_t n = c.numel();
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  PELAB_DISPATCH_ALL(c.dtype(), "to_int_vector", [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = c.data<T>();
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(p[i]);
-  });
-  return out;
+  return host_values<int64_t>(*this);
 }
 
 double Tensor::item() const {

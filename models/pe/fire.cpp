@@ -19,7 +19,9 @@
 // reference code uses). Positions are the site's absolute positions; the distance, query-position
 // and mask tables are built on the host per site and cached. Where every row shares the normaliser
 // (the usual case: L above every position) the MLP runs on the distinct distances only and the
-// [H, Lq, Lk] bias is gathered from its output; otherwise on every (i, j).
+// [H, Lq, Lk] bias is gathered from its output; otherwise on every (i, j). With a learned
+// threshold, which case holds depends on L: a training step computes both and selects on the
+// device (it reads nothing back), an evaluation reads L on the host and computes one.
 #include <algorithm>
 #include <cmath>
 
@@ -81,21 +83,34 @@ class FirePE : public PositionalEncoding {
     // for every row when L >= every p_i or all p_i are equal (always so for one query): then x,
     // and so f_θ(x), depends on the distance alone and the MLP runs once per distinct distance
     // (t.u: L of them for L consecutive positions, against L² pairs), the bias being a gather of
-    // its output. A learned L is read on the host for this choice (one scalar per site).
-    Tensor norm;  // [1] when shared by every row, else [Lq, 1]
-    if (lambda_.defined()) {
-      const Tensor L = mul_scalar(abs_of(slice(lambda_, 0, l, l + 1)), threshold_);  // [1]
-      const double L_host = L.item();  // as computed, so the choice matches the max below
-      norm = L_host >= t.p_max ? L : maximum(L, t.all_equal ? t.p_max_t : t.q_pos);
+    // its output.
+    auto bias_for = [&](const Tensor& norm) {  // [1] when shared by every row, else [Lq, 1]
+      const bool shared = norm.dim() == 1;
+      const Tensor x = div(psi(shared ? t.u : t.d), add_scalar(psi(norm), kFireEps));  // [U or Lq, 1 or Lk]
+      const int64_t n = x.numel();
+      const Tensor h = relu(linear(reshape(x, {n, 1}), row(w1_, {width_, 1}), row(b1_, {width_})));
+      const Tensor f = transpose(linear(h, row(w2_, {heads_, width_}), row(b2_, {heads_})), 0, 1);  // [H, n]
+      return reshape(shared ? index_select(f, 1, t.index) : f.contiguous(), {1, heads_, Lq, Lk});
+    };
+    Tensor bias;
+    if (!lambda_.defined()) {
+      bias = bias_for(threshold_ >= t.p_max || t.all_equal ? t.n_shared : t.q_norm);
     } else {
-      norm = threshold_ >= t.p_max || t.all_equal ? t.n_shared : t.q_norm;
+      const Tensor L = mul_scalar(abs_of(slice(lambda_, 0, l, l + 1)), threshold_);  // [1]
+      if (t.all_equal) {
+        bias = bias_for(maximum(L, t.p_max_t));  // = L, value and gradient, where L >= p_max
+      } else if (!is_training()) {
+        // Which form applies depends on the learned L: read on the host (one scalar per site).
+        const double L_host = L.item();  // as computed, so the choice matches the max below
+        bias = bias_for(L_host >= t.p_max ? L : maximum(L, t.q_pos));
+      } else {
+        // A training step reads nothing back from the device: both forms, the one that applies
+        // selected there. The other gets exact zeros as its gradient, so the values and the
+        // gradients are those of the form that applies alone.
+        const Tensor below = reshape(lt(L, t.p_max_t), {1, 1, 1, 1});  // L < max_i p_i
+        bias = where(below, bias_for(maximum(L, t.q_pos)), bias_for(L));
+      }
     }
-    const bool shared = norm.dim() == 1;
-    const Tensor x = div(psi(shared ? t.u : t.d), add_scalar(psi(norm), kFireEps));  // [U or Lq, 1 or Lk]
-    const int64_t n = x.numel();
-    const Tensor h = relu(linear(reshape(x, {n, 1}), row(w1_, {width_, 1}), row(b1_, {width_})));
-    const Tensor f = transpose(linear(h, row(w2_, {heads_, width_}), row(b2_, {heads_})), 0, 1);  // [H, n]
-    Tensor bias = reshape(shared ? index_select(f, 1, t.index) : f.contiguous(), {1, heads_, Lq, Lk});
     return t.mask.defined() ? mul(bias, t.mask) : bias;
   }
 

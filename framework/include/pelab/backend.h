@@ -121,6 +121,25 @@ class Backend {
                     double alpha, const void* A, int64_t lda, int64_t strideA,
                     const void* B, int64_t ldb, int64_t strideB, double beta,
                     void* C, int64_t ldc, int64_t strideC, int64_t batch) = 0;
+  // gemm over a batch with more than one level of strides (what one stride cannot express: e.g.
+  // the [B, H] heads of a token-major [B, L, H, dh] projection): for each o, the strided batch
+  // gemm(..., A + offsets[o][0], ..., B + offsets[o][1], ..., C + offsets[o][2], ..., batch), the
+  // offsets in elements, in order. The default runs those gemm calls; a device may run all of them
+  // as one launch. No two products' C overlap.
+  struct OuterOffsets {
+    int64_t a = 0, b = 0, c = 0;
+  };
+  virtual void gemm_outer(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                          double alpha, const void* A, int64_t lda, int64_t strideA,
+                          const void* B, int64_t ldb, int64_t strideB, double beta, void* C,
+                          int64_t ldc, int64_t strideC, int64_t batch,
+                          const std::vector<OuterOffsets>& offsets) {
+    const size_t esz = dtype_size(dtype);
+    for (const OuterOffsets& o : offsets)
+      gemm(dtype, transA, transB, M, N, K, alpha, static_cast<const char*>(A) + o.a * esz, lda,
+           strideA, static_cast<const char*>(B) + o.b * esz, ldb, strideB, beta,
+           static_cast<char*>(C) + o.c * esz, ldc, strideC, batch);
+  }
   // C = op(A) * op(B) + bias broadcast over C's M rows (one product; bias contiguous [N]). The
   // default copies the bias into C, then runs gemm with beta = 1; the CPU backend fills each
   // thread's block of C inside the product's parallel region (no region of its own), with the same
@@ -185,16 +204,25 @@ class Backend {
                                    const View& mean, const View& rstd, const View& weight,
                                    int64_t rows, int64_t n) = 0;
 
-  // ---- fused log-softmax + cross-entropy over contiguous logits [rows, C], targets Int64 [rows] ----
-  // loss_rows[r] = smoothed NLL of row r (0 for ignored rows); lse[r] = logsumexp of row r.
-  // Target distribution: (1 - s) * onehot(t) + s / C.
-  virtual void cross_entropy(const View& loss_rows, const View& lse, const View& logits,
-                             const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
-                             double smoothing) = 0;
-  // grad_logits[r, :] = scale * (softmax(logits[r]) - target_dist(r)), zero for ignored rows.
+  // ---- fused log-softmax + mean cross-entropy over contiguous logits [rows, C], targets Int64 [rows] ----
+  // Target distribution of row r: (1 - s) * onehot(t_r) + s / C. Writes loss_rows[r] = the smoothed
+  // NLL of row r (0 for rows whose target is ignore_index), lse[r] = logsumexp of row r, count
+  // (Float64, one element) = the rows whose target is not ignore_index, and loss (one element of
+  // the logits' dtype) = T(Σ_r loss_rows[r]) · T(1 / count), the sum as reduce(Sum)'s, 0 when count
+  // is 0. Nothing is read back to the host: the mean's divisor stays on the device. A target outside
+  // [0, C) that is not ignore_index is an error (the CPU throws; a device reports it at its next
+  // synchronisation, as a bad index, and computes 0 for that row).
+  virtual void cross_entropy(const View& loss, const View& count, const View& loss_rows,
+                             const View& lse, const View& logits, const View& targets,
+                             int64_t rows, int64_t C, int64_t ignore_index, double smoothing) = 0;
+  // grad_logits[r, :] = scale * (softmax(logits[r]) - target_dist(r)), zero for ignored rows, with
+  // scale = g / count read on the device: g = grad_loss (one element of the logits' dtype, the mean
+  // loss's gradient) and count the forward's (Float64, one element; 0 leaves scale at g / 0, which
+  // only ignored rows, all zero, would see).
   virtual void cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
                                       const View& targets, int64_t rows, int64_t C,
-                                      int64_t ignore_index, double smoothing, double scale) = 0;
+                                      int64_t ignore_index, double smoothing,
+                                      const View& grad_loss, const View& count) = 0;
 
   // ---- pairwise planar rotation on contiguous x [outer, L, D], tables cos/sin contiguous [L, P],
   // 1 <= P, 2P <= D. Pair p < P holds dims (a, b) = (p, p + P), or (2p, 2p + 1) when interleaved:
@@ -280,6 +308,36 @@ class Backend {
       adamw_step(b.param, b.grad, b.m, b.v, lr, beta1, beta2, eps, weight_decay, bias_correction1,
                  bias_correction2);
   }
+
+  // ---- guarded updates: one training step's gradient clip and skip, decided on the device ----
+  // These read and write small Float64 buffers on the device, so that a training step makes no
+  // device→host read and waits for nothing; the host reads the buffers when it wants the values.
+  // out (one Float64 element) = Σ over `ins` (contiguous, any dtypes) of each one's sum_squares,
+  // added in order from 0: a model's global gradient norm² in one call.
+  virtual void sum_squares_many(const View& out, const std::vector<View>& ins) = 0;
+  // From step = Float64 {loss, sum of squares, -} (a step's loss and its gradients' global sum of
+  // squares) writes step[2] = sqrt(step[1]), the global gradient norm, and control = Float64 [3]:
+  // control[0] = max_norm / (norm + 1e-6) where that is below 1, else 1 (PyTorch's
+  // clip_grad_norm_; max_norm may be infinite: no clip); control[1] = 1 if the norm and the loss are
+  // finite, else 0 (the update is skipped); control[2] += control[1] (the updates taken so far: the
+  // optimizer's step count).
+  virtual void update_control(const View& control, const View& step, double max_norm) = 0;
+  // adamw_step on several parameters (as adamw_step_many) under `control` (update_control's): no
+  // buffer changes when control[1] == 0; else each gradient element is first multiplied by
+  // control[0] in the parameters' dtype (as unary MulScalar would; not at all when it is 1), and the
+  // bias corrections are 1 - beta^t at t = control[2]. Each element's result is that of clip +
+  // adamw_step with those values.
+  virtual void adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
+                                  double beta2, double eps, double weight_decay,
+                                  const View& control) = 0;
+  struct SGDBuffers {
+    View param, grad, momentum_buf;  // momentum_buf unused (may have no data) when momentum == 0
+  };
+  // sgd_step on several parameters under `control` likewise; the first step (the momentum buffer
+  // starts as the gradient) is the one at t = control[2] == 1.
+  virtual void sgd_step_guarded(const std::vector<SGDBuffers>& bufs, double lr, double momentum,
+                                double dampening, double weight_decay, bool nesterov,
+                                const View& control) = 0;
 };
 
 // The block count P of a gather / scatter_add index (see Backend::gather), checked.
@@ -292,6 +350,32 @@ inline int64_t index_blocks(const View& idx, int64_t outer, int64_t n_idx, int64
               "] blocks dividing the ", outer, " outer slices");
   return n / block;
 }
+
+// What the host asks of the backends, counted on the calling thread at the Backend interface
+// (every registered backend is wrapped by a counting layer, so the counts mean the same on every
+// device; bench_train prints them per step, tests bound them). A training step's host overhead on a
+// device is its calls, reads and syncs.
+struct BackendCounts {
+  int64_t calls = 0;   // kernel and copy calls (each is one device launch or more)
+  int64_t reads = 0;   // device→host reads: copy_to_host (so every Tensor::item / to_vector) and
+                       // kernels that return a device value to the host (sum_squares); the CPU
+                       // backend counts them too, though it copies nothing
+  int64_t syncs = 0;   // explicit waits for the device: synchronize, empty_cache, and a backend's
+                       // own waits (a host→device copy it cannot stage); every read waits as well
+  int64_t writes = 0;  // host→device copies (copy_from_host)
+  int64_t allocs = 0;  // requests that reach a backend's allocator (tensor storage and kernels'
+                       // scratch), and of them
+  int64_t raw_allocs = 0;  // those its cache could not serve (malloc / cudaMalloc)
+  BackendCounts operator-(const BackendCounts& o) const {
+    return {calls - o.calls,   reads - o.reads,   syncs - o.syncs,
+            writes - o.writes, allocs - o.allocs, raw_allocs - o.raw_allocs};
+  }
+};
+BackendCounts backend_counts();  // this thread's totals so far
+// For backends: a wait for the device the interface cannot see (counted as a sync), and an
+// allocator request (raw: not served from the cache).
+void note_backend_sync();
+void note_backend_alloc(bool raw);
 
 // The backend for a device; throws if that device type is not available in this build or machine.
 Backend& backend_for(Device device);

@@ -128,6 +128,10 @@ Tensor relative_values(const Tensor& probs, const Tensor& index, const Tensor& t
 // memory stays linear in the length. Returns the previous limit (0: always recompute).
 int64_t set_attention_keep_limit(int64_t bytes);
 int64_t attention_keep_limit();  // the limit now (the memory estimate counts what it keeps)
+// false: scaled_dot_attention composes its math on every backend, as it does on one without the
+// fused kernels (the CUDA backend today): bench_train uses it to count, on the CPU, the backend
+// calls a GPU step makes. Returns the previous setting (default true).
+bool set_fused_attention(bool use);
 // inverted dropout: identity when !training or p == 0
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "pelab/backend.h"
 #include "pelab/tensor.h"
 
 namespace pelab {
@@ -13,11 +14,21 @@ class Optimizer {
   explicit Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {}
   virtual ~Optimizer() = default;
   virtual void step() = 0;
+  // One step decided on the parameters' device (they must all be on one), reading nothing back:
+  // `step` is a contiguous Float64 [3] tensor there holding the step's loss in [0]; this writes the
+  // gradients' global sum of squares into [1] and their norm into [2] (Backend::sum_squares_many,
+  // update_control), then updates the parameters (one multi-tensor Backend call) with every
+  // gradient scaled by min(1, max_norm / (norm + 1e-6)), only when the norm and the loss are
+  // finite; else nothing changes, the step count included. The same result as clip_grad_norm(
+  // params(), max_norm) followed by step() when both are finite, which read the norm on the host.
+  // max_norm may be infinite (no clip).
+  void guarded_step(const Tensor& step, double max_norm);
   void zero_grad();
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
-  int64_t step_count() const { return step_; }
-  void set_step_count(int64_t s) { step_ = s; }
+  // Updates taken (after guarded steps, read from the device once: one device->host read).
+  int64_t step_count() const;
+  void set_step_count(int64_t s);
   const std::vector<Tensor>& params() const { return params_; }
   // Per-parameter state buffers, e.g. {"exp_avg", "exp_avg_sq"} for AdamW; index i matches params()[i].
   // Allocated lazily on the first step; state_buffers() allocates them if needed (for checkpoints).
@@ -26,10 +37,18 @@ class Optimizer {
 
  protected:
   void ensure_state();
+  // The update of guarded_step under the device's control record (Backend::update_control).
+  virtual void apply_guarded(const View& control) = 0;
+  // The step count before a host step (reads the device's after guarded steps).
+  void sync_step_count();
   std::vector<Tensor> params_;
   std::vector<std::vector<Tensor>> state_;  // [param][state_name]
   double lr_;
-  int64_t step_ = 0;
+  mutable int64_t step_ = 0;
+  // Guarded steps: the control record on the parameters' device (its [2] is the step count), and
+  // whether it is ahead of step_.
+  Tensor control_;
+  mutable bool device_steps_ = false;
 };
 
 struct SGDOptions {
@@ -42,6 +61,9 @@ class SGD : public Optimizer {
   void step() override;
   std::vector<std::string> state_names() const override;
   SGDOptions opt;
+
+ protected:
+  void apply_guarded(const View& control) override;
 };
 
 struct AdamWOptions {
@@ -54,6 +76,9 @@ class AdamW : public Optimizer {
   void step() override;
   std::vector<std::string> state_names() const override;
   AdamWOptions opt;
+
+ protected:
+  void apply_guarded(const View& control) override;
 };
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm before scaling.

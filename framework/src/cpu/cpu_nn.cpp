@@ -448,13 +448,16 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
 
 // =====================================================================================
 
-void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const View& logits,
-                               const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
-                               double smoothing) {
+void CpuBackend::cross_entropy(const View& loss, const View& count, const View& loss_rows,
+                               const View& lse, const View& logits, const View& targets,
+                               int64_t rows, int64_t C, int64_t ignore_index, double smoothing) {
   const char* op = "cross_entropy";
-  check_cross_entropy(loss_rows, lse, logits, targets, rows, C);
+  check_cross_entropy(loss, count, loss_rows, lse, logits, targets, rows, C);
   const int64_t* tg = static_cast<const int64_t*>(targets.data);
   check_targets(tg, rows, C, ignore_index);
+  int64_t kept = 0;
+  for (int64_t r = 0; r < rows; ++r) kept += tg[r] != ignore_index;
+  *static_cast<double*>(count.data) = static_cast<double>(kept);
   cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(logits.data);
@@ -483,19 +486,35 @@ void CpuBackend::cross_entropy(const View& loss_rows, const View& lse, const Vie
       }
       lp[r] = static_cast<T>(l - dot);
     });
+    // The mean: reduce(Sum) of the rows, then times T(1 / count), as unary MulScalar would.
+    T* out = static_cast<T*>(loss.data);
+    if (kept == 0) {
+      *out = T(0);
+      return;
+    }
+    T total = T(0);
+    View tv;
+    tv.data = &total;
+    tv.dtype = logits.dtype;
+    tv.shape = {1};
+    tv.strides = {1};
+    reduce(ReduceOp::Sum, tv, nullptr, loss_rows, 1, rows, 1);
+    *out = total * static_cast<T>(1.0 / static_cast<double>(kept));
   });
 }
 
 void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& logits,
                                         const View& lse, const View& targets, int64_t rows,
                                         int64_t C, int64_t ignore_index, double smoothing,
-                                        double scale) {
+                                        const View& grad_loss, const View& count) {
   const char* op = "cross_entropy_backward";
-  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C);
+  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C, grad_loss, count);
   const int64_t* tg = static_cast<const int64_t*>(targets.data);
   check_targets(tg, rows, C, ignore_index);
   cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
+    const double scale = static_cast<double>(*static_cast<const T*>(grad_loss.data)) /
+                         *static_cast<const double*>(count.data);
     const T* xp = static_cast<const T*>(logits.data);
     const T* ep = static_cast<const T*>(lse.data);
     T* gp = static_cast<T*>(grad_logits.data);
@@ -984,13 +1003,24 @@ void CpuBackend::random_normal(const View& out, double mean, double std, uint64_
 // =====================================================================================
 namespace {
 
+// g[0, len) * sc into buf (a separate loop, so each product is rounded to T before any later use,
+// as unary MulScalar's are: fused into the update's arithmetic it could be contracted into an
+// FMA); returns buf.
+template <class T>
+const T* scaled_chunk(const T* g, int64_t len, T sc, T* buf) {
+#pragma omp simd
+  for (int64_t i = 0; i < len; ++i) buf[i] = g[i] * sc;
+  return buf;
+}
+
 // AdamW on `count` parameters' buffers of one dtype T with the same settings, in chunks of kChunk
 // elements: one loop over every parameter's chunks, split over the threads when their elements
-// together are above the grain. Each element's result does not depend on the split.
+// together are above the grain. Each element's result does not depend on the split. grad_scale !=
+// 1 first multiplies each gradient element by T(grad_scale), as unary MulScalar would (the clip).
 template <class T>
 void adamw_chunks(const Backend::AdamWBuffers* bufs, size_t count, double lr, double beta1,
                   double beta2, double eps, double weight_decay, double bias_correction1,
-                  double bias_correction2) {
+                  double bias_correction2, double grad_scale = 1.0) {
   // PyTorch AdamW: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
   // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
@@ -999,6 +1029,8 @@ void adamw_chunks(const Backend::AdamWBuffers* bufs, size_t count, double lr, do
   const T step = static_cast<T>(lr / bias_correction1);
   const T inv_bc2_sqrt = static_cast<T>(1.0 / std::sqrt(bias_correction2));
   const T e = static_cast<T>(eps);
+  const T sc = static_cast<T>(grad_scale);
+  const bool scaled = grad_scale != 1.0;
   constexpr int64_t kChunk = 512;
   // first[k]: parameter k's first chunk; first[count]: the chunk count (on the heap only for a
   // model of more than 127 parameter tensors)
@@ -1022,6 +1054,7 @@ void adamw_chunks(const Backend::AdamWBuffers* bufs, size_t count, double lr, do
     T* vc = static_cast<T*>(b.v.data) + i0;
     const T* gc = static_cast<const T*>(b.grad.data) + i0;
     T den[kChunk];
+    if (scaled) gc = scaled_chunk(gc, len, sc, den);  // den: scratch until the moments below
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) {
       const T gi = gc[i];
@@ -1035,6 +1068,88 @@ void adamw_chunks(const Backend::AdamWBuffers* bufs, size_t count, double lr, do
     for (int64_t i = 0; i < len; ++i)
       pc[i] = pc[i] * decay - step * mc[i] / (den[i] * inv_bc2_sqrt + e);
   });
+}
+
+// Runs f(k0, k1, tag) on each run [k0, k1) of consecutive buffers of one dtype (tag: a T{}).
+template <class Buf, class F>
+void by_dtype_runs(const std::vector<Buf>& bufs, const char* op, F&& f) {
+  for (size_t k0 = 0; k0 < bufs.size();) {
+    size_t k1 = k0 + 1;
+    while (k1 < bufs.size() && bufs[k1].param.dtype == bufs[k0].param.dtype) ++k1;
+    cpu::dispatch_float(bufs[k0].param.dtype, op, [&](auto tag) { f(k0, k1, tag); });
+    k0 = k1;
+  }
+}
+
+// SGD with momentum / Nesterov on one buffer, in chunks of kChunk elements split over the threads
+// above the grain; grad_scale != 1 first multiplies each gradient element by T(grad_scale).
+template <class T>
+void sgd_impl(const View& param, const View& grad, const View& momentum_buf, double lr,
+              double momentum, double dampening, double weight_decay, bool nesterov,
+              bool first_step, double grad_scale) {
+  const int64_t n = param.numel();
+  const bool use_mom = momentum != 0.0;
+  T* p = static_cast<T*>(param.data);
+  const T* g = static_cast<const T*>(grad.data);
+  T* buf = static_cast<T*>(momentum_buf.data);
+  const T lrt = static_cast<T>(lr), wd = static_cast<T>(weight_decay);
+  const T mu = static_cast<T>(momentum), damp = static_cast<T>(1.0 - dampening);
+  const T sc = static_cast<T>(grad_scale);
+  // f(i0, i1) over chunks of kChunk elements, split over the threads above the grain
+  constexpr int64_t kChunk = 512;
+  auto chunks = [&](auto&& f) {
+    cpu::parallel_for((n + kChunk - 1) / kChunk, n > kParallelGrain,
+                      [&](int64_t c) { f(c * kChunk, std::min(n, (c + 1) * kChunk)); });
+  };
+  // the invariant choices (scaling, momentum, first step, nesterov) are compile-time in each loop
+  // so it vectorises
+  auto run = [&](auto scaled_c, auto mom_c, auto first_c, auto nesterov_c) {
+    constexpr bool kScaled = decltype(scaled_c)::value, kMom = decltype(mom_c)::value;
+    [[maybe_unused]] constexpr bool kFirst = decltype(first_c)::value;
+    [[maybe_unused]] constexpr bool kNesterov = decltype(nesterov_c)::value;
+    T* pp = p;
+    T* bp = buf;
+    const T* gp = g;
+    const T lr_ = lrt, wd_ = wd, mu_ = mu, damp_ = damp, sc_ = sc;
+    chunks([&](int64_t i0, int64_t i1) {
+      T gbuf[kScaled ? kChunk : 1];
+      const T* gq = kScaled ? scaled_chunk(gp + i0, i1 - i0, sc_, gbuf) - i0 : gp;
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const T d = gq[i] + wd_ * pp[i];  // wd == 0 adds an exact zero
+        if constexpr (!kMom) {
+          pp[i] -= lr_ * d;
+        } else {
+          const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
+          bp[i] = b;
+          pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);
+        }
+      }
+    });
+  };
+  using F = std::false_type;
+  using Tr = std::true_type;
+  auto with_scale = [&](auto... c) {
+    if (grad_scale != 1.0) run(Tr{}, c...);
+    else run(F{}, c...);
+  };
+  if (!use_mom) {
+    with_scale(F{}, F{}, F{});
+  } else if (first_step) {
+    nesterov ? with_scale(Tr{}, Tr{}, Tr{}) : with_scale(Tr{}, Tr{}, F{});
+  } else {
+    nesterov ? with_scale(Tr{}, F{}, Tr{}) : with_scale(Tr{}, F{}, F{});
+  }
+}
+
+// The values of a guarded update's control (Backend::update_control), in host memory here.
+struct Control {
+  double scale, update, t;
+};
+Control read_control(const View& control, const char* op) {
+  check_guarded_control(control, op);
+  const double* c = static_cast<const double*>(control.data);
+  return {c[0], c[1], c[2]};
 }
 
 }  // namespace
@@ -1060,70 +1175,66 @@ void CpuBackend::adamw_step_many(const std::vector<AdamWBuffers>& bufs, double l
   const char* op = "adamw_step";
   for (const AdamWBuffers& b : bufs)
     check_adamw_step(b.param, b.grad, b.m, b.v, bias_correction1, bias_correction2);
-  for (size_t k0 = 0; k0 < bufs.size();) {
-    size_t k1 = k0 + 1;
-    while (k1 < bufs.size() && bufs[k1].param.dtype == bufs[k0].param.dtype) ++k1;
-    cpu::dispatch_float(bufs[k0].param.dtype, op, [&](auto tag) {
-      adamw_chunks<decltype(tag)>(bufs.data() + k0, k1 - k0, lr, beta1, beta2, eps, weight_decay,
-                                  bias_correction1, bias_correction2);
-    });
-    k0 = k1;
-  }
+  by_dtype_runs(bufs, op, [&](size_t k0, size_t k1, auto tag) {
+    adamw_chunks<decltype(tag)>(bufs.data() + k0, k1 - k0, lr, beta1, beta2, eps, weight_decay,
+                                bias_correction1, bias_correction2);
+  });
+}
+
+// As adamw_step_many, with the scale, the decision and the step count from the control record; the
+// bias corrections as AdamW::step computes them on the host (1 - std::pow(beta, t)).
+void CpuBackend::adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, double lr,
+                                    double beta1, double beta2, double eps, double weight_decay,
+                                    const View& control) {
+  const char* op = "adamw_step_guarded";
+  const Control c = read_control(control, op);
+  if (c.update == 0.0) return;
+  const double bc1 = 1.0 - std::pow(beta1, c.t), bc2 = 1.0 - std::pow(beta2, c.t);
+  for (const AdamWBuffers& b : bufs) check_adamw_step(b.param, b.grad, b.m, b.v, bc1, bc2);
+  by_dtype_runs(bufs, op, [&](size_t k0, size_t k1, auto tag) {
+    adamw_chunks<decltype(tag)>(bufs.data() + k0, k1 - k0, lr, beta1, beta2, eps, weight_decay,
+                                bc1, bc2, c.scale);
+  });
 }
 
 void CpuBackend::sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
                           double momentum, double dampening, double weight_decay, bool nesterov,
                           bool first_step) {
   const char* op = "sgd_step";
-  const int64_t n = param.numel();
-  const bool use_mom = momentum != 0.0;
-  check_sgd_step(param, grad, momentum_buf, use_mom);
+  check_sgd_step(param, grad, momentum_buf, momentum != 0.0);
   cpu::dispatch_float(param.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = static_cast<T*>(param.data);
-    const T* g = static_cast<const T*>(grad.data);
-    T* buf = static_cast<T*>(momentum_buf.data);
-    const T lrt = static_cast<T>(lr), wd = static_cast<T>(weight_decay);
-    const T mu = static_cast<T>(momentum), damp = static_cast<T>(1.0 - dampening);
-    // f(i0, i1) over chunks of kChunk elements, split over the threads above the grain
-    constexpr int64_t kChunk = 512;
-    auto chunks = [&](auto&& f) {
-      cpu::parallel_for((n + kChunk - 1) / kChunk, n > kParallelGrain,
-                        [&](int64_t c) { f(c * kChunk, std::min(n, (c + 1) * kChunk)); });
-    };
-    // the invariant choices (first step, nesterov) are compile-time in each loop so it vectorises
-    auto run = [&](auto first_c, auto nesterov_c) {
-      constexpr bool kFirst = decltype(first_c)::value, kNesterov = decltype(nesterov_c)::value;
-      T* pp = p;
-      T* bp = buf;
-      const T* gp = g;
-      const T lr_ = lrt, wd_ = wd, mu_ = mu, damp_ = damp;
-      chunks([&](int64_t i0, int64_t i1) {
-#pragma omp simd
-        for (int64_t i = i0; i < i1; ++i) {
-          const T d = gp[i] + wd_ * pp[i];                   // wd == 0 adds an exact zero
-          const T b = kFirst ? d : mu_ * bp[i] + damp_ * d;  // PyTorch: buffer = d on the first step
-          bp[i] = b;
-          pp[i] -= lr_ * (kNesterov ? d + mu_ * b : b);
-        }
-      });
-    };
-    using F = std::false_type;
-    using Tr = std::true_type;
-    if (!use_mom) {
-      chunks([&](int64_t i0, int64_t i1) {
-#pragma omp simd
-        for (int64_t i = i0; i < i1; ++i) {
-          const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
-          p[i] -= lrt * d;
-        }
-      });
-    } else if (first_step) {
-      nesterov ? run(Tr{}, Tr{}) : run(Tr{}, F{});
-    } else {
-      nesterov ? run(F{}, Tr{}) : run(F{}, F{});
-    }
+    sgd_impl<decltype(tag)>(param, grad, momentum_buf, lr, momentum, dampening, weight_decay,
+                            nesterov, first_step, 1.0);
   });
+}
+
+void CpuBackend::sgd_step_guarded(const std::vector<SGDBuffers>& bufs, double lr, double momentum,
+                                  double dampening, double weight_decay, bool nesterov,
+                                  const View& control) {
+  const char* op = "sgd_step_guarded";
+  const Control c = read_control(control, op);
+  if (c.update == 0.0) return;
+  for (const SGDBuffers& b : bufs) check_sgd_step(b.param, b.grad, b.momentum_buf, momentum != 0.0);
+  for (const SGDBuffers& b : bufs)
+    cpu::dispatch_float(b.param.dtype, op, [&](auto tag) {
+      sgd_impl<decltype(tag)>(b.param, b.grad, b.momentum_buf, lr, momentum, dampening,
+                              weight_decay, nesterov, c.t == 1.0, c.scale);
+    });
+}
+
+void CpuBackend::update_control(const View& control, const View& step, double max_norm) {
+  check_update_control(control, step, max_norm);
+  double* st = static_cast<double*>(step.data);
+  double* c = static_cast<double*>(control.data);
+  // PyTorch clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when it is below 1; a
+  // non-finite norm or loss leaves everything as it is (the step is skipped).
+  const double norm = std::sqrt(st[1]);
+  st[2] = norm;
+  const bool update = std::isfinite(norm) && std::isfinite(st[0]);
+  const double coef = update ? max_norm / (norm + 1e-6) : 1.0;
+  c[0] = coef < 1.0 ? coef : 1.0;
+  c[1] = update ? 1.0 : 0.0;
+  c[2] += c[1];
 }
 
 }  // namespace pelab

@@ -268,4 +268,19 @@ double CpuBackend::sum_squares(const View& in) {
   });
 }
 
+// Each input's sum as sum_squares computes it, added in order (as a host loop over sum_squares
+// would).
+void CpuBackend::sum_squares_many(const View& out, const std::vector<View>& ins) {
+  check_sum_squares_many(out, ins);
+  double total = 0.0;
+  for (const View& in : ins) {
+    const int64_t n = in.numel();
+    if (n == 0) continue;
+    total += cpu::dispatch_float(in.dtype, "sum_squares_many", [&](auto tag) {
+      return sum_squares_impl(static_cast<const decltype(tag)*>(in.data), n);
+    });
+  }
+  *static_cast<double*>(out.data) = total;
+}
+
 }  // namespace pelab

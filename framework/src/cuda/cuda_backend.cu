@@ -1,5 +1,6 @@
 // pelab — CUDA backend core: device selection and cuBLAS handle, the caching allocator (size-bucketed
-// free lists over cudaMalloc), host<->device copies, synchronisation, the device error record for
+// free lists over cudaMalloc), host<->device copies (host->device staged and asynchronous),
+// synchronisation, the device error record for
 // index bounds, and GEMM through cublas{S,D}gemmStridedBatched (row-major operands mapped to
 // column-major by swapping them; default math mode, so float32 never uses TF32).
 #include <cublas_v2.h>
@@ -123,6 +124,7 @@ const char* error_op(int code) {
     case kGather: return "gather";
     case kScatterAdd: return "scatter_add";
     case kGatherLerp: return "gather_lerp";
+    case kCrossEntropy: return "cross_entropy";
     default: return "cuda index kernel";
   }
 }
@@ -150,6 +152,9 @@ void check_device_errors() {
          " is out of range [0, ", h.limit, "] (positions index the gathered axis of size ",
          h.limit + 1, "; detected on cuda:0)");
   }
+  if (h.code == kCrossEntropy)
+    fail(error_op(h.code), ": target ", h.value, " at row ", h.pos, " is out of range [0, ",
+         h.limit, ") and is not ignore_index (detected on cuda:0)");
   fail(error_op(h.code), ": index ", h.value, " at position ", h.pos, " is out of range [0, ",
        h.limit, ") (detected on cuda:0)");
 }
@@ -158,6 +163,73 @@ void after_index_kernel() {
   if (!state().sync_checks) return;
   PELAB_CUDA_CALL(cudaDeviceSynchronize(), " (sync index check)");
   check_device_errors();
+}
+
+// ---------------- host -> device copies ----------------
+// Staged through pinned memory and queued on the default stream (cudaMemcpyAsync), so a copy does
+// not wait for the kernels queued before it, as a cudaMemcpy from pageable memory does (it
+// synchronises the stream first): a training step's uploads (the batch, masks, position tables)
+// then cost the host a memcpy each. The pinned buffer's two halves are used in turn; a half is
+// reused only once the copies out of it have completed (an event recorded when it was left: the
+// host waits there only when the device is a whole half of uploads behind, counted as a sync).
+// A copy larger than a half, or any copy when pinned memory is unavailable, is synchronous.
+struct Staging {
+  static constexpr size_t kHalf = size_t(4) << 20;
+  std::mutex mu;
+  char* buf = nullptr;  // pinned, 2 * kHalf bytes
+  bool tried = false;
+  int half = 0;         // the half in use
+  size_t used = 0;      // bytes of it taken
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  bool pending[2] = {false, false};  // done[h] marks copies out of half h not yet waited for
+};
+Staging& staging() {
+  static Staging* s = new Staging();  // never destroyed, as State
+  return *s;
+}
+
+// Queues the copy through the staging buffer; false when it cannot be staged.
+bool staged_copy(void* dst, const void* src, size_t nbytes) {
+  if (nbytes > Staging::kHalf) return false;
+  Staging& s = staging();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.tried) {
+    s.tried = true;
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, 2 * Staging::kHalf, cudaHostAllocDefault) == cudaSuccess &&
+        cudaEventCreateWithFlags(&s.done[0], cudaEventDisableTiming) == cudaSuccess &&
+        cudaEventCreateWithFlags(&s.done[1], cudaEventDisableTiming) == cudaSuccess) {
+      s.buf = static_cast<char*>(p);
+    } else {
+      if (p) cudaFreeHost(p);
+      cudaGetLastError();  // only disables staging: copies stay synchronous
+    }
+  }
+  if (!s.buf) return false;
+  const size_t need = (nbytes + 255) / 256 * 256;
+  if (s.used + need > Staging::kHalf) {
+    PELAB_CUDA_CALL(cudaEventRecord(s.done[s.half], 0), " (host->device staging)");
+    s.pending[s.half] = true;
+    s.half ^= 1;
+    s.used = 0;
+    if (s.pending[s.half]) {
+      const cudaError_t q = cudaEventQuery(s.done[s.half]);
+      if (q == cudaErrorNotReady) {
+        if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+        note_backend_sync();
+        PELAB_CUDA_CALL(cudaEventSynchronize(s.done[s.half]), " (host->device staging)");
+      } else {
+        PELAB_CUDA_CALL(q, " (host->device staging)");
+      }
+      s.pending[s.half] = false;
+    }
+  }
+  char* p = s.buf + static_cast<size_t>(s.half) * Staging::kHalf + s.used;
+  std::memcpy(p, src, nbytes);
+  PELAB_CUDA_CALL(cudaMemcpyAsync(dst, p, nbytes, cudaMemcpyHostToDevice, 0), " (", nbytes,
+                  " bytes host -> cuda:0)");
+  s.used += need;
+  return true;
 }
 
 void* raw_alloc(size_t nbytes) { return state().alloc.allocate(nbytes); }
@@ -175,8 +247,11 @@ void CudaBackend::deallocate(void* p, size_t nbytes) { state().alloc.deallocate(
 
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t nbytes) {
   if (nbytes == 0) return;
-  PELAB_CUDA_CALL(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice), " (", nbytes,
-                  " bytes host -> cuda:0)");
+  if (!staged_copy(dst, src, nbytes)) {
+    note_backend_sync();  // a pageable cudaMemcpy waits for the queued kernels first
+    PELAB_CUDA_CALL(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice), " (", nbytes,
+                    " bytes host -> cuda:0)");
+  }
   check_device_errors();
 }
 
@@ -235,7 +310,67 @@ cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ob, cublasOperat
   }
 }
 
+// cuBLAS's gemmBatched (operands through device arrays of pointers), operands swapped as above.
+template <class T>
+cublasStatus_t gemm_pointers(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, int n,
+                             int m, int k, const T* alpha, const T* const* B, int ldb,
+                             const T* const* A, int lda, const T* beta, T* const* C, int ldc,
+                             int batch) {
+  if constexpr (sizeof(T) == 4) {
+    return cublasSgemmBatched(h, ob, oa, n, m, k, alpha, B, ldb, A, lda, beta, C, ldc, batch);
+  } else {
+    return cublasDgemmBatched(h, ob, oa, n, m, k, alpha, B, ldb, A, lda, beta, C, ldc, batch);
+  }
+}
+
 }  // namespace
+
+// Every (outer, batch) product in one cublas<T>gemmBatched: the pointer arrays are built on the
+// host and uploaded with one staged, asynchronous copy. What gemm treats specially (K == 0,
+// alpha == 0, a shared C) and more than INT32_MAX products run as the default's gemm calls.
+void CudaBackend::gemm_outer(DType dtype, bool transA, bool transB, int64_t M, int64_t N,
+                             int64_t K, double alpha, const void* A, int64_t lda, int64_t strideA,
+                             const void* B, int64_t ldb, int64_t strideB, double beta, void* C,
+                             int64_t ldc, int64_t strideC, int64_t batch,
+                             const std::vector<OuterOffsets>& offsets) {
+  const int64_t total = batch * static_cast<int64_t>(offsets.size());
+  if (offsets.size() <= 1 || K == 0 || alpha == 0.0 || (strideC == 0 && batch > 1) ||
+      total > INT32_MAX) {
+    Backend::gemm_outer(dtype, transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB,
+                        beta, C, ldc, strideC, batch, offsets);
+    return;
+  }
+  if (!check_gemm(transA, transB, M, N, K, lda, ldb, ldc, batch, "cuBLAS")) return;
+  const cublasOperation_t oa = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t ob = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  dispatch_float(dtype, "gemm_outer", [&](auto tag) {
+    using T = decltype(tag);
+    const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+    // [B's pointers | A's | C's], each `total` long, product (o, i) at o * batch + i
+    std::vector<const void*> host(static_cast<size_t>(3 * total));
+    size_t k = 0;
+    for (const OuterOffsets& o : offsets)
+      for (int64_t i = 0; i < batch; ++i, ++k) {
+        host[k] = static_cast<const T*>(B) + o.b + i * strideB;
+        host[total + k] = static_cast<const T*>(A) + o.a + i * strideA;
+        host[2 * total + k] = static_cast<T*>(C) + o.c + i * strideC;
+      }
+    DeviceBuffer arrays(host.size() * sizeof(void*));
+    copy_from_host(arrays.as<void>(), host.data(), host.size() * sizeof(void*));
+    const T* const* pb = arrays.as<const T* const>();
+    const cublasStatus_t st = gemm_pointers<T>(
+        state().blas, ob, oa, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &al,
+        pb, static_cast<int>(ldb), pb + total, static_cast<int>(lda), &be,
+        const_cast<T* const*>(pb + 2 * total), static_cast<int>(ldc), static_cast<int>(total));
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      std::ostringstream os;
+      os << " (" << dtype_name(dtype) << " M=" << M << " N=" << N << " K=" << K << ", "
+         << offsets.size() << " x " << batch << " products)";
+      check_blas(st, "cublas<T>gemmBatched", os.str());
+    }
+    check_launch("gemm_outer", " (", offsets.size(), " x ", batch, " products)");
+  });
+}
 
 void CudaBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                        double alpha, const void* A, int64_t lda, int64_t strideA, const void* B,

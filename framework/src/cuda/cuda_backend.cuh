@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pelab/backend.h"
 
@@ -33,6 +34,11 @@ class CudaBackend : public Backend {
 
   void synchronize() override;
   void empty_cache() override;
+  void gemm_outer(DType dtype, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                  double alpha, const void* A, int64_t lda, int64_t strideA, const void* B,
+                  int64_t ldb, int64_t strideB, double beta, void* C, int64_t ldc,
+                  int64_t strideC, int64_t batch,
+                  const std::vector<OuterOffsets>& offsets) override;
 
   // ---- diagnostics (tests, bench) ----
   static size_t cached_bytes();     // freed blocks kept for reuse

@@ -235,12 +235,17 @@ __device__ __forceinline__ float dabs(float x) { return fabsf(x); }
 __device__ __forceinline__ double dabs(double x) { return fabs(x); }
 __device__ __forceinline__ float dpow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double dpow(double x, double y) { return pow(x, y); }
+// x * y rounded on its own, never contracted into an FMA with what uses it (as a separate kernel's
+// product would be: the guarded updates' gradient scale).
+__device__ __forceinline__ float dmul_rn(float x, float y) { return __fmul_rn(x, y); }
+__device__ __forceinline__ double dmul_rn(double x, double y) { return __dmul_rn(x, y); }
 
 // ---------------- device error record (index bounds) ----------------
 // kGatherLerp reports a fractional position: `value` holds the bits of the double, `limit` the
 // largest valid position.
 enum ErrorCode : int {
-  kNoError = 0, kIndexSelect = 1, kIndexAdd = 2, kGather = 3, kScatterAdd = 4, kGatherLerp = 5
+  kNoError = 0, kIndexSelect = 1, kIndexAdd = 2, kGather = 3, kScatterAdd = 4, kGatherLerp = 5,
+  kCrossEntropy = 6  // a target outside [0, C) that is not ignore_index (pos: its row)
 };
 struct DeviceError {
   int code;
@@ -271,6 +276,58 @@ ErrorSink error_sink();  // cuda_backend.cu
 void check_device_errors();
 // Called after every index kernel: synchronises and checks right away when sync checks are on.
 void after_index_kernel();
+
+// ---------------- multi-tensor launches (sum_squares_many, the guarded optimizer steps) ----------------
+// One launch covers up to kMultiTensors buffers of one dtype, their pointers and sizes passed by
+// value (well within the kernel-parameter limit); block b works on chunk b - first[k] (kMultiChunk
+// elements) of buffer k, the k with first[k] <= b < first[k + 1]. for_each_multi_launch groups a
+// list of buffers into such launches (runs of one dtype, empty buffers left out).
+constexpr int kMultiTensors = 40;
+constexpr int64_t kMultiChunk = 8192;
+template <int N>
+struct MultiTable {
+  void* ptr[N][kMultiTensors];
+  int64_t n[kMultiTensors];
+  int64_t first[kMultiTensors + 1];
+  int count = 0;
+};
+__device__ __forceinline__ int multi_find(const int64_t* first, int count, int64_t b) {
+  int lo = 0, hi = count;  // first[lo] <= b < first[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first[mid] <= b) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+// Calls launch(table, blocks, dtype) for each group; buffers(i) gives item i's N data pointers
+// (std::array<void*, N>), numel(i) its size, dtype(i) its dtype.
+template <int N, class Ptrs, class Numel, class Dt, class F>
+void for_each_multi_launch(size_t items, Ptrs&& buffers, Numel&& numel, Dt&& dtype, F&& launch) {
+  MultiTable<N> tab;
+  int64_t blocks = 0;
+  DType dt = DType::Float32;
+  auto flush = [&] {
+    if (tab.count == 0) return;
+    tab.first[tab.count] = blocks;
+    launch(tab, blocks, dt);
+    tab.count = 0;
+    blocks = 0;
+  };
+  for (size_t i = 0; i < items; ++i) {
+    const int64_t n = numel(i);
+    if (n == 0) continue;
+    if (tab.count > 0 && (tab.count == kMultiTensors || dtype(i) != dt)) flush();
+    dt = dtype(i);
+    const auto p = buffers(i);
+    for (int k = 0; k < N; ++k) tab.ptr[k][tab.count] = p[k];
+    tab.n[tab.count] = n;
+    tab.first[tab.count] = blocks;
+    blocks += ceil_div(n, kMultiChunk);
+    ++tab.count;
+  }
+  flush();
+}
 
 // ---------------- temporary device memory (through the caching allocator) ----------------
 void* raw_alloc(size_t nbytes);

@@ -523,17 +523,23 @@ __global__ void max_cols(T* out, int64_t* arg, const T* in, int64_t outer, int64
 }
 
 // ---- sum of squares ----
+// The block's sum of squares of x[j0, j1) in double (every thread gets it).
+template <class T>
+__device__ __forceinline__ double chunk_sumsq(const T* x, int64_t j0, int64_t j1, double* sm) {
+  double s = 0;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const double v = static_cast<double>(x[j]);
+    s += v * v;
+  }
+  return cuda::block_sum<double>(s, sm);
+}
+
 template <class T>
 __global__ void sumsq_blocks(double* part, const T* x, int64_t total, int64_t nb) {
   __shared__ double sm[256];
   for (int64_t b = blockIdx.x; b < nb; b += gridDim.x) {
     const int64_t j0 = b * kRowChunk, j1 = min(total, j0 + kRowChunk);
-    double s = 0;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-      const double v = static_cast<double>(x[j]);
-      s += v * v;
-    }
-    s = cuda::block_sum<double>(s, sm);
+    const double s = chunk_sumsq(x, j0, j1, sm);
     if (threadIdx.x == 0) part[b] = s;
   }
 }
@@ -545,6 +551,20 @@ __global__ void sum_single_block(double* result, const double* part, int64_t nb)
   s = cuda::block_sum<double>(s, sm);
   if (threadIdx.x == 0) *result = s;
 }
+
+// sum_squares_many: block b's partial over its chunk of one buffer (kMultiChunk == kRowChunk, so
+// a buffer's partials are the ones sum_squares forms), written to part[b].
+template <class T>
+__global__ void sumsq_multi(cuda::MultiTable<1> tab, double* part) {
+  __shared__ double sm[256];
+  const int64_t b = blockIdx.x;
+  const int k = cuda::multi_find(tab.first, tab.count, b);
+  const T* x = static_cast<const T*>(tab.ptr[0][k]);
+  const int64_t j0 = (b - tab.first[k]) * cuda::kMultiChunk;
+  const double s = chunk_sumsq(x, j0, min(tab.n[k], j0 + cuda::kMultiChunk), sm);
+  if (threadIdx.x == 0) part[b] = s;
+}
+static_assert(cuda::kMultiChunk == kRowChunk, "sum_squares_many forms sum_squares' partials");
 
 std::string reduce_ctx(const View& in, int64_t outer, int64_t n, int64_t inner) {
   std::ostringstream os;
@@ -650,6 +670,31 @@ double CudaBackend::sum_squares(const View& in) {
     cuda::check_device_errors();
     return result;
   });
+}
+
+// Every chunk's partial in one pass (a launch per kMultiTensors buffers), then one block sums all
+// partials in a fixed order into out: two launches for a model's gradients, nothing read back.
+void CudaBackend::sum_squares_many(const View& out, const std::vector<View>& ins) {
+  check_sum_squares_many(out, ins);
+  const char* op = "sum_squares_many";
+  int64_t total_blocks = 0;
+  for (const View& in : ins) total_blocks += ceil_div(in.numel(), cuda::kMultiChunk);
+  cuda::DeviceBuffer part(sizeof(double) * std::max<int64_t>(total_blocks, 1));
+  double* p = part.as<double>();
+  int64_t base = 0;
+  cuda::for_each_multi_launch<1>(
+      ins.size(), [&](size_t i) { return std::array<void*, 1>{ins[i].data}; },
+      [&](size_t i) { return ins[i].numel(); }, [&](size_t i) { return ins[i].dtype; },
+      [&](const cuda::MultiTable<1>& tab, int64_t blocks, DType dt) {
+        cuda::dispatch_float(dt, op, [&](auto tag) {
+          using T = decltype(tag);
+          sumsq_multi<T><<<static_cast<unsigned>(blocks), kThreads>>>(tab, p + base);
+          cuda::check_launch(op, " (", tab.count, " buffers, ", blocks, " blocks)");
+        });
+        base += blocks;
+      });
+  sum_single_block<<<1, kThreads>>>(static_cast<double*>(out.data), p, base);
+  cuda::check_launch(op, " (", ins.size(), " buffers)");
 }
 
 }  // namespace pelab

@@ -1,10 +1,12 @@
 // pelab — CUDA fused NN kernels: softmax / log-softmax (+ backward), layer norm (+ backward, with
-// grad_weight/grad_bias as fixed-order two-pass partial sums), fused cross-entropy (+ backward; targets
-// validated on the host), index_select / index_add / gather / scatter_add (accumulation parallel over
-// (outer, inner) only, j in order per chunk, bounds via the device error record), gather_lerp
+// grad_weight/grad_bias as fixed-order two-pass partial sums), fused mean cross-entropy (+ backward;
+// the mean's divisor counted and the targets checked on the device), index_select / index_add /
+// gather / scatter_add (accumulation parallel over (outer, inner) only, j in order per chunk,
+// bounds via the device error record), gather_lerp
 // (+ backward, positions checked through the same record), counter-based random
 // fills and dropout masks (the CPU's rng functions, so masks are identical on both devices), and the
-// AdamW / SGD steps. Row statistics of Float32 data accumulate in double, as on the CPU.
+// AdamW / SGD steps (per parameter, and guarded: many parameters per launch under a device-side
+// control record). Row statistics of Float32 data accumulate in double, as on the CPU.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -222,9 +224,12 @@ __global__ void layer_norm_param_final(T* gw, T* gb, const double* pw, const dou
 }
 
 // ---------------- cross-entropy ----------------
+// A row whose target is outside [0, C) and not ignore_index gets loss 0, is not counted, and is
+// reported through the device error record (a bad index's path).
 template <class T>
-__global__ void cross_entropy_rows(T* lp, T* ep, const T* xp, const int64_t* tg, int64_t rows,
-                                   int64_t C, int64_t ignore_index, double s) {
+__global__ void cross_entropy_rows(T* lp, T* ep, double* count, const T* xp, const int64_t* tg,
+                                   int64_t rows, int64_t C, int64_t ignore_index, double s,
+                                   cuda::ErrorSink sink) {
   __shared__ T smax[256];
   __shared__ double ssum[256];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -237,10 +242,12 @@ __global__ void cross_entropy_rows(T* lp, T* ep, const T* xp, const int64_t* tg,
     se = cuda::block_sum<double>(se, ssum);
     const double l = static_cast<double>(m) + ::log(se);
     const int64_t t = tg[r];
-    if (t == ignore_index) {  // uniform over the block
+    const bool bad = t != ignore_index && (t < 0 || t >= C);
+    if (t == ignore_index || bad) {  // uniform over the block
       if (threadIdx.x == 0) {
         ep[r] = static_cast<T>(l);
         lp[r] = T(0);
+        if (bad) cuda::report_error(sink, cuda::kCrossEntropy, r, t, C);
       }
       continue;
     }
@@ -254,13 +261,27 @@ __global__ void cross_entropy_rows(T* lp, T* ep, const T* xp, const int64_t* tg,
     if (threadIdx.x == 0) {
       ep[r] = static_cast<T>(l);
       lp[r] = static_cast<T>(l - dot);
+      atomicAdd(count, 1.0);  // whole numbers: exact in any order
     }
   }
 }
 
+// The mean: loss = T(total) * T(1 / count), as the CPU forms it; 0 when no row counts.
+template <class T>
+__global__ void cross_entropy_mean(T* loss, const T* total, const double* count) {
+  const double c = *count;
+  *loss = c > 0 ? *total * static_cast<T>(1.0 / c) : T(0);
+}
+
+// scale = g / count from the device: each thread forms sc, off and hit as the CPU does on the host.
 template <class T>
 __global__ void cross_entropy_bwd(T* gp, const T* xp, const T* ep, const int64_t* tg, int64_t rows,
-                                  int64_t C, int64_t ignore_index, T sc, T off, T hit) {
+                                  int64_t C, int64_t ignore_index, double smoothing,
+                                  const T* grad_loss, const double* count) {
+  const double scale = static_cast<double>(*grad_loss) / *count;
+  const T sc = static_cast<T>(scale);
+  const T off = static_cast<T>(scale * smoothing / static_cast<double>(C));
+  const T hit = static_cast<T>(scale * (1.0 - smoothing));
   PELAB_KERNEL_LOOP(e, rows * C) {
     const int64_t r = e / C, i = e % C;
     const int64_t t = tg[r];
@@ -272,17 +293,6 @@ __global__ void cross_entropy_bwd(T* gp, const T* xp, const T* ep, const int64_t
     if (i == t) g -= hit;
     gp[e] = g;
   }
-}
-
-// Copies the targets to the host and throws (as the CPU backend does) for a target outside [0, C)
-// that is not ignore_index. Synchronous, so a pending index error is reported first.
-void check_targets_host(const View& targets, int64_t rows, int64_t C, int64_t ignore_index) {
-  if (rows == 0) return;
-  std::vector<int64_t> t(static_cast<size_t>(rows));
-  PELAB_CUDA_CALL(cudaMemcpy(t.data(), targets.data, sizeof(int64_t) * rows, cudaMemcpyDeviceToHost),
-                  " (cross_entropy: reading ", rows, " targets)");
-  cuda::check_device_errors();
-  check_targets(t.data(), rows, C, ignore_index);
 }
 
 // ---------------- indexing ----------------
@@ -496,16 +506,36 @@ __global__ void normal_kernel(T* o, int64_t n, double mean, double std, uint64_t
 // ---------------- optimizers ----------------
 // PyTorch AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
 // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+// One element's AdamW update from its gradient gi (both kernels below).
+template <class T>
+__device__ __forceinline__ void adamw_element(T& p, T gi, T& m, T& v, T decay, T b1, T ob1, T b2,
+                                              T ob2, T step, T inv_bc2_sqrt, T e) {
+  const T mi = b1 * m + ob1 * gi;
+  m = mi;
+  const T vi = b2 * v + ob2 * gi * gi;
+  v = vi;
+  p = p * decay - step * mi / (cuda::dsqrt(vi) * inv_bc2_sqrt + e);
+}
+
 template <class T>
 __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T ob1, T b2,
                              T ob2, T step, T inv_bc2_sqrt, T e) {
   PELAB_KERNEL_LOOP(i, n) {
-    const T gi = g[i];
-    const T mi = b1 * m[i] + ob1 * gi;
-    m[i] = mi;
-    const T vi = b2 * v[i] + ob2 * gi * gi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step * mi / (cuda::dsqrt(vi) * inv_bc2_sqrt + e);
+    adamw_element(p[i], g[i], m[i], v[i], decay, b1, ob1, b2, ob2, step, inv_bc2_sqrt, e);
+  }
+}
+
+// One element's SGD update from its gradient gi (both kernels below).
+template <class T>
+__device__ __forceinline__ void sgd_element(T& p, T gi, T* buf, T lr, T wd, T mu, T damp,
+                                            bool use_mom, bool first, bool nesterov) {
+  const T d = gi + wd * p;  // wd == 0 adds an exact zero
+  if (!use_mom) {
+    p -= lr * d;
+  } else {
+    const T b = first ? d : mu * *buf + damp * d;  // PyTorch: buffer = d on the first step
+    *buf = b;
+    p -= lr * (nesterov ? d + mu * b : b);
   }
 }
 
@@ -513,14 +543,74 @@ template <class T>
 __global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T wd, T mu, T damp,
                            bool use_mom, bool first, bool nesterov) {
   PELAB_KERNEL_LOOP(i, n) {
-    const T d = g[i] + wd * p[i];  // wd == 0 adds an exact zero
-    if (!use_mom) {
-      p[i] -= lr * d;
-    } else {
-      const T b = first ? d : mu * buf[i] + damp * d;  // PyTorch: buffer = d on the first step
-      buf[i] = b;
-      p[i] -= lr * (nesterov ? d + mu * b : b);
-    }
+    sgd_element(p[i], g[i], use_mom ? buf + i : nullptr, lr, wd, mu, damp, use_mom, first,
+                nesterov);
+  }
+}
+
+// ---------------- guarded updates (Backend::update_control, *_step_guarded) ----------------
+__global__ void update_control_kernel(double* c, double* st, double max_norm) {
+  // PyTorch clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when below 1; a non-finite
+  // norm or loss skips the step.
+  const double norm = sqrt(st[1]);
+  st[2] = norm;
+  const bool update = isfinite(norm) && isfinite(st[0]);
+  const double coef = update ? max_norm / (norm + 1e-6) : 1.0;
+  c[0] = coef < 1.0 ? coef : 1.0;
+  c[1] = update ? 1.0 : 0.0;
+  c[2] += c[1];
+}
+
+// adamw_kernel's update on kMultiChunk-element chunks of up to kMultiTensors parameters (ptr[0..3]
+// = param, grad, exp_avg, exp_avg_sq), under the control record: scale, update?, step count.
+template <class T>
+__global__ void adamw_multi(cuda::MultiTable<4> tab, const double* ctl, double lr, double beta1,
+                            double beta2, double eps, double weight_decay) {
+  if (ctl[1] == 0.0) return;
+  const double t = ctl[2], scale = ctl[0];
+  const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
+  const T decay = static_cast<T>(1.0 - lr * weight_decay);
+  const T b1 = static_cast<T>(beta1), ob1 = static_cast<T>(1.0 - beta1);
+  const T b2 = static_cast<T>(beta2), ob2 = static_cast<T>(1.0 - beta2);
+  const T step = static_cast<T>(lr / bc1), inv_bc2_sqrt = static_cast<T>(1.0 / sqrt(bc2));
+  const T e = static_cast<T>(eps), sc = static_cast<T>(scale);
+  const bool scaled = scale != 1.0;
+  const int64_t b = blockIdx.x;
+  const int k = cuda::multi_find(tab.first, tab.count, b);
+  T* p = static_cast<T*>(tab.ptr[0][k]);
+  const T* g = static_cast<const T*>(tab.ptr[1][k]);
+  T* m = static_cast<T*>(tab.ptr[2][k]);
+  T* v = static_cast<T*>(tab.ptr[3][k]);
+  const int64_t i0 = (b - tab.first[k]) * cuda::kMultiChunk;
+  const int64_t i1 = min(tab.n[k], i0 + cuda::kMultiChunk);
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    const T gi = scaled ? cuda::dmul_rn(g[i], sc) : g[i];
+    adamw_element(p[i], gi, m[i], v[i], decay, b1, ob1, b2, ob2, step, inv_bc2_sqrt, e);
+  }
+}
+
+// sgd_kernel's update likewise (ptr[0..2] = param, grad, momentum buffer); the first step is t == 1.
+template <class T>
+__global__ void sgd_multi(cuda::MultiTable<3> tab, const double* ctl, double lr, double momentum,
+                          double dampening, double weight_decay, bool nesterov) {
+  if (ctl[1] == 0.0) return;
+  const bool first = ctl[2] == 1.0, use_mom = momentum != 0.0;
+  const double scale = ctl[0];
+  const T lrt = static_cast<T>(lr), wd = static_cast<T>(weight_decay);
+  const T mu = static_cast<T>(momentum), damp = static_cast<T>(1.0 - dampening);
+  const T sc = static_cast<T>(scale);
+  const bool scaled = scale != 1.0;
+  const int64_t b = blockIdx.x;
+  const int k = cuda::multi_find(tab.first, tab.count, b);
+  T* p = static_cast<T*>(tab.ptr[0][k]);
+  const T* g = static_cast<const T*>(tab.ptr[1][k]);
+  T* buf = static_cast<T*>(tab.ptr[2][k]);
+  const int64_t i0 = (b - tab.first[k]) * cuda::kMultiChunk;
+  const int64_t i1 = min(tab.n[k], i0 + cuda::kMultiChunk);
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    const T gi = scaled ? cuda::dmul_rn(g[i], sc) : g[i];
+    sgd_element(p[i], gi, use_mom ? buf + i : nullptr, lrt, wd, mu, damp, use_mom, first,
+                nesterov);
   }
 }
 
@@ -674,40 +764,51 @@ void CudaBackend::layer_norm_backward(const View& grad_x, const View& grad_weigh
 }
 
 // =====================================================================================
-void CudaBackend::cross_entropy(const View& loss_rows, const View& lse, const View& logits,
-                                const View& targets, int64_t rows, int64_t C, int64_t ignore_index,
-                                double smoothing) {
+void CudaBackend::cross_entropy(const View& loss, const View& count, const View& loss_rows,
+                                const View& lse, const View& logits, const View& targets,
+                                int64_t rows, int64_t C, int64_t ignore_index, double smoothing) {
   const char* op = "cross_entropy";
-  check_cross_entropy(loss_rows, lse, logits, targets, rows, C);
-  check_targets_host(targets, rows, C, ignore_index);
-  if (rows == 0) return;
+  check_cross_entropy(loss, count, loss_rows, lse, logits, targets, rows, C);
+  PELAB_CUDA_CALL(cudaMemsetAsync(count.data, 0, sizeof(double), 0), " (cross_entropy count)");
   cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_rows<T><<<grid_for(rows, 1), row_threads(C)>>>(
-        static_cast<T*>(loss_rows.data), static_cast<T*>(lse.data),
-        static_cast<const T*>(logits.data), static_cast<const int64_t*>(targets.data), rows, C,
-        ignore_index, smoothing);
-    cuda::check_launch(op, rows_ctx(rows, C, 1, logits.dtype));
+    if (rows > 0) {
+      cross_entropy_rows<T><<<grid_for(rows, 1), row_threads(C)>>>(
+          static_cast<T*>(loss_rows.data), static_cast<T*>(lse.data),
+          static_cast<double*>(count.data), static_cast<const T*>(logits.data),
+          static_cast<const int64_t*>(targets.data), rows, C, ignore_index, smoothing,
+          cuda::error_sink());
+      cuda::check_launch(op, rows_ctx(rows, C, 1, logits.dtype));
+    }
+    // the rows' sum as reduce(Sum) forms it, then the mean on the device
+    cuda::DeviceBuffer total(sizeof(T));
+    View tv;
+    tv.data = total.as<T>();
+    tv.dtype = logits.dtype;
+    tv.shape = {1};
+    tv.strides = {1};
+    reduce(ReduceOp::Sum, tv, nullptr, loss_rows, 1, rows, 1);
+    cross_entropy_mean<T><<<1, 1>>>(static_cast<T*>(loss.data), total.as<T>(),
+                                    static_cast<const double*>(count.data));
+    cuda::check_launch(op, " (mean)");
   });
+  cuda::after_index_kernel();
 }
 
 void CudaBackend::cross_entropy_backward(const View& grad_logits, const View& logits,
                                          const View& lse, const View& targets, int64_t rows,
                                          int64_t C, int64_t ignore_index, double smoothing,
-                                         double scale) {
+                                         const View& grad_loss, const View& count) {
   const char* op = "cross_entropy_backward";
-  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C);
-  check_targets_host(targets, rows, C, ignore_index);
+  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C, grad_loss, count);
   if (rows == 0) return;
   cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    const T sc = static_cast<T>(scale);
-    const T off = static_cast<T>(scale * smoothing / static_cast<double>(C));
-    const T hit = static_cast<T>(scale * (1.0 - smoothing));
     cross_entropy_bwd<T><<<grid_for(rows * C), kThreads>>>(
         static_cast<T*>(grad_logits.data), static_cast<const T*>(logits.data),
         static_cast<const T*>(lse.data), static_cast<const int64_t*>(targets.data), rows, C,
-        ignore_index, sc, off, hit);
+        ignore_index, smoothing, static_cast<const T*>(grad_loss.data),
+        static_cast<const double*>(count.data));
     cuda::check_launch(op, rows_ctx(rows, C, 1, logits.dtype));
   });
 }
@@ -895,6 +996,65 @@ void CudaBackend::sgd_step(const View& param, const View& grad, const View& mome
         static_cast<T>(momentum), static_cast<T>(1.0 - dampening), use_mom, first_step, nesterov);
     cuda::check_launch(op, " (", n, " elements ", dtype_name(param.dtype), ")");
   });
+}
+
+void CudaBackend::update_control(const View& control, const View& step, double max_norm) {
+  check_update_control(control, step, max_norm);
+  update_control_kernel<<<1, 1>>>(static_cast<double*>(control.data),
+                                  static_cast<double*>(step.data), max_norm);
+  cuda::check_launch("update_control");
+}
+
+// One launch per kMultiTensors parameters of one dtype (cuda::for_each_multi_launch).
+void CudaBackend::adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, double lr,
+                                     double beta1, double beta2, double eps, double weight_decay,
+                                     const View& control) {
+  const char* op = "adamw_step_guarded";
+  check_guarded_control(control, op);
+  // the bias corrections are formed on the device; 1 and 1 stand in for the checks
+  for (const AdamWBuffers& b : bufs) check_adamw_step(b.param, b.grad, b.m, b.v, 1.0, 1.0);
+  const double* ctl = static_cast<const double*>(control.data);
+  cuda::for_each_multi_launch<4>(
+      bufs.size(),
+      [&](size_t i) {
+        return std::array<void*, 4>{bufs[i].param.data, bufs[i].grad.data, bufs[i].m.data,
+                                    bufs[i].v.data};
+      },
+      [&](size_t i) { return bufs[i].param.numel(); }, [&](size_t i) { return bufs[i].param.dtype; },
+      [&](const cuda::MultiTable<4>& tab, int64_t blocks, DType dt) {
+        cuda::dispatch_float(dt, op, [&](auto tag) {
+          using T = decltype(tag);
+          adamw_multi<T><<<static_cast<unsigned>(blocks), kThreads>>>(tab, ctl, lr, beta1, beta2,
+                                                                      eps, weight_decay);
+          cuda::check_launch(op, " (", tab.count, " parameters, ", blocks, " blocks)");
+        });
+      });
+}
+
+void CudaBackend::sgd_step_guarded(const std::vector<SGDBuffers>& bufs, double lr,
+                                   double momentum, double dampening, double weight_decay,
+                                   bool nesterov, const View& control) {
+  const char* op = "sgd_step_guarded";
+  check_guarded_control(control, op);
+  const bool use_mom = momentum != 0.0;
+  for (const SGDBuffers& b : bufs) check_sgd_step(b.param, b.grad, b.momentum_buf, use_mom);
+  const double* ctl = static_cast<const double*>(control.data);
+  cuda::for_each_multi_launch<3>(
+      bufs.size(),
+      [&](size_t i) {
+        return std::array<void*, 3>{bufs[i].param.data, bufs[i].grad.data,
+                                    use_mom ? bufs[i].momentum_buf.data : nullptr};
+      },
+      [&](size_t i) { return bufs[i].param.numel(); }, [&](size_t i) { return bufs[i].param.dtype; },
+      [&](const cuda::MultiTable<3>& tab, int64_t blocks, DType dt) {
+        cuda::dispatch_float(dt, op, [&](auto tag) {
+          using T = decltype(tag);
+          sgd_multi<T><<<static_cast<unsigned>(blocks), kThreads>>>(tab, ctl, lr, momentum,
+                                                                    dampening, weight_decay,
+                                                                    nesterov);
+          cuda::check_launch(op, " (", tab.count, " parameters, ", blocks, " blocks)");
+        });
+      });
 }
 
 }  // namespace pelab

@@ -4,6 +4,7 @@
 // the shapes (the kernels check as well); gather_lerp's positions are checked by its kernels.
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "pelab/autograd.h"
@@ -36,12 +37,15 @@ void check_index(const char* op, const Tensor& idx, const Tensor& a, const char*
               " but input on ", a.device().str());
 }
 
-// Every index value in [0, n); `idx` is contiguous.
-void check_range(const char* op, const Tensor& idx, int64_t n, const char* what, const Tensor& a,
-                 int64_t dim) {
-  for (int64_t v : idx.to_int_vector()) {
-    PELAB_CHECK(v >= 0 && v < n, op, ": ", what, " ", v, " out of range [0, ", n, ") for dim ", dim,
-                " of ", shape_str(a.shape()));
+// Runs an index kernel of op `op`. The kernels check every index on the device that holds it
+// (nothing is read back to the host): the CPU throws at once, a GPU reports a bad index at its
+// next synchronisation. An error gets `op` in front and context() after it.
+template <class F, class C>
+void run_index_kernel(const char* op, F&& kernel, C&& context) {
+  try {
+    kernel();
+  } catch (const Error& e) {
+    fail(op, ": ", e.what(), " (", context(), ")");
   }
 }
 
@@ -60,7 +64,6 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   int64_t outer, inner;
   split_at(ashape, d, outer, inner);
   Tensor ic = contig(index);
-  check_range("index_select", ic, n_in, "index", a, d);
   Tensor ac = contig(a);
   Shape out_shape = ashape;
   out_shape[d] = n_idx;
@@ -114,7 +117,6 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
     ic = contig(make_view(index, one, index.strides(), index.offset()));
   } else {
     ic = contig(index);
-    check_range("gather", ic, ashape[d], "index", a, d);
   }
   const View iv = flat_view(ic, {ic.numel()});
   Tensor out = Tensor::empty(index.shape(), dt, dev);
@@ -235,17 +237,18 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const DType dt = weight.dtype();
   const Device dev = weight.device();
   Tensor ic = contig(ids);
-  for (int64_t v : ic.to_int_vector()) {
-    PELAB_CHECK(v >= 0 && v < V, "embedding: id ", v, " out of range [0, ", V, ") for weight ",
-                shape_str(weight.shape()), " (ids ", shape_str(ids.shape()), ")");
-  }
   Tensor wc = contig(weight);
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
   Tensor out = Tensor::empty(out_shape, dt, dev);
   if (out.numel() > 0) {
-    backend_for(dev).index_select(flat_view(out, {1, N, D}), flat_view(wc, {1, V, D}),
-                                  flat_view(ic, {N}), 1, V, N, D);
+    run_index_kernel(
+        "embedding",
+        [&] {
+          backend_for(dev).index_select(flat_view(out, {1, N, D}), flat_view(wc, {1, V, D}),
+                                        flat_view(ic, {N}), 1, V, N, D);
+        },
+        [&] { return "ids " + shape_str(ids.shape()) + " for weight " + shape_str(weight.shape()); });
   }
   return record("embedding", {weight}, out, [=](const Tensor& g) -> std::vector<Tensor> {
     Tensor acc = Tensor::zeros({V, D}, dt, dev);

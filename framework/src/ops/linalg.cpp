@@ -337,24 +337,31 @@ Tensor matmul_impl(Tensor a, Tensor b, double alpha = 1.0, Gemm2Group* defer = n
   }
   if (dims.empty()) dims.push_back({1, 0, 0, 0});
 
-  const int64_t esz = static_cast<int64_t>(dtype_size(dt));
   const char* A = base_ptr(a);
   const char* B = base_ptr(b);
   const Dim last = dims.back();
   int64_t outer_count = 1;
   for (size_t i = 0; i + 1 < dims.size(); ++i) outer_count *= dims[i].size;
+  if (outer_count == 1) {
+    be.gemm(dt, la.trans, lb.trans, M, N, K, alpha, A, la.ld, last.sa, B, lb.ld, last.sb, 0.0, C,
+            N, last.sc, last.size);
+    return out;
+  }
+  // The outer batch levels as offsets: one backend call (a device may run it as one launch).
+  std::vector<Backend::OuterOffsets> offsets(static_cast<size_t>(outer_count));
   for (int64_t o = 0; o < outer_count; ++o) {
-    int64_t rem = o, oa = 0, ob = 0, oc = 0;
+    int64_t rem = o;
+    Backend::OuterOffsets& off = offsets[static_cast<size_t>(o)];
     for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i) {
       const int64_t k = rem % dims[i].size;
       rem /= dims[i].size;
-      oa += k * dims[i].sa;
-      ob += k * dims[i].sb;
-      oc += k * dims[i].sc;
+      off.a += k * dims[i].sa;
+      off.b += k * dims[i].sb;
+      off.c += k * dims[i].sc;
     }
-    be.gemm(dt, la.trans, lb.trans, M, N, K, alpha, A + oa * esz, la.ld, last.sa, B + ob * esz,
-            lb.ld, last.sb, 0.0, C + oc * esz, N, last.sc, last.size);
   }
+  be.gemm_outer(dt, la.trans, lb.trans, M, N, K, alpha, A, la.ld, last.sa, B, lb.ld, last.sb, 0.0,
+                C, N, last.sc, last.size, offsets);
   return out;
 }
 

@@ -99,39 +99,29 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Backend& be = backend_for(dev);
 
   Tensor x = contig(logits), t = contig(targets);
-  // Count (and validate) the non-ignored targets on the host: the targets are a small Int64 vector.
-  int64_t count = 0;
-  for (int64_t v : t.to_int_vector()) {
-    if (v == ignore_index) continue;
-    PELAB_CHECK(v >= 0 && v < C, "cross_entropy: target ", v, " out of range [0, ", C,
-                ") for logits ", shape_str(logits.shape()), " (ignore_index ", ignore_index, ")");
-    ++count;
-  }
+  // The mean's divisor (the targets that are not ignore_index) is counted, and the targets
+  // checked, by the kernel on the logits' device: nothing is read back to the host.
   Tensor lse = Tensor::empty({rows}, dt, dev);
   Tensor loss = Tensor::empty({}, dt, dev);
-  if (count == 0) {
+  Tensor count = Tensor::empty({1}, DType::Float64, dev);
+  if (rows == 0) {  // (C may be 0 then)
     be.fill(view_of(loss), 0.0);
+    be.fill(view_of(count), 0.0);
   } else {
     Tensor loss_rows = Tensor::empty({rows}, dt, dev);
-    be.cross_entropy(view_of(loss_rows), view_of(lse), flat_view(x, {rows, C}),
-                     flat_view(t, {rows}), rows, C, ignore_index, label_smoothing);
-    Tensor total = Tensor::empty({1}, dt, dev);
-    be.reduce(ReduceOp::Sum, view_of(total), nullptr, view_of(loss_rows), 1, rows, 1);
-    be.unary(UnaryOp::MulScalar, view_of(loss), flat_view(total, {}),
-             1.0 / static_cast<double>(count));
+    be.cross_entropy(view_of(loss), view_of(count), view_of(loss_rows), view_of(lse),
+                     flat_view(x, {rows, C}), flat_view(t, {rows}), rows, C, ignore_index,
+                     label_smoothing);
   }
   const Shape lshape = logits.shape();
   return record("cross_entropy", {logits}, loss, [=](const Tensor& g) -> std::vector<Tensor> {
     Tensor gl = Tensor::empty(lshape, dt, dev);
     if (gl.numel() == 0) return {gl};
-    Backend& b = backend_for(dev);
-    if (count == 0) {
-      b.fill(view_of(gl), 0.0);
-    } else {
-      const double scale = g.item() / static_cast<double>(count);
-      b.cross_entropy_backward(flat_view(gl, {rows, C}), flat_view(x, {rows, C}), view_of(lse),
-                               flat_view(t, {rows}), rows, C, ignore_index, label_smoothing, scale);
-    }
+    const Tensor gc = contig(g);
+    backend_for(dev).cross_entropy_backward(flat_view(gl, {rows, C}), flat_view(x, {rows, C}),
+                                            view_of(lse), flat_view(t, {rows}), rows, C,
+                                            ignore_index, label_smoothing, flat_view(gc, {1}),
+                                            view_of(count));
     return {gl};
   });
 }
@@ -251,6 +241,12 @@ namespace {
 std::atomic<int64_t> g_attention_keep_bytes{int64_t(32) << 20};
 }  // namespace
 
+namespace {
+std::atomic<bool> g_fused_attention{true};
+}  // namespace
+
+bool set_fused_attention(bool use) { return g_fused_attention.exchange(use); }
+
 int64_t set_attention_keep_limit(int64_t bytes) {
   PELAB_CHECK(bytes >= 0, "set_attention_keep_limit: bytes must be >= 0, got ", bytes);
   return g_attention_keep_bytes.exchange(bytes);
@@ -336,7 +332,8 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     }
   }
   Backend& be = backend_for(dev);
-  if (!be.has_fused_attention() || Lq == 0 || Lk == 0 || dh == 0) {  // the same math, composed
+  if (!be.has_fused_attention() || !g_fused_attention.load() || Lq == 0 || Lk == 0 ||
+      dh == 0) {  // the same math, composed
     Tensor s = matmul(q, transpose(k, 2, 3), scale);
     if (rel_keys.defined()) s = add(s, relative_keys(q, rel_index, rel_keys, scale));
     if (bias.defined()) s = add(s, bias);
