@@ -1,6 +1,9 @@
 // pelab — CUDA training-step benchmark. For every PE scheme (or --scheme), times full training steps
-// of a seq2seq transformer on the GPU: forward + cross-entropy, backward, AdamW, each phase followed
-// by a device synchronisation, and prints mean ms per phase and per step. Configs:
+// of a seq2seq transformer on the GPU: forward + cross-entropy, backward, AdamW (the trainer's
+// guarded update, no clip), each phase followed by a device synchronisation, and prints mean ms per
+// phase and per step; then the same steps issued back to back with one synchronisation at the end
+// ("piped ms", what a training loop sees) and their backend calls, device->host reads, syncs and
+// allocator requests per step (pelab::BackendCounts). Configs:
 //   ref    vocab 32, d_model 128, 4 heads, d_ff 512, 2+2 layers, batch 32, length 32
 //   large  vocab 32, d_model 512, 8 heads, d_ff 2048, 2+2 layers, batch 32, length 512
 // Options: --config ref|large|all  --scheme NAME  --steps N (20)  --warmup N (3)
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -90,7 +94,9 @@ Tensor random_ids(int64_t B, int64_t L, int64_t vocab, Generator& gen, Device de
 }
 
 struct Timing {
-  double fwd = 0, bwd = 0, opt = 0;
+  double fwd = 0, bwd = 0, opt = 0;  // per phase, each followed by a synchronisation
+  double piped = 0;                  // per step, steps issued back to back, one sync at the end
+  BackendCounts per_step;            // of a back-to-back step (averaged)
   double loss = 0;
 };
 
@@ -116,6 +122,13 @@ Timing run(const BenchConfig& bc, const std::string& scheme, const Options& o, D
   const Tensor tgt_out = random_ids(bc.batch, bc.length, c.vocab, gen, dev);
   AdamW opt(m.parameters(), 1e-4);
   Backend& be = backend_for(dev);
+  // The trainer's update: the loss kept on the device, AdamW under Optimizer::guarded_step (no
+  // clip, as bench_torch.py), nothing read back.
+  const Tensor rec = Tensor::zeros({3}, DType::Float64, dev);
+  View loss_slot = view_of(rec);
+  loss_slot.shape = {};
+  loss_slot.strides = {};
+  const double no_clip = std::numeric_limits<double>::infinity();
   Timing t;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     const bool timed = step >= o.warmup;
@@ -129,7 +142,8 @@ Timing run(const BenchConfig& bc, const std::string& scheme, const Options& o, D
     loss.backward();
     be.synchronize();
     const double t2 = now_ms();
-    opt.step();
+    be.copy(loss_slot, view_of(loss));
+    opt.guarded_step(rec, no_clip);
     be.synchronize();
     const double t3 = now_ms();
     if (timed) {
@@ -137,11 +151,27 @@ Timing run(const BenchConfig& bc, const std::string& scheme, const Options& o, D
       t.bwd += t2 - t1;
       t.opt += t3 - t2;
     }
-    if (step + 1 == o.warmup + o.steps) t.loss = loss.item();
   }
   t.fwd /= o.steps;
   t.bwd /= o.steps;
   t.opt /= o.steps;
+  // The same steps issued back to back, as a training loop runs them.
+  be.synchronize();
+  const BackendCounts c0 = backend_counts();
+  const double p0 = now_ms();
+  for (int step = 0; step < o.steps; ++step) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(m.forward_seq2seq(src, Tensor(), tgt_in, Tensor()), tgt_out);
+    loss.backward();
+    be.copy(loss_slot, view_of(loss));
+    opt.guarded_step(rec, no_clip);
+  }
+  const BackendCounts n = backend_counts() - c0;
+  be.synchronize();
+  t.piped = (now_ms() - p0) / o.steps;
+  t.per_step = {n.calls / o.steps,  n.reads / o.steps,  n.syncs / o.steps,
+                n.writes / o.steps, n.allocs / o.steps, n.raw_allocs / o.steps};
+  t.loss = rec.to_vector()[0];
   return t;
 }
 
@@ -206,8 +236,9 @@ int main(int argc, char** argv) {
                   static_cast<long long>(bc.heads), static_cast<long long>(bc.d_ff),
                   static_cast<long long>(bc.batch), static_cast<long long>(bc.length),
                   o.dtype.c_str(), o.dropout, o.steps, o.warmup);
-      std::printf("%-12s %10s %10s %10s %12s %10s", "scheme", "fwd ms", "bwd ms", "adamw ms",
-                  "step ms", "loss");
+      std::printf("%-12s %10s %10s %10s %12s %10s %8s %6s %6s %7s %10s", "scheme", "fwd ms",
+                  "bwd ms", "adamw ms", "step ms", "piped ms", "calls", "reads", "syncs",
+                  "allocs", "loss");
 #ifdef PELAB_WITH_CUDA
       if (dev.is_cuda()) std::printf(" %12s", "peak MiB");
 #endif
@@ -217,8 +248,11 @@ int main(int argc, char** argv) {
         if (dev.is_cuda()) CudaBackend::reset_peak_bytes();
 #endif
         const Timing t = run(bc, scheme, o, dev);
-        std::printf("%-12s %10.3f %10.3f %10.3f %12.3f %10.4f", scheme.c_str(), t.fwd, t.bwd, t.opt,
-                    t.fwd + t.bwd + t.opt, t.loss);
+        std::printf("%-12s %10.3f %10.3f %10.3f %12.3f %10.3f %8lld %6lld %6lld %7lld %10.4f",
+                    scheme.c_str(), t.fwd, t.bwd, t.opt, t.fwd + t.bwd + t.opt, t.piped,
+                    static_cast<long long>(t.per_step.calls), static_cast<long long>(t.per_step.reads),
+                    static_cast<long long>(t.per_step.syncs),
+                    static_cast<long long>(t.per_step.allocs), t.loss);
 #ifdef PELAB_WITH_CUDA
         if (dev.is_cuda())
           std::printf(" %12.1f", static_cast<double>(CudaBackend::peak_bytes()) / (1 << 20));

@@ -30,6 +30,15 @@ needs torch >= 2; with an older one (Debian's 1.13) --compile is one error line.
 
 --device cuda runs the same steps on the GPU (TF32 off, like pelab's float32 GEMMs) and adds the peak
 of torch.cuda.max_memory_allocated (tools/gpu_check.sh's bench_torch step).
+
+One process can measure many runs (importing torch once, which takes seconds with CUDA): --scheme
+takes a comma-separated list or "all" (every registered scheme) and --modes eager,compile both
+modes (every eager run first; each compiled scheme starts from torch._dynamo.reset()), one JSON
+line per run; --budget S starts no run after S seconds and prints a "skipped" line for each one it
+did not start. --count-ops adds "ops_per_step", one more step counted by torch.profiler: the aten
+ops the dispatcher ran, the "leaf" ones that call no other aten op, of them the "kernels" (the leaf
+ops that are not views or metadata changes: the counterpart of pelab's backend calls per step) and
+on CUDA the kernels launched.
 """
 import argparse
 import json
@@ -173,21 +182,24 @@ class Seq2Seq(nn.Module):
         return self.decoder.norm(y) @ self.lm_head.weight.t()
 
 
-def make_config(a):
+def check_scheme(scheme, registered):
+    """An error line unless pelab registers `scheme` and tools/torch_reference.py has its class."""
+    if scheme not in registered:
+        raise SystemExit("bench_torch.py: unknown scheme '%s' (pelab registers: %s)"
+                         % (scheme, ", ".join(registered)))
+    if scheme not in ref.SCHEMES:
+        raise SystemExit("bench_torch.py: scheme '%s' has no class in tools/torch_reference.py "
+                         "(add its reference there)" % scheme)
+
+
+def make_config(a, scheme):
     """pelab's default config (as bench_train's) with the command line's sizes, or an error line."""
     c = pelab_config.defaults(a.pelab)
-    a.scheme = a.scheme or c["pe"]["scheme"]
-    schemes = pelab_config.registered_schemes(a.pelab)
-    if a.scheme not in schemes:
-        raise SystemExit("bench_torch.py: unknown scheme '%s' (pelab registers: %s)"
-                         % (a.scheme, ", ".join(schemes)))
-    if a.scheme not in ref.SCHEMES:
-        raise SystemExit("bench_torch.py: scheme '%s' has no class in tools/torch_reference.py "
-                         "(add its reference there)" % a.scheme)
+    check_scheme(scheme, pelab_config.registered_schemes(a.pelab))
     c["model"].update(arch="seq2seq", d_model=a.d_model, heads=a.heads, d_ff=a.d_ff,
                       encoder_layers=a.layers, decoder_layers=a.layers, dropout=0.0, norm="pre",
                       activation="gelu")
-    c["pe"].update(scheme=a.scheme, max_positions=max(512, a.len))
+    c["pe"].update(scheme=scheme, max_positions=max(512, a.len))
     return ref.Cfg(c, a.vocab)
 
 
@@ -231,37 +243,43 @@ def make_optimizer(model, fused):
     return torch.optim.AdamW(model.parameters(), **kw), "AdamW"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--scheme", help="a registered PE scheme (default: pelab's pe.scheme default)")
-    ap.add_argument("--pelab", help="the pelab binary: its config-reference gives the defaults")
-    for k, d in (("d_model", 128), ("heads", 4), ("d_ff", 512), ("layers", 2), ("batch", 32),
-                 ("len", 32), ("vocab", 32), ("steps", 20), ("warmup", 3), ("threads", 2)):
-        ap.add_argument("--" + k, type=int, default=d)
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--compile", action="store_true",
-                    help="torch.compile the model, fused AdamW where available (torch >= 2)")
-    ap.add_argument("--blas-info", action="store_true", help="print only the BLAS record")
-    ap.add_argument("--check-against-reference", action="store_true",
-                    help="compare one float64 forward/backward with tools/torch_reference.py's Model")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    if a.blas_info:
-        print(json.dumps(blas_info.torch_record(torch)))
-        return
-    if not a.pelab:
-        raise SystemExit("bench_torch.py: --pelab PATH is needed (the pelab binary whose "
-                         "config-reference gives the default config bench_train trains)")
-    if a.compile and not hasattr(torch, "compile"):
-        raise SystemExit("bench_torch.py: --compile needs torch >= 2 (torch.compile); this is "
-                         "torch %s from %s (bench/torch_venv.sh makes a PyPI torch 2.x venv)"
-                         % (torch.__version__, os.path.dirname(torch.__file__)))
-    cfg = make_config(a)
+# aten ops that make a view or change metadata only: no kernel runs (on CUDA nothing is launched).
+VIEW_OPS = {"aten::as_strided", "aten::select", "aten::slice", "aten::view", "aten::_reshape_alias",
+            "aten::reshape", "aten::transpose", "aten::t", "aten::permute", "aten::expand",
+            "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::alias", "aten::resolve_conj",
+            "aten::resolve_neg", "aten::_unsafe_view", "aten::view_as", "aten::unbind",
+            "aten::split", "aten::chunk", "aten::narrow", "aten::lift_fresh", "aten::numpy_T"}
+
+
+def count_ops(step, device):
+    """The ops of one step under torch.profiler: every aten op the dispatcher ran ("aten"), those
+    that call no other aten op ("leaf"), of them those that are not views or metadata changes
+    ("kernels": the kernels run, the counterpart of pelab's backend calls per step; VIEW_OPS), and
+    on CUDA the kernels launched ("cuda_kernels")."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts) as prof:
+        step()
+    aten = leaf = kernels = cuda = 0
+    for e in prof.events():
+        if e.name.startswith("aten::"):
+            aten += 1
+            if not any(ch.name.startswith("aten::") for ch in e.cpu_children):
+                leaf += 1
+                kernels += e.name not in VIEW_OPS
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            cuda += 1
+    out = {"aten": aten, "leaf": leaf, "kernels": kernels}
+    if device == "cuda":
+        out["cuda_kernels"] = cuda
+    return out
+
+
+def run_one(a, scheme, mode, dev):
+    """One measurement (one JSON row) of `scheme` in `mode` (eager | compile)."""
+    compiled = mode == "compile"
+    cfg = make_config(a, scheme)
     torch.manual_seed(1)
-    dev = torch.device(a.device)
-    if a.device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
     model = Seq2Seq(cfg)
     g = torch.Generator().manual_seed(7)
     src = torch.randint(3, a.vocab, (a.batch, a.len), generator=g)
@@ -271,8 +289,10 @@ def main():
         return check_against_reference(model, src, tin, tout)
     model = model.to(dev).bind()
     src, tin, tout = src.to(dev), tin.to(dev), tout.to(dev)
-    opt, optimizer = make_optimizer(model, a.compile)
-    if a.compile:
+    opt, optimizer = make_optimizer(model, compiled)
+    if compiled:
+        if hasattr(torch, "_dynamo"):
+            torch._dynamo.reset()  # each scheme compiles afresh (no recompile limit across runs)
         model = torch.compile(model)
 
     def step():
@@ -283,7 +303,7 @@ def main():
         opt.step()
         return loss.item()
 
-    warmup = max(a.warmup, 1) if a.compile else a.warmup  # the first step compiles
+    warmup = max(a.warmup, 1) if compiled else a.warmup  # the first step compiles
     t0 = time.perf_counter()
     for _ in range(warmup):
         step()
@@ -299,17 +319,77 @@ def main():
         cpu.append((time.process_time() - c0) * 1e3)
     cpu.sort()
     times.sort()
-    row = {"impl": "torch", "scheme": a.scheme, "median_ms": times[len(times) // 2],
+    row = {"impl": "torch", "scheme": scheme, "median_ms": times[len(times) // 2],
            "mean_ms": sum(times) / len(times), "min_ms": times[0], "cpu_ms": cpu[len(cpu) // 2],
            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "loss": loss,
-           "mode": "compile" if a.compile else "eager", "optimizer": optimizer,
-           "warmup_steps": warmup, "blas": blas_info.torch_record(torch)}
-    if a.compile:  # the warm-up's wall time: compilation (forward, backward) plus those steps
+           "mode": mode, "optimizer": optimizer, "warmup_steps": warmup,
+           "blas": blas_info.torch_record(torch)}
+    if compiled:  # the warm-up's wall time: compilation (forward, backward) plus those steps
         row["compile_s"] = warmup_s
     if a.device == "cuda":  # loss.item() in step() synchronises, so the times are the GPU's too
         row["device"] = torch.cuda.get_device_name()
         row["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
-    print(json.dumps(row))
+    if a.count_ops:
+        row["ops_per_step"] = count_ops(step, a.device)
+    print(json.dumps(row), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scheme", help="a registered PE scheme (default: pelab's pe.scheme "
+                    "default), a comma-separated list of them, or all (one row each)")
+    ap.add_argument("--pelab", help="the pelab binary: its config-reference gives the defaults")
+    for k, d in (("d_model", 128), ("heads", 4), ("d_ff", 512), ("layers", 2), ("batch", 32),
+                 ("len", 32), ("vocab", 32), ("steps", 20), ("warmup", 3), ("threads", 2)):
+        ap.add_argument("--" + k, type=int, default=d)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model, fused AdamW where available (torch >= 2)")
+    ap.add_argument("--modes", help="comma-separated eager and/or compile, every scheme in each "
+                    "(default: eager, or compile with --compile); eager runs come first")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds: no run starts later than this after the start; each run not "
+                    "started is one row saying so (0: no limit)")
+    ap.add_argument("--count-ops", action="store_true",
+                    help="count one more step's ops with torch.profiler (ops_per_step)")
+    ap.add_argument("--blas-info", action="store_true", help="print only the BLAS record")
+    ap.add_argument("--check-against-reference", action="store_true",
+                    help="compare one float64 forward/backward with tools/torch_reference.py's Model")
+    a = ap.parse_args()
+    t_start = time.perf_counter()
+    torch.set_num_threads(a.threads)
+    if a.blas_info:
+        print(json.dumps(blas_info.torch_record(torch)))
+        return
+    if not a.pelab:
+        raise SystemExit("bench_torch.py: --pelab PATH is needed (the pelab binary whose "
+                         "config-reference gives the default config bench_train trains)")
+    modes = a.modes.split(",") if a.modes else ["compile" if a.compile else "eager"]
+    for m in modes:
+        if m not in ("eager", "compile"):
+            raise SystemExit("bench_torch.py: --modes takes eager and compile, got '%s'" % m)
+    if "compile" in modes and not hasattr(torch, "compile"):
+        raise SystemExit("bench_torch.py: --compile needs torch >= 2 (torch.compile); this is "
+                         "torch %s from %s (bench/torch_venv.sh makes a PyPI torch 2.x venv)"
+                         % (torch.__version__, os.path.dirname(torch.__file__)))
+    registered = pelab_config.registered_schemes(a.pelab)
+    scheme = a.scheme or pelab_config.defaults(a.pelab)["pe"]["scheme"]
+    schemes = registered if scheme == "all" else scheme.split(",")
+    for scheme in schemes:
+        check_scheme(scheme, registered)
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    for mode in modes:
+        for scheme in schemes:
+            waited = time.perf_counter() - t_start
+            if a.budget > 0 and waited > a.budget:
+                print(json.dumps({"impl": "torch", "scheme": scheme, "mode": mode,
+                                  "skipped": "not started: %.0f s of the %.0f s budget spent"
+                                  % (waited, a.budget)}), flush=True)
+                continue
+            run_one(a, scheme, mode, dev)
 
 
 if __name__ == "__main__":

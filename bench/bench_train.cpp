@@ -1,11 +1,20 @@
 // pelab — training-step benchmark: times full steps (forward, backward, AdamW) of models::Transformer
-// for one configuration and prints one JSON line (ms/step, peak RSS). `--sgemm N` instead measures
-// the cblas_sgemm peak (GFLOP/s) on N x N x N. Driven by bench/run.sh (alternating with PyTorch).
-// Every JSON line carries "blas": the BLAS this process actually ran on (see blas_record_json);
-// `--blas-info` prints only that record (after setting --threads). `--products` times the step's
-// matrix products alone (run_products below: the ceiling of the step's share of the sgemm peak).
+// for one configuration and prints one JSON line (ms/step, peak RSS, and the step's host overhead:
+// "per_step" backend calls, device->host reads, syncs, host->device writes and allocator requests,
+// BackendCounts of pelab/backend.h). The step is the trainer's: the batch uploaded, the loss kept
+// on the device, AdamW applied by Optimizer::guarded_step, nothing read back (the loss is read once
+// after the timed steps); the gradient norm is computed for the finite check and clipped only
+// with --grad_clip X (default 0 = off, as bench_torch.py's step). `--device cuda` runs it on the GPU
+// (each step then ends with a synchronisation, not counted); `--attention composite` makes the CPU
+// compose attention as the CUDA backend does, so its counts are a GPU step's. `--sgemm N` instead
+// measures the cblas_sgemm peak (GFLOP/s) on N x N x N. Driven by bench/run.sh (alternating with
+// PyTorch). Every JSON line carries "blas": the BLAS this process actually ran on (see
+// blas_record_json); `--blas-info` prints only that record (after setting --threads). `--products`
+// times the step's matrix products alone (run_products below: the ceiling of the step's share of
+// the sgemm peak).
 //   bench_train --scheme rope --d_model 128 --heads 4 --d_ff 512 --layers 2 --batch 32 --len 32
-//               --steps 20 --warmup 3 --threads 2
+//               --steps 20 --warmup 3 --threads 2 [--device cpu|cuda] [--attention fused|composite]
+//               [--grad_clip X]
 #include <cblas.h>
 #include <sys/resource.h>
 
@@ -15,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -220,6 +230,8 @@ int main(int argc, char** argv) {
   int64_t d_model = 128, heads = 4, d_ff = 512, layers = 2, batch = 32, len = 32, vocab = 32;
   int steps = 20, warmup = 3, threads = 2;
   int64_t sgemm = 0;
+  std::string device = "cpu", attention = "fused";
+  double grad_clip = 0;
   bool blas_info = false, products = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
@@ -245,6 +257,9 @@ int main(int argc, char** argv) {
     else if (k == "--warmup") warmup = std::atoi(v);
     else if (k == "--threads") threads = std::atoi(v);
     else if (k == "--sgemm") sgemm = std::atoll(v);
+    else if (k == "--device") device = v;
+    else if (k == "--attention") attention = v;
+    else if (k == "--grad_clip") grad_clip = std::atof(v);
     else {
       std::fprintf(stderr, "bench_train: unknown option %s\n", k.c_str());
       return 2;
@@ -265,8 +280,15 @@ int main(int argc, char** argv) {
     }
     return run_products(d_model, heads, d_ff, layers, batch, len, vocab, steps, warmup, threads);
   }
+  if (attention != "fused" && attention != "composite") {
+    std::fprintf(stderr, "bench_train: --attention must be fused or composite, got %s\n",
+                 attention.c_str());
+    return 2;
+  }
   try {
     set_num_threads(threads);
+    const Device dev = Device::parse(device);
+    set_fused_attention(attention == "fused");
     models::ModelConfig cfg;
     cfg.arch = "seq2seq";
     cfg.vocab = vocab;
@@ -282,8 +304,16 @@ int main(int argc, char** argv) {
     cfg.pe.set("max_positions", std::max<int64_t>(512, len));
     cfg.seed = 1;
     models::Transformer model(cfg);
+    model.to(dev);
     model.train();
     AdamW opt(model.parameters(), 1e-3);
+    Backend& be = backend_for(dev);
+    // The step's record on the device (loss, gradient sum of squares, norm), as the trainer's.
+    const Tensor rec = Tensor::zeros({3}, DType::Float64, dev);
+    const double max_norm = grad_clip > 0 ? grad_clip : std::numeric_limits<double>::infinity();
+    View loss_slot = view_of(rec);
+    loss_slot.shape = {};
+    loss_slot.strides = {};
 
     // Fixed synthetic batch: ids in [3, vocab).
     Generator gen(7);
@@ -296,23 +326,23 @@ int main(int argc, char** argv) {
     for (auto& x : src) x = next();
     for (auto& x : tin) x = next();
     for (auto& x : tout) x = next();
-    Tensor src_t = Tensor::from_ints(src, {batch, len});
-    Tensor tin_t = Tensor::from_ints(tin, {batch, len});
-    Tensor tout_t = Tensor::from_ints(tout, {batch, len});
-
-    double loss_v = 0;
-    std::vector<double> t_fwd, t_bwd, t_opt;  // per-phase wall ms of the timed steps
+    // The batch is uploaded every step, as the trainer does.
+    std::vector<double> t_fwd, t_bwd, t_opt;  // per-phase wall ms of the timed steps (on a
+                                               // device: the host's time to issue them)
     bool timing = false;
     auto step = [&] {
       const double a = now_ms();
       opt.zero_grad();
+      const Tensor src_t = Tensor::from_ints(src, {batch, len}, dev);
+      const Tensor tin_t = Tensor::from_ints(tin, {batch, len}, dev);
+      const Tensor tout_t = Tensor::from_ints(tout, {batch, len}, dev);
       Tensor logits = model.forward_seq2seq(src_t, Tensor(), tin_t, Tensor());
       Tensor loss = cross_entropy(logits, tout_t);
       const double b = now_ms();
       loss.backward();
       const double c = now_ms();
-      opt.step();
-      loss_v = loss.item();
+      be.copy(loss_slot, view_of(loss));
+      opt.guarded_step(rec, max_norm);
       if (timing) {
         t_fwd.push_back(b - a);
         t_bwd.push_back(c - b);
@@ -320,24 +350,42 @@ int main(int argc, char** argv) {
       }
     };
     for (int i = 0; i < warmup; ++i) step();
+    be.synchronize();
     timing = true;
     std::vector<double> times, cpu;
+    BackendCounts counts;
     for (int i = 0; i < steps; ++i) {
       const double t0 = now_ms(), c0 = cpu_ms();
+      const BackendCounts before = backend_counts();
       step();
+      const BackendCounts d = backend_counts() - before;
+      counts = {counts.calls + d.calls, counts.reads + d.reads, counts.syncs + d.syncs,
+                counts.writes + d.writes, counts.allocs + d.allocs, counts.raw_allocs + d.raw_allocs};
+      be.synchronize();  // (a device's step is over when its kernels are; not counted)
       times.push_back(now_ms() - t0);
       cpu.push_back(cpu_ms() - c0);
     }
+    const double loss_v = rec.to_vector()[0];
+    auto per_step = [&](int64_t n) { return static_cast<double>(n) / steps; };
+    char counts_json[256];
+    std::snprintf(counts_json, sizeof counts_json,
+                  "{\"calls\": %g, \"reads\": %g, \"syncs\": %g, \"writes\": %g, "
+                  "\"allocs\": %g, \"raw_allocs\": %g}",
+                  per_step(counts.calls), per_step(counts.reads), per_step(counts.syncs),
+                  per_step(counts.writes), per_step(counts.allocs), per_step(counts.raw_allocs));
     const double median = median_of(times);
     double mean = 0;
     for (double t : times) mean += t;
     mean /= times.size();
     std::printf(
-        "{\"impl\": \"pelab\", \"scheme\": \"%s\", \"median_ms\": %.4f, \"mean_ms\": %.4f, "
+        "{\"impl\": \"pelab\", \"scheme\": \"%s\", \"device\": \"%s\", \"attention\": \"%s\", "
+        "\"median_ms\": %.4f, \"mean_ms\": %.4f, "
         "\"min_ms\": %.4f, \"cpu_ms\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
-        "\"optimizer_ms\": %.4f, \"peak_rss_kb\": %ld, \"loss\": %.6f, \"blas\": %s}\n",
-        scheme.c_str(), median, mean, *std::min_element(times.begin(), times.end()),
-        median_of(cpu), median_of(t_fwd), median_of(t_bwd), median_of(t_opt), peak_rss_kb(), loss_v,
+        "\"optimizer_ms\": %.4f, \"per_step\": %s, \"peak_rss_kb\": %ld, \"loss\": %.6f, "
+        "\"blas\": %s}\n",
+        scheme.c_str(), dev.str().c_str(), attention.c_str(), median, mean,
+        *std::min_element(times.begin(), times.end()), median_of(cpu), median_of(t_fwd),
+        median_of(t_bwd), median_of(t_opt), counts_json, peak_rss_kb(), loss_v,
         blas_record_json().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
