@@ -7,18 +7,22 @@
 #                                        (binaries, every non-system shared library, the source tree's
 #                                        data), MANIFEST.txt
 #   DIR/run.sh [OUT] [--only STEPS]      on the GPU host: unpacks the bundle to a temporary folder
-#                                        and runs every check, writing every result under OUT
+#                                        and runs every check, its results in OUT/results.txt
 #   tools/gpu_check.sh run [--bundle DIR | --tree DIR] [--only STEPS] OUT
 #                                        the same (--tree: an already unpacked bundle, or any folder
 #                                        with bin/ (pelab, pelab_tests, bench_cuda) and src/)
 #
 # Run steps, in order (--only takes a comma-separated subset; the device probe always runs):
-#   host, libs, device, tests_cuda, memcheck, racecheck, train, bench_cuda, bench_torch, tests_rest
+#   host, libs, device, tests_cuda, train, memcheck, racecheck, overhead, bench_cuda, bench_torch,
+#   compare, tests_rest
 # Each step has its own time limit (`timeout`), and all of them share one budget (PELAB_GPU_BUDGET
-# seconds, default 540, so the whole check fits a 10-minute session); a step that would start with
-# too little budget left is skipped and reported. OUT/summary.txt is always written (one that cannot
-# be written is a failure); the exit status is 0 only if no step failed. Without a usable CUDA device
-# it stops after the probe, printing one line "gpu_check: no CUDA device: ..." (exit 1).
+# seconds, default 480: the whole check takes at most 8 minutes); a step that would start with too
+# little budget left is skipped and reported. The results are one text file, OUT/results.txt (under
+# 1 MB: the summary, then each step's figures and, for a failure, its messages), always written (one
+# that cannot be written is a failure);
+# the full logs are kept under OUT/logs/ only with PELAB_GPU_KEEP_LOGS=1. The exit status is 0 only
+# if no step failed. Without a usable CUDA device it stops after the probe, printing one line
+# "gpu_check: no CUDA device: ..." (exit 1).
 set -uo pipefail
 # A `cd` that finds its folder through an exported CDPATH prints the folder, and "$(cd X && pwd)"
 # would capture two lines: no cd here consults CDPATH, and none prints.
@@ -140,7 +144,7 @@ prepare() {
 #!/usr/bin/env bash
 # pelab GPU check bundle (made by tools/gpu_check.sh prepare; see MANIFEST.txt and docs/cuda.md).
 #   ./run.sh [OUT] [--only STEPS]    unpacks to a temporary folder and runs every check; results
-#                                    under OUT (default ./gpu-check); exit 0 only if all passed
+#                                    in OUT/results.txt (default ./gpu-check); exit 0 only if all passed
 here="$(unset CDPATH; cd -- "$(dirname "${BASH_SOURCE[0]}")" >/dev/null && pwd)"
 out="$PWD/gpu-check"
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then out="$1"; shift; fi
@@ -185,10 +189,11 @@ write_manifest() {
 # run
 # ------------------------------------------------------------------------------------------------
 
-ALL_STEPS="host libs device tests_cuda memcheck racecheck train bench_cuda bench_torch tests_rest"
+ALL_STEPS="host libs device tests_cuda train memcheck racecheck overhead bench_cuda bench_torch compare tests_rest"
 declare -A STATUS DETAIL SECS LIMIT
-LIMIT=([host]=30 [libs]=30 [device]=60 [tests_cuda]=240 [memcheck]=150 [racecheck]=150 [train]=150
-       [bench_cuda]=150 [bench_torch]=150 [tests_rest]=300)
+LIMIT=([host]=30 [libs]=30 [device]=60 [tests_cuda]=150 [train]=60 [memcheck]=60 [racecheck]=45
+       [overhead]=45 [bench_cuda]=75 [bench_torch]=120 [compare]=150 [tests_rest]=120)
+RESULTS_CAP=900000  # bytes of OUT/results.txt (each step's section is capped below it)
 ORDER=()
 RUN_T0=0
 OUT=""
@@ -215,25 +220,64 @@ step_limit() {
 
 wanted() { [[ ",$ONLY," == *",$1,"* ]]; }
 
-write_summary() {
+# The summary block: the device line, one line per step (PASS/FAIL/SKIP, seconds, counts from the
+# gtest XML or the reason), the counts and the wall time, and `result: PASS` only if no step failed.
+summary_block() {
+  local s pass=0 fail=0 skip=0
+  echo "pelab GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(uname -n)"
+  [ -f "$TREE/MANIFEST.txt" ] && sed -n '1,2p' "$TREE/MANIFEST.txt" | sed 's/^/bundle: /'
+  local dev="${DEVICE_LINE:-unknown}"
+  echo "device: ${dev#device: }"
+  printf '%-12s %-4s %8s  %s\n' step stat seconds detail
+  for s in "${ORDER[@]}"; do
+    printf '%-12s %-4s %8s  %s\n' "$s" "${STATUS[$s]}" "${SECS[$s]}" "${DETAIL[$s]}"
+    case "${STATUS[$s]}" in PASS) pass=$((pass + 1)) ;; FAIL) fail=$((fail + 1)) ;; *) skip=$((skip + 1)) ;; esac
+  done
+  echo "steps: $pass passed, $fail failed, $skip skipped; wall time $(elapsed "$RUN_T0") s"
+  if [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
+}
+
+# gtest failures in a log: each failure's assertion text and the FAILED lines.
+gtest_failures() {
+  grep -E -A12 '(: Failure$|^\[  FAILED  \]|ERROR SUMMARY|RACECHECK SUMMARY|^=+ (ERROR|Invalid|Race))' "$1" 2>/dev/null |
+    head -c 60000
+}
+
+# The part of a step's output that goes into results.txt.
+excerpt() {
+  local step="$1" f
+  case "$step" in
+    host) grep -v '^$' "$LOGS/host.log" 2>/dev/null | head -60 ;;
+    libs|device) [ "${STATUS[$step]}" = PASS ] || tail -40 "$LOGS/$step.log" 2>/dev/null ;;
+    tests_cuda|memcheck|racecheck)
+      grep -h 'device-parametrized tests run on' "$LOGS/$step.log" 2>/dev/null | head -1
+      gtest_failures "$LOGS/$step.log" ;;
+    tests_rest) for f in "$LOGS"/tests_rest_*.log; do gtest_failures "$f"; done ;;
+    train) [ "${STATUS[$step]}" = PASS ] || tail -60 "$LOGS/train.log" 2>/dev/null ;;
+    overhead) cat "$LOGS/overhead.txt" 2>/dev/null ;;
+    bench_cuda) grep -v '^$' "$LOGS/bench_cuda.log" 2>/dev/null | head -80 ;;
+    bench_torch) cat "$LOGS/bench_torch.txt" 2>/dev/null; tail -30 "$LOGS/bench_torch.log" 2>/dev/null ;;
+    compare) cat "$LOGS/compare.txt" 2>/dev/null ;;
+  esac
+}
+
+# OUT/results.txt, the check's one result file: the summary, then a section per step.
+write_results() {
   [ "$SUMMARY_DONE" = 1 ] && return
   SUMMARY_DONE=1
-  local s pass=0 fail=0 skip=0 tmp="$OUT/summary.txt.tmp"
+  local s tmp="$OUT/results.txt.tmp"
   {
-    echo "pelab GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(uname -n)"
-    [ -f "$TREE/MANIFEST.txt" ] && sed -n '1,2p' "$TREE/MANIFEST.txt" | sed 's/^/bundle: /'
-    local dev="${DEVICE_LINE:-unknown}"
-    echo "device: ${dev#device: }"
-    printf '%-12s %-4s %8s  %s\n' step stat seconds detail
+    summary_block
     for s in "${ORDER[@]}"; do
-      printf '%-12s %-4s %8s  %s\n' "$s" "${STATUS[$s]}" "${SECS[$s]}" "${DETAIL[$s]}"
-      case "${STATUS[$s]}" in PASS) pass=$((pass + 1)) ;; FAIL) fail=$((fail + 1)) ;; *) skip=$((skip + 1)) ;; esac
+      echo
+      echo "==== $s: ${STATUS[$s]} (${SECS[$s]} s) ${DETAIL[$s]}"
+      [ -n "${LOGS:-}" ] && excerpt "$s" | head -c 150000
     done
-    echo "steps: $pass passed, $fail failed, $skip skipped; wall time $(elapsed "$RUN_T0") s"
-    if [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]; then echo "result: PASS"; else echo "result: FAIL"; fi
-  } > "$tmp" && mv -T "$tmp" "$OUT/summary.txt" || {
-    echo "gpu_check: cannot write $OUT/summary.txt: result: FAIL" >&2; return 1; }
-  cat "$OUT/summary.txt" 2>/dev/null
+  } | head -c "$RESULTS_CAP" > "$tmp"  # (an excerpt's missing log is not an error)
+  summary_block 2>/dev/null
+  # No results.txt is a failure, whatever the steps said.
+  [ -s "$tmp" ] && mv -T "$tmp" "$OUT/results.txt" || {
+    echo "gpu_check: cannot write $OUT/results.txt: result: FAIL" >&2; return 1; }
 }
 
 # gtest XML counts: "tests failures skipped" summed over files (missing files count as nothing).
@@ -249,12 +293,12 @@ gtest_counts() {
   echo "$tests $fails $skips"
 }
 
-# Runs one step's command under its time limit, output to OUT/<step>.log; sets RC.
+# Runs one step's command under its time limit, output to LOGS/<step>.log; sets RC.
 run_logged() {  # step command...
   local step="$1"; shift
   local lim; lim=$(step_limit "$step")
   if [ "$lim" -lt 5 ]; then RC=125; return; fi
-  timeout --kill-after=10 "$lim" "$@" > "$OUT/$step.log" 2>&1
+  timeout --kill-after=10 "$lim" "$@" > "$LOGS/$step.log" 2>&1
   RC=$?
 }
 
@@ -306,19 +350,27 @@ run() {
     [[ " $ALL_STEPS " == *" $s "* ]] || die "run: unknown step '$s' in --only (steps: $ALL_STEPS)"
   done
   ONLY="${only// /,}"
-  BUDGET="${PELAB_GPU_BUDGET:-540}"
+  BUDGET="${PELAB_GPU_BUDGET:-480}"
   RUN_T0=$(now)
   mkdir -p "$out" || die "cannot create $out"
   OUT="$(cd -- "$out" >/dev/null && pwd)" && [ -d "$OUT" ] && [ -w "$OUT" ] ||
     die "cannot write to the output folder '$out'"
   CLEANUP=""
-  # No summary.txt is a failure, whatever the steps said.
-  trap 'exit_rc=$?; write_summary || exit_rc=1; [ -z "$CLEANUP" ] || rm -rf "$CLEANUP"; exit "$exit_rc"' EXIT
+  rm -f "$OUT/results.txt"
+  if [ "${PELAB_GPU_KEEP_LOGS:-0}" = 1 ]; then
+    LOGS="$OUT/logs"
+    mkdir -p "$LOGS" || die "cannot create $LOGS"
+  else
+    LOGS=$(mktemp -d "${TMPDIR:-/tmp}/pelab-gpu-logs.XXXXXX") || die "cannot create a temporary folder"
+    CLEANUP="$LOGS"
+  fi
+  # No results.txt is a failure, whatever the steps said.
+  trap 'exit_rc=$?; write_results || exit_rc=1; [ -z "$CLEANUP" ] || rm -rf $CLEANUP; exit "$exit_rc"' EXIT
   trap 'record interrupted FAIL "interrupted by a signal" 0; exit 1' INT TERM
   if [ -z "$TREE" ]; then
     [ -n "$bundle" ] || { [ -f "$SCRIPT_DIR/$BUNDLE_NAME" ] && bundle="$SCRIPT_DIR"; } || bundle="$SCRIPT_DIR/../.gpu"
     if ! TREE=$(unpack "$bundle"); then record bundle FAIL "cannot unpack the bundle in $bundle" 0; exit 1; fi
-    CLEANUP="$TREE"
+    CLEANUP="$CLEANUP $TREE"
   fi
   if ! TREE="$(cd -- "$TREE" >/dev/null 2>&1 && pwd)" || [ ! -x "$TREE/bin/pelab_tests" ]; then
     echo "gpu_check: no bin/pelab_tests in the tree '$TREE'" >&2
@@ -343,10 +395,10 @@ run() {
     grep -m1 'model name' /proc/cpuinfo; echo
     [ -f "$TREE/MANIFEST.txt" ] && cat "$TREE/MANIFEST.txt"; echo
     if s=$(find_tool nvidia-smi); then timeout 30 "$s"; timeout 30 "$s" -L; else echo "nvidia-smi not found"; fi
-  } > "$OUT/host.log" 2>&1
+  } > "$LOGS/host.log" 2>&1
   local smi="nvidia-smi not found"
-  grep -q '^GPU 0:' "$OUT/host.log" && smi=$(grep -m1 '^GPU 0:' "$OUT/host.log")
-  sed -n '/NVIDIA-SMI/,$p' "$OUT/host.log" | head -25
+  grep -q '^GPU 0:' "$LOGS/host.log" && smi=$(grep -m1 '^GPU 0:' "$LOGS/host.log")
+  sed -n '/NVIDIA-SMI/,$p' "$LOGS/host.log" | head -25
   local need_glibc have_glibc
   need_glibc=$(sed -n 's/^needs from the host: glibc >= \([0-9.]*\),.*/\1/p' "$TREE/MANIFEST.txt" 2>/dev/null)
   have_glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
@@ -386,8 +438,8 @@ run() {
     [ -n "$found" ] && export LD_LIBRARY_PATH="$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     err=$(load_error)
   fi
-  for s in "$TREE"/bin/*; do [ -f "$s" ] && [ -x "$s" ] && { echo "== $s"; ldd "$s"; }; done > "$OUT/libs.log" 2>&1
-  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >> "$OUT/libs.log"
+  for s in "$TREE"/bin/*; do [ -f "$s" ] && [ -x "$s" ] && { echo "== $s"; ldd "$s"; }; done > "$LOGS/libs.log" 2>&1
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >> "$LOGS/libs.log"
   if [ -n "$err" ]; then
     record libs FAIL "$err (cuBLAS: install CUDA 13's, or put its folder on LD_LIBRARY_PATH)" "$(elapsed "$t0")"
   else
@@ -396,9 +448,9 @@ run() {
 
   # device: the bundled binary's own probe
   t0=$(now)
-  timeout 60 "$TREE/bin/bench_cuda" --check > "$OUT/device.log" 2>&1
+  timeout 60 "$TREE/bin/bench_cuda" --check > "$LOGS/device.log" 2>&1
   local probe_rc=$?
-  DEVICE_LINE=$(head -1 "$OUT/device.log")
+  DEVICE_LINE=$(head -1 "$LOGS/device.log")
   if [ "$probe_rc" -ne 0 ]; then
     case "$DEVICE_LINE" in *"no CUDA device"*) ;; *) DEVICE_LINE="no CUDA device: bench_cuda --check: ${DEVICE_LINE:-exit status $probe_rc}" ;; esac
     DEVICE_LINE="no CUDA device: ${DEVICE_LINE#*no CUDA device: }"
@@ -412,20 +464,35 @@ run() {
   record device PASS "$DEVICE_LINE" "$(elapsed "$t0")"
 
   local tn tf ts
-  local cuda_filter='Cuda*:OpDriver*'
+  # The CUDA kernels' tests, the op driver (every op on every device) and the device-parametrized
+  # tests' cuda instances (tests/device_param.h): none may fail or skip, and the cuda instances
+  # must exist (they do only where the tests see the device).
+  local cuda_filter='Cuda*:OpDriver*:DeviceParam.*:*/cuda'
   if wanted tests_cuda; then
     t0=$(now)
-    run_logged tests_cuda "$TREE/bin/pelab_tests" "--gtest_filter=$cuda_filter" "--gtest_output=xml:$OUT/tests_cuda.xml"
-    read -r tn tf ts < <(gtest_counts "$OUT/tests_cuda.xml")
-    if [ "$RC" -eq 0 ] && [ "$ts" -eq 0 ] && [ "$tn" -gt 0 ]; then
-      record tests_cuda PASS "$tn run, 0 failed, 0 skipped ($cuda_filter)" "$(elapsed "$t0")"
+    run_logged tests_cuda "$TREE/bin/pelab_tests" "--gtest_filter=$cuda_filter" "--gtest_output=xml:$LOGS/tests_cuda.xml"
+    read -r tn tf ts < <(gtest_counts "$LOGS/tests_cuda.xml")
+    local ndev; ndev=$(grep -c '<testcase name="[^"]*/cuda"' "$LOGS/tests_cuda.xml" 2>/dev/null)
+    if [ "$RC" -eq 0 ] && [ "$ts" -eq 0 ] && [ "$tn" -gt 0 ] && [ "${ndev:-0}" -gt 0 ]; then
+      record tests_cuda PASS "$tn run ($ndev device-parametrized on cuda), 0 failed, 0 skipped ($cuda_filter)" "$(elapsed "$t0")"
+    elif [ "$RC" -eq 0 ] && [ "$ts" -eq 0 ] && [ "$tn" -gt 0 ]; then
+      record tests_cuda FAIL "$tn run, but no device-parametrized test ran on cuda (the tests did not see the device: see DeviceParam)" "$(elapsed "$t0")"
     else
       record tests_cuda FAIL "$tn run, $tf failed, $ts skipped ($cuda_filter); $(rc_note "$RC" "${LIMIT[tests_cuda]}")" "$(elapsed "$t0")"
     fi
   fi
 
-  # compute-sanitizer on a subset that takes every kernel family: reductions, GEMM, fused softmax/
-  # layer norm/cross-entropy, index ops, elementwise, random, optimizers, a whole training step.
+  # train: configs/default.yaml for 30 steps on cuda and on cpu, float32 and float64; every logged
+  # loss (training rows every step, the evaluation rows at the end) must agree.
+  if wanted train; then
+    t0=$(now)
+    train_compare
+  fi
+
+  # compute-sanitizer on a subset that takes every kernel family: reductions, GEMM (also the
+  # multi-level batches of gemm_outer), fused softmax/layer norm/cross-entropy, index ops,
+  # elementwise, random, optimizers (per parameter and the multi-tensor guarded updates), whole
+  # training steps and checkpoints.
   local san tool filt
   san=$(find_tool compute-sanitizer || true)
   for tool in memcheck racecheck; do
@@ -436,15 +503,15 @@ run() {
       continue
     fi
     if [ "$tool" = memcheck ]; then
-      filt="${PELAB_GPU_MEMCHECK_FILTER:-CudaKernels.*:CudaTraining.RepeatedStepsAreBitIdentical:CudaCheckpoint.*}"
+      filt="${PELAB_GPU_MEMCHECK_FILTER:-CudaKernels.*:Devices/DeviceTraining.RepeatedStepsAreBitIdentical/cuda:Devices/DeviceCheckpoint.*/cuda:Devices/DeviceStep.GuardedStep*/cuda:Devices/DeviceErrors.*/cuda}"
     else
-      filt="${PELAB_GPU_RACECHECK_FILTER:-CudaKernels.ReductionsEveryPathAndFirstArgmax:CudaKernels.SumSquaresMatchesCpuAndIsDeterministic:CudaKernels.FusedSoftmaxLayerNormCrossEntropyLargeRows:CudaKernels.IndexOpsMatchCpuAndAccumulateDeterministically:CudaKernels.OptimizerStepsMatchCpu}"
+      filt="${PELAB_GPU_RACECHECK_FILTER:-CudaKernels.ReductionsEveryPathAndFirstArgmax:CudaKernels.SumSquaresMatchesCpuAndIsDeterministic:CudaKernels.FusedSoftmaxLayerNormCrossEntropyLargeRows:CudaKernels.IndexOpsMatchCpuAndAccumulateDeterministically:CudaKernels.OptimizerStepsMatchCpu:CudaKernels.GuardedUpdatesMatchCpu}"
     fi
     run_logged "$tool" "$san" --tool "$tool" --error-exitcode 99 --print-limit 50 \
-      "$TREE/bin/pelab_tests" "--gtest_filter=$filt" "--gtest_output=xml:$OUT/$tool.xml"
-    read -r tn tf ts < <(gtest_counts "$OUT/$tool.xml")
+      "$TREE/bin/pelab_tests" "--gtest_filter=$filt" "--gtest_output=xml:$LOGS/$tool.xml"
+    read -r tn tf ts < <(gtest_counts "$LOGS/$tool.xml")
     local errs
-    errs=$(grep -o '[A-Z]* SUMMARY: .*' "$OUT/$tool.log" | tail -1)
+    errs=$(grep -o '[A-Z]* SUMMARY: .*' "$LOGS/$tool.log" | tail -1)
     if [ "$RC" -eq 0 ]; then
       record "$tool" PASS "${errs:-no summary line}; $tn tests ($filt)" "$(elapsed "$t0")"
     else
@@ -452,20 +519,21 @@ run() {
     fi
   done
 
-  # train: configs/default.yaml for 30 steps on cuda and on cpu, float32 and float64; every logged
-  # loss (training rows every step, the evaluation rows at the end) must agree.
-  if wanted train; then
+  # overhead: a training step's host overhead (bench_train's per-step backend calls, device->host
+  # reads, syncs, allocations, and ms) on cuda, and the same counted on this host's CPU with
+  # attention composed as on the GPU (they should agree); reads and syncs must be 0.
+  if wanted overhead; then
     t0=$(now)
-    train_compare
+    overhead
   fi
 
   if wanted bench_cuda; then
     t0=$(now)
-    run_logged bench_cuda "$TREE/bin/bench_cuda" --steps "${PELAB_GPU_BENCH_STEPS:-20}"
+    run_logged bench_cuda "$TREE/bin/bench_cuda" --steps "${PELAB_GPU_BENCH_STEPS:-10}"
     if [ "$RC" -eq 0 ]; then
-      record bench_cuda PASS "every scheme, ref and large (bench_cuda.log)" "$(elapsed "$t0")"
+      record bench_cuda PASS "every scheme, ref and large" "$(elapsed "$t0")"
     else
-      record bench_cuda FAIL "$(rc_note "$RC" "${LIMIT[bench_cuda]}") (bench_cuda.log)" "$(elapsed "$t0")"
+      record bench_cuda FAIL "$(rc_note "$RC" "${LIMIT[bench_cuda]}")" "$(elapsed "$t0")"
     fi
   fi
 
@@ -474,8 +542,15 @@ run() {
     bench_torch
   fi
 
+  # compare: the lab's own job, `pelab compare configs/compare/addition_quick.yaml --jobs <cores>`,
+  # with train.device=cpu and =cuda on this host: wall time and runs finished within the limit.
+  if wanted compare; then
+    t0=$(now)
+    compare_devices
+  fi
+
   # The rest of the suite (CPU-side tests, which also use the GPU where a test takes every backend),
-  # sharded over the host's cores, 2 threads a shard.
+  # sharded over the host's cores, 2 threads a shard: last, with what is left of the budget.
   if wanted tests_rest; then
     t0=$(now)
     lim=$(step_limit tests_rest)
@@ -488,12 +563,12 @@ run() {
       for ((i = 0; i < shards; i++)); do
         GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_NUM_THREADS=2 \
           timeout --kill-after=10 "$lim" "$TREE/bin/pelab_tests" "--gtest_filter=-$cuda_filter" \
-          "--gtest_output=xml:$OUT/tests_rest_$i.xml" > "$OUT/tests_rest_$i.log" 2>&1 &
+          "--gtest_output=xml:$LOGS/tests_rest_$i.xml" > "$LOGS/tests_rest_$i.log" 2>&1 &
         pids+=($!)
       done
       RC=0
       for i in "${pids[@]}"; do wait "$i"; s=$?; [ "$s" -ne 0 ] && RC=$s && rcs=$((rcs + 1)); done
-      read -r tn tf ts < <(gtest_counts "$OUT"/tests_rest_*.xml)
+      read -r tn tf ts < <(gtest_counts "$LOGS"/tests_rest_*.xml)
       if [ "$RC" -eq 0 ]; then
         record tests_rest PASS "$tn run, 0 failed, $ts skipped ($shards shards)" "$(elapsed "$t0")"
       else
@@ -511,7 +586,7 @@ run() {
 train_compare() {
   local dt dev rc=0 notes="" lim
   if [ -z "$PY" ]; then record train FAIL "python3 not found (it compares metrics.jsonl)" "$(elapsed "$t0")"; return; fi
-  : > "$OUT/train.log"
+  : > "$LOGS/train.log"
   for dt in float32 float64; do
     for dev in cuda cpu; do
       lim=$(step_limit train)
@@ -519,13 +594,13 @@ train_compare() {
       (cd "$TREE/src" && timeout --kill-after=10 "$lim" "$TREE/bin/pelab" train configs/default.yaml \
         --set train.device="$dev" --set model.dtype="$dt" --set train.steps=30 --set train.warmup=10 \
         --set train.log_every=1 \
-        --set train.eval_every=30 --set train.checkpoint_every=30 --set train.run_dir="$OUT/train" \
-        --set train.run_name="${dt}_$dev" --overwrite) >> "$OUT/train.log" 2>&1 || {
+        --set train.eval_every=30 --set train.checkpoint_every=30 --set train.run_dir="$LOGS/train" \
+        --set train.run_name="${dt}_$dev" --overwrite) >> "$LOGS/train.log" 2>&1 || {
         rc=1; notes+="pelab train $dt on $dev failed (train.log); "; }
     done
   done
   if [ "$rc" -eq 0 ]; then
-    notes=$("$PY" - "$OUT/train" <<'EOF' 2>&1
+    notes=$("$PY" - "$LOGS/train" <<'EOF' 2>&1
 import json, sys
 root = sys.argv[1]
 tol = {"float32": 1e-3, "float64": 1e-9}
@@ -552,43 +627,143 @@ EOF
   if [ "$rc" -eq 0 ]; then record train PASS "$notes" "$(elapsed "$t0")"; else record train FAIL "$notes" "$(elapsed "$t0")"; fi
 }
 
-# PyTorch on the same GPU: bench/bench_torch.py --device cuda at bench_cuda's two configs.
+# One line per bench_torch.py row: config, scheme, mode and the figures (the BLAS record left out).
+torch_rows() {  # config jsonl
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+cfg = sys.argv[1]
+for line in open(sys.argv[2]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if "skipped" in r:
+        print("%-5s %-10s %-7s %s" % (cfg, r["scheme"], r["mode"], r["skipped"]))
+        continue
+    ops = r.get("ops_per_step", {})
+    print("%-5s %-10s %-7s median %8.3f ms  cpu %8.3f ms  compile %6s s  peak %7.1f MiB  ops %s" % (
+        cfg, r["scheme"], r["mode"], r["median_ms"], r["cpu_ms"],
+        "%.1f" % r["compile_s"] if "compile_s" in r else "-", r.get("peak_cuda_mib", 0),
+        " ".join("%s=%s" % kv for kv in sorted(ops.items())) or "-"))
+EOF
+}
+
+# PyTorch on the same GPU: bench/bench_torch.py --device cuda at bench_cuda's two configs, one
+# Python process per config (torch is imported once) for every registered scheme (the list comes
+# from this pelab's config-reference), eager first, then torch.compile, each process within its
+# share of the step's limit (--budget: the runs it cannot start are rows saying so).
 bench_torch() {
   if [ -z "$PY" ] || ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
     record bench_torch SKIP "python3 with a CUDA PyTorch not found: not run" "$(elapsed "$t0")"
     return
   fi
-  local cfg scheme lim fails=0 args schemes
-  : > "$OUT/bench_torch.jsonl"
-  : > "$OUT/bench_torch.log"
-  # Every registered scheme, as this pelab lists them (`pelab config-reference`'s pe.scheme row).
+  local cfg lim share rc fails=0 args rows=0 skipped=0 modes="eager,compile"
+  "$PY" -c 'import torch, sys; sys.exit(0 if hasattr(torch, "compile") else 1)' || modes="eager"
+  : > "$LOGS/bench_torch.txt"
+  : > "$LOGS/bench_torch.log"
+  for cfg in ref large; do
+    lim=$(step_limit bench_torch)
+    if [ "$lim" -lt 20 ]; then echo "$cfg   all        -       not started: time budget spent" >> "$LOGS/bench_torch.txt"; continue; fi
+    # ref gets 55 % of what is left, large the rest; the run a process starts last may overrun
+    # its --budget (two thirds of its share) until the share's timeout
+    if [ "$cfg" = ref ]; then share=$(( lim * 55 / 100 )); else share=$lim; fi
+    if [ "$cfg" = ref ]; then args=(--d_model 128 --heads 4 --d_ff 512 --len 32); else args=(--d_model 512 --heads 8 --d_ff 2048 --len 512); fi
+    timeout --kill-after=10 "$share" "$PY" "$TREE/src/bench/bench_torch.py" --pelab "$TREE/bin/pelab" \
+      --device cuda --scheme all --modes "$modes" --budget $(( share * 2 / 3 )) --count-ops \
+      "${args[@]}" --layers 2 --batch 32 --steps "${PELAB_GPU_BENCH_STEPS:-10}" \
+      > "$LOGS/bench_torch_$cfg.jsonl" 2>> "$LOGS/bench_torch.log"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+      fails=$((fails + 1))
+      echo "$cfg: $(rc_note "$rc" "$share")" >> "$LOGS/bench_torch.log"
+    fi
+    torch_rows "$cfg" "$LOGS/bench_torch_$cfg.jsonl" >> "$LOGS/bench_torch.txt"
+  done
+  rows=$(grep -c ' median ' "$LOGS/bench_torch.txt")
+  skipped=$(grep -vc ' median ' "$LOGS/bench_torch.txt")
+  if [ "$fails" -eq 0 ] && [ "$rows" -gt 0 ]; then
+    record bench_torch PASS "$rows runs ($modes), $skipped not run; one process per config" "$(elapsed "$t0")"
+  else
+    record bench_torch FAIL "$rows runs, $skipped not run, $fails processes failed" "$(elapsed "$t0")"
+  fi
+}
+
+# bench_train's per-step host overhead at the ref config for every registered scheme (the list from
+# this pelab's config-reference), on cuda and (attention composed, as the CUDA backend runs it) on
+# this host's CPU.
+overhead() {
+  local scheme side lim schemes bad=0 n=0
+  : > "$LOGS/overhead.jsonl"
   schemes=$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import pelab_config
 print(" ".join(pelab_config.registered_schemes(sys.argv[2])))' "$TREE/src/bench" "$TREE/bin/pelab" \
-              2>> "$OUT/bench_torch.log")
-  if [ -z "$schemes" ]; then
-    record bench_torch FAIL "cannot list the registered schemes from $TREE/bin/pelab config-reference (bench_torch.log)" "$(elapsed "$t0")"
-    return
-  fi
-  for cfg in ref large; do
-    if [ "$cfg" = ref ]; then args=(--d_model 128 --heads 4 --d_ff 512 --len 32); else args=(--d_model 512 --heads 8 --d_ff 2048 --len 512); fi
-    for scheme in $schemes; do
-      lim=$(step_limit bench_torch)
-      if [ "$lim" -lt 5 ]; then record bench_torch FAIL "not finished: time budget spent" "$(elapsed "$t0")"; return; fi
-      if timeout --kill-after=10 "$lim" "$PY" "$TREE/src/bench/bench_torch.py" --pelab "$TREE/bin/pelab" --device cuda --scheme "$scheme" \
-           "${args[@]}" --layers 2 --batch 32 --steps "${PELAB_GPU_BENCH_STEPS:-20}" \
-           > "$OUT/bench_torch.tmp" 2>> "$OUT/bench_torch.log"; then
-        tail -1 "$OUT/bench_torch.tmp" | sed "s/^{/{\"config\": \"$cfg\", /" >> "$OUT/bench_torch.jsonl"
+              2>> "$LOGS/overhead.err")
+  for scheme in $schemes; do
+    for side in cuda cpu; do
+      lim=$(step_limit overhead)
+      if [ "$lim" -lt 5 ]; then break 2; fi
+      local extra=(--device cuda --steps 10 --warmup 3)
+      [ "$side" = cpu ] && extra=(--device cpu --attention composite --threads "$ncpu" --steps 5 --warmup 2)
+      if timeout --kill-after=10 "$lim" "$TREE/bin/bench_train" --scheme "$scheme" \
+           "${extra[@]}" >> "$LOGS/overhead.jsonl" 2>> "$LOGS/overhead.err"; then
+        n=$((n + 1))
       else
-        fails=$((fails + 1)); echo "$cfg $scheme failed" >> "$OUT/bench_torch.log"
+        bad=$((bad + 1))
       fi
     done
   done
-  rm -f "$OUT/bench_torch.tmp"
-  if [ "$fails" -eq 0 ]; then
-    record bench_torch PASS "every registered scheme ($schemes), ref and large (bench_torch.jsonl)" "$(elapsed "$t0")"
+  "$PY" - "$LOGS/overhead.jsonl" > "$LOGS/overhead.txt" 2>&1 <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    c = r["per_step"]
+    print("%-10s %-6s %-9s median %8.3f ms  cpu %8.3f ms  per step: calls %g reads %g syncs %g "
+          "writes %g allocs %g (raw %g)" % (r["scheme"], r["device"], r["attention"], r["median_ms"],
+          r["cpu_ms"], c["calls"], c["reads"], c["syncs"], c["writes"], c["allocs"], c["raw_allocs"]))
+EOF
+  tail -5 "$LOGS/overhead.err" >> "$LOGS/overhead.txt" 2>/dev/null
+  local round_trips
+  round_trips=$(grep -c 'reads [1-9]\|syncs [1-9]' "$LOGS/overhead.txt")
+  if [ -z "$schemes" ]; then
+    record overhead FAIL "cannot list the registered schemes from $TREE/bin/pelab config-reference" "$(elapsed "$t0")"
+  elif [ "$bad" -eq 0 ] && [ "$n" -gt 0 ] && [ "$round_trips" -eq 0 ]; then
+    record overhead PASS "$n bench_train runs (ref config); no step reads back or waits" "$(elapsed "$t0")"
   else
-    record bench_torch FAIL "$fails runs failed (bench_torch.log)" "$(elapsed "$t0")"
+    record overhead FAIL "$n runs, $bad failed; $round_trips with reads or syncs per step" "$(elapsed "$t0")"
   fi
+}
+
+# addition_quick on cpu and cuda, --jobs = this host's cores: wall seconds, runs finished.
+compare_devices() {
+  local dev lim start secs finished total rc
+  : > "$LOGS/compare.txt"
+  total=$(cd "$TREE/src" && "$TREE/bin/pelab" compare configs/compare/addition_quick.yaml --plan \
+            --out "$LOGS/compare_plan" 2>/dev/null | grep -c 'to train')
+  for dev in cpu cuda; do
+    lim=$(step_limit compare)
+    if [ "$dev" = cpu ]; then lim=$(( lim * 2 / 5 )); fi  # cuda gets the rest
+    if [ "$lim" -lt 10 ]; then echo "$dev: not started: time budget spent" >> "$LOGS/compare.txt"; continue; fi
+    start=$(now)
+    (cd "$TREE/src" && timeout --kill-after=10 "$lim" "$TREE/bin/pelab" compare \
+       configs/compare/addition_quick.yaml --set train.device="$dev" --jobs "$ncpu" \
+       --out "$LOGS/compare_$dev" --progress lines --no-plots) > "$LOGS/compare_$dev.log" 2>&1
+    rc=$?
+    secs=$(elapsed "$start")
+    finished=$(find "$LOGS/compare_$dev/runs" -name record.json 2>/dev/null | wc -l)
+    if [ "$rc" -eq 0 ]; then
+      echo "$dev: $secs s for all $total runs (--jobs $ncpu)" >> "$LOGS/compare.txt"
+      grep '^|' "$LOGS/compare_$dev/report.md" 2>/dev/null | head -12 >> "$LOGS/compare.txt"
+    else
+      echo "$dev: $(rc_note "$rc" "$lim"): $finished of $total runs finished in $secs s (--jobs $ncpu)" >> "$LOGS/compare.txt"
+      tail -5 "$LOGS/compare_$dev.log" >> "$LOGS/compare.txt"
+    fi
+  done
+  local line
+  line=$(grep -E '^(cpu|cuda): ' "$LOGS/compare.txt" | sed 's/ (--jobs.*//' | paste -sd ';' | sed 's/;/; /g')
+  # a device whose runs do not finish within its share is measured as slower than that, not failed
+  record compare PASS "$line" "$(elapsed "$t0")"
 }
 
 case "${1:-}" in
