@@ -235,6 +235,39 @@ TEST_F(HardeningRun, ConsecutiveSkippedStepsStopTheRunAndKeepTheLastFiniteCheckp
   EXPECT_LE(load_checkpoint((run / "checkpoints" / "best.h5").string()).step, 4);
 }
 
+// A step's loss and gradient norm are read back at the next training row, validation or checkpoint
+// (issue 50: a step reads nothing back). A limit reached between two reads (steps 6 and 7 skipped,
+// read at step 8) stops the run at that read, naming the step where it was reached and reporting
+// the first skip with its own step and counts, and nothing of the steps after the limit is written:
+// no checkpoint or training row of step 8; the checkpoint of step 4 holds the steps before it.
+TEST_F(HardeningRun, ALimitReachedBetweenReadsNamesItsStepAndWritesNothingAfter) {
+  const Config cfg = tiny("late", {"train.steps=20", "train.log_every=8", "train.eval_every=0",
+                                   "train.checkpoint_every=4", "train.keep_checkpoints=0",
+                                   "train.max_consecutive_skipped=2", "train.max_skipped_steps=0"});
+  TrainOptions opt;
+  opt.progress = 2;
+  opt.grad_hook = [](int64_t step, const std::vector<Tensor>& params) {
+    if (step == 5 || step == 6) poison_gradients(params);  // steps 6 and 7 (1-based)
+  };
+  const std::string e = pelab::testing::error_of([&] { train(cfg, opt); });
+  EXPECT_NE(e.find("step 7: 2 consecutive steps skipped"), std::string::npos) << e;
+  EXPECT_NE(e.find("last finite checkpoint: " + (dir_ / "runs" / "late" / "checkpoints" / "step_4.h5").string()),
+            std::string::npos)
+      << e;
+  const fs::path run = dir_ / "runs" / "late";
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_4.h5"));
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step_8.h5"));
+  const std::string log = slurp(run / "train.log");
+  EXPECT_NE(log.find("step 6 skipped: non-finite gradient norm (1 step in a row, 1 skipped in total)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(slurp(run / "metrics.jsonl").find("\"step\": 8"), std::string::npos)
+      << "no row of the steps after the limit";
+  const CheckpointData ck = load_checkpoint((run / "checkpoints" / "step_4.h5").string());
+  EXPECT_EQ(ck.counters.at("skipped_steps"), 0);
+  EXPECT_EQ(ck.optimizer_step, 4);
+}
+
 TEST_F(HardeningRun, TotalSkippedStepsLimitNamesTheStep) {
   const Config cfg = tiny("total", {"train.steps=20", "train.log_every=1", "train.eval_every=0",
                                     "train.checkpoint_every=0", "train.max_consecutive_skipped=0",
