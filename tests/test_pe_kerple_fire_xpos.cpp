@@ -224,24 +224,29 @@ TEST(NewSchemesFire, FixedThresholdAndAbsoluteC) {
   EXPECT_NEAR(b[0], 3.0 * std::log1p(0.5 * 3) / (std::log1p(0.5 * 4) + 1e-6), 1e-12);
 }
 
-// The rows of the MLP's input: its first linear's input rows, read from the autograd graph.
-static int64_t fire_mlp_rows(const Tensor& bias) {
+// The rows of the MLP's input, one entry per MLP in the bias's autograd graph: its first linear's
+// input rows.
+static std::set<int64_t> fire_mlp_rows(const Tensor& bias) {
   std::vector<Node*> stack{bias.grad_fn().get()};
   std::set<Node*> seen;
-  int64_t rows = -1;
+  std::set<int64_t> rows;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     if (!n || !seen.insert(n).second) continue;
-    if (n->name == "linear" && n->input_shapes[0].back() == 1) rows = n->input_shapes[0][0];
+    if (n->name == "linear" && n->input_shapes[0].back() == 1) rows.insert(n->input_shapes[0][0]);
     for (const Edge& e : n->edges) stack.push_back(e.fn.get());
   }
   return rows;
 }
 
 // Where every row shares the normaliser (L above every position, or one query) the MLP runs once
-// per distinct distance; where rows differ, once per (i, j).
+// per distinct distance; where rows differ, once per (i, j). With a learned threshold the choice
+// depends on L: an evaluation reads L on the host and builds one form; a training step reads
+// nothing back from the device (issue 50), so it builds both and selects on the device, except for
+// one query (always shared). A fixed threshold is known on the host: one form in training too.
 TEST(NewSchemesFire, MlpRunsOncePerDistinctDistanceWhenRowsShareTheNormaliser) {
+  using Rows = std::set<int64_t>;
   PEConfig cfg;
   cfg.scheme = "fire";
   cfg.set("fire_threshold", 4.0);
@@ -250,13 +255,29 @@ TEST(NewSchemesFire, MlpRunsOncePerDistinctDistanceWhenRowsShareTheNormaliser) {
   const Tensor q = Tensor::zeros({1, 2, 6, 2}, DType::Float64);
   for (bool causal : {true, false}) {
     const AttnKind kind = causal ? AttnKind::DecoderSelf : AttnKind::EncoderSelf;
+    pe->eval();
     set_param(*pe, "threshold_scale", {2.0});  // L = 8 > 5: shared, distances 0..5
-    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), 6) << causal;
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), Rows{6}) << causal;
     set_param(*pe, "threshold_scale", {1.0});  // L = 4 < 5: rows 4 and 5 differ
-    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), 36) << causal;
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), Rows{36}) << causal;
     // One query at 5 > L: its own normaliser, still one row.
-    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, q1, pos, causal))), 6) << causal;
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, q1, pos, causal))), Rows{6}) << causal;
+    pe->train();
+    for (double lambda : {2.0, 1.0}) {
+      set_param(*pe, "threshold_scale", {lambda});
+      EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), (Rows{6, 36}))
+          << causal << " training, lambda " << lambda;
+    }
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, q1, pos, causal))), Rows{6}) << causal;
   }
+  PEConfig fixed = cfg;
+  fixed.set("fire_learn_threshold", false);
+  fixed.set("fire_threshold", 8.0);
+  auto pf = build(fixed, stack(4, 2));  // training mode
+  EXPECT_EQ(fire_mlp_rows(pf->score_term(q, site_of(AttnKind::EncoderSelf, pos, pos, false))), Rows{6});
+  fixed.set("fire_threshold", 4.0);
+  pf = build(fixed, stack(4, 2));
+  EXPECT_EQ(fire_mlp_rows(pf->score_term(q, site_of(AttnKind::EncoderSelf, pos, pos, false))), Rows{36});
 }
 
 // Both paths against the formula, values and gradients (central differences, float64): shared
