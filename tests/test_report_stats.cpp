@@ -313,6 +313,49 @@ TEST(ReportStats, JsonMemberTextReadsNestedDocuments) {
   }
 }
 
+// A \uXXXX escape is one character in UTF-8, a surrogate pair one code point; an escape JSON does not
+// have and a lone surrogate are malformed. Injected: "v\u202em" (RIGHT-TO-LEFT OVERRIDE), which the
+// reader once kept as its low byte only ("v.m").
+TEST(ReportStats, JsonStringsDecodeUnicodeEscapesToUtf8) {
+  auto s_of = [](const std::string& quoted) {
+    const MetricRow row = parse_metric_row("{\"s\": " + quoted + "}", "f");
+    const MetricValue* v = row.get("s");
+    return v && v->kind == MetricValue::Kind::Str ? v->s : std::string("<not a string>");
+  };
+  EXPECT_EQ(s_of("\"v\\u202em\""), "v\xE2\x80\xAEm");
+  EXPECT_EQ(s_of("\"\\u00e9\\u00E9\""), "\xC3\xA9\xC3\xA9");
+  EXPECT_EQ(s_of("\"\\ud83d\\ude00\""), "\xF0\x9F\x98\x80");  // a surrogate pair
+  EXPECT_EQ(s_of("\"a\\u0007b\""), "a\ab");
+  EXPECT_EQ(s_of("\"\\b\\f\\/\\\"\\\\\\n\""), "\b\f/\"\\\n");
+  // What pelab writes reads back as it was.
+  const std::string odd = "x\x01\t\"y\xE2\x80\xAE";
+  EXPECT_EQ(s_of(json_quote(odd)), odd);
+  for (const std::string bad : {"\"\\ud800\"", "\"\\ud800\\u0041\"", "\"\\udc00\"",
+                                "\"\\u12g4\"", "\"\\u12\"", "\"\\x41\"", "\"\\q\""}) {
+    const std::string e = pelab::testing::error_of([&] { s_of(bad); });
+    EXPECT_NE(e.find("f: malformed metrics line"), std::string::npos) << bad << ": " << e;
+  }
+}
+
+// A document nested deeper than kMaxJsonDepth is malformed, whatever its depth: one error, no
+// recursion down the stack. Injected: 100000 nested arrays in an eval.json member (which crashed
+// `pelab compare --merge` with SIGSEGV).
+TEST(ReportStats, JsonNestedDeeperThanTheLimitIsOneError) {
+  auto nested = [](int levels) {
+    return "{\"step\": 1, \"deep\": " + std::string(levels, '[') + std::string(levels, ']') +
+           ", \"convergence\": null}";
+  };
+  EXPECT_EQ(json_member_text(nested(kMaxJsonDepth - 1), "step", "f"), "1");
+  for (int levels : {kMaxJsonDepth, 100000}) {
+    const std::string e =
+        pelab::testing::error_of([&] { json_member_text(nested(levels), "step", "the/eval.json"); });
+    EXPECT_NE(e.find("the/eval.json: malformed JSON (nested deeper than " +
+                     std::to_string(kMaxJsonDepth) + " levels at offset"),
+              std::string::npos)
+        << levels << ": " << e;
+  }
+}
+
 // ---------------- read_convergence ----------------
 
 TEST(ReportStats, ReadConvergenceFromEvalJson) {

@@ -158,7 +158,8 @@ std::string MetricRow::json() const {
 namespace {
 
 // The one JSON reader of run files: flat metric rows (parse_metric_row) and, with skip(), the
-// nested objects and arrays of eval.json (json_member_text).
+// nested objects and arrays of eval.json (json_member_text). Strings are decoded to UTF-8 (\\uXXXX
+// escapes and surrogate pairs included); an unknown escape or a lone surrogate is malformed.
 struct Parser {
   const std::string& s;
   const std::string& where;
@@ -196,9 +197,12 @@ struct Parser {
       return;
     }
   }
-  // Any value: a scalar, a string, or a nested object or array.
-  void skip() {
-    if (at('{')) return object([this](const std::string&) { skip(); });
+  // Any value: a scalar, a string, or a nested object or array, at most kMaxJsonDepth levels deep
+  // (a file nested deeper is refused, never followed down the stack).
+  void skip(int depth = 1) {
+    if ((at('{') || at('[')) && depth > kMaxJsonDepth)
+      bad("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    if (at('{')) return object([this, depth](const std::string&) { skip(depth + 1); });
     if (at('[')) {
       ++p;
       if (at(']')) {
@@ -206,7 +210,7 @@ struct Parser {
         return;
       }
       while (true) {
-        skip();
+        skip(depth + 1);
         if (at(',')) {
           ++p;
           continue;
@@ -221,6 +225,39 @@ struct Parser {
     ws();
     if (p >= s.size() || s[p] != c) bad(std::string("expected '") + c + "'");
     ++p;
+  }
+  // The four hex digits of a \\u escape at p.
+  uint32_t hex4() {
+    if (p + 4 > s.size()) bad("bad \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = s[p + i];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0) bad("bad \\u escape");
+      v = v * 16 + static_cast<uint32_t>(d);
+    }
+    p += 4;
+    return v;
+  }
+  static void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
   }
   std::string str() {
     expect('"');
@@ -239,13 +276,25 @@ struct Parser {
         case 'n': out += '\n'; break;
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case '"': case '\\': case '/': out += e; break;
         case 'u': {
-          if (p + 4 > s.size()) bad("bad \\u escape");
-          out += static_cast<char>(std::strtol(s.substr(p, 4).c_str(), nullptr, 16));
-          p += 4;
+          // UTF-16 code units as UTF-8: a surrogate pair is one code point; a lone surrogate is
+          // no character and refused.
+          uint32_t cp = hex4();
+          if (cp >= 0xDC00 && cp <= 0xDFFF) bad("lone low surrogate in a \\u escape");
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (s.compare(p, 2, "\\u") != 0) bad("lone high surrogate in a \\u escape");
+            p += 2;
+            const uint32_t lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) bad("lone high surrogate in a \\u escape");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          append_utf8(out, cp);
           break;
         }
-        default: out += e;
+        default: bad("bad escape");
       }
     }
     return out;
@@ -294,7 +343,7 @@ std::string json_member_text(const std::string& text, const std::string& key,
   ps.object([&](const std::string& k) {
     ps.ws();
     const size_t b = ps.p;
-    ps.skip();
+    ps.skip(2);  // a member's value: the second level
     if (k == key) found = text.substr(b, ps.p - b);
   });
   ps.ws();

@@ -41,11 +41,18 @@ struct MetricRow {
 };
 
 // Parses one line written by MetricRow::json() (a flat JSON object of numbers, strings, null,
-// true/false). Throws pelab::Error naming `where` on malformed input.
+// true/false). Strings are decoded to UTF-8 (\uXXXX escapes, surrogate pairs as one character);
+// an unknown escape or a lone surrogate is malformed. Throws pelab::Error naming `where` on
+// malformed input.
 MetricRow parse_metric_row(const std::string& line, const std::string& where = "metrics");
+// The deepest nesting of objects and arrays pelab reads in a JSON file (eval.json has 3 levels: the
+// document, its "results" array, a result); a file nested deeper is malformed (a received file
+// must not exhaust the stack).
+constexpr int kMaxJsonDepth = 64;
 // The text of the value of top-level member `key` of the JSON object `text` ("" when absent; the
 // last one when repeated), e.g. eval.json's "convergence" record for parse_metric_row. Nested
-// objects and arrays are checked and skipped. Throws pelab::Error naming `where` on malformed input.
+// objects and arrays (at most kMaxJsonDepth levels) are checked and skipped. Throws pelab::Error
+// naming `where` on malformed input.
 std::string json_member_text(const std::string& text, const std::string& key,
                              const std::string& where);
 // Every non-empty line of a metrics.jsonl text.
