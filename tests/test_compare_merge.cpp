@@ -128,6 +128,34 @@ TEST_F(CompareMergeTest, ForeignRecordsAreRefused) {
       << err_;
 }
 
+// A report folder inside a merged folder is refused before anything is created: the merged folder
+// is left exactly as it was, for a comparison and for a suite. Injected: --out SELF/sub/x, which
+// once created SELF/sub/x/runs inside the merged folder before the refusal.
+TEST_F(CompareMergeTest, ReportFolderInsideAMergedFolderCreatesNothing) {
+  const std::string cfg = config();
+  ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 0) << err_;
+  const auto before = tree(dir_ / "a");
+  EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("a") + "/sub/x"}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: --merge " + at("a") + ": the report folder " +
+                      at("a") + "/sub/x lies in it, and pelab never writes into a merged folder"),
+            std::string::npos)
+      << err_;
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "sub"));
+  EXPECT_EQ(tree(dir_ / "a"), before);
+  // A suite: its folder, or one task's folder, in a merged folder.
+  const std::string suite = write(
+      "suite.yaml", pelab::testing::tiny_compare_yaml("[3, 6]", 4) +
+                        "    - rope\nsuite:\n  tasks:\n    - {name: parity_check}\n"
+                        "    - {name: reverse_string, set: {task.name: reverse}}\n");
+  fs::create_directories(dir_ / "s" / "reverse_string");
+  EXPECT_EQ(compare(suite, {"--merge", at("s"), "--out", at("s") + "/in"}), 1);
+  EXPECT_NE(err_.find(at("s") + "/in lies in it"), std::string::npos) << err_;
+  EXPECT_EQ(compare(suite, {"--merge", at("s") + "/reverse_string", "--out", at("s")}), 1);
+  EXPECT_NE(err_.find(at("s") + "/reverse_string lies in it"), std::string::npos) << err_;
+  EXPECT_TRUE(fs::is_empty(dir_ / "s" / "reverse_string"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "s"), fs::directory_iterator()), 1);
+}
+
 // A finished run whose checkpoints/ is gone is reused from its record: nothing retrained, the same
 // results. A new test length needs the weights: one error naming the run. A config that differs
 // from the record's is retrained with the line saying which key (as for a run with weights).

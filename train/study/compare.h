@@ -246,6 +246,12 @@ const std::string& compare_child_binary();  // "" when none was set
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt = {});
 
+// --merge (train/study/compare_merge.cpp): the lines refusing it when the report folder `out_dir`
+// lies in (or is) one of the merged folders `dirs` — pelab would write into it; empty when none
+// does. run_compare and run_suite check it before they create anything.
+std::vector<std::string> merge_out_problems(const std::vector<std::string>& dirs,
+                                            const std::string& out_dir);
+
 // For train/study/suite.cpp: parses a `set:` mapping of section.key: value into
 // "section.key=value" strings (errors name FILE:LINE and `what`); tells whether a name can name a
 // directory (letters, digits, _ - + .; not "." or "..").

@@ -45,6 +45,25 @@ std::string cached_evaluations_problem(const fs::path& stage, const std::string&
 
 }  // namespace
 
+// The lines refusing --merge when the report folder `out_dir` lies in (or is) one of the merged
+// folders `dirs`: pelab would write into it. Paths compared as they resolve now (links of the parts
+// that exist followed), before anything is created.
+std::vector<std::string> merge_out_problems(const std::vector<std::string>& dirs,
+                                            const std::string& out_dir) {
+  std::vector<std::string> problems;
+  std::error_code ec;
+  const fs::path out_real = fs::weakly_canonical(fs::absolute(out_dir), ec);
+  for (const auto& d : dirs) {
+    const fs::path real = fs::weakly_canonical(fs::absolute(d), ec);
+    const auto rel = out_real.lexically_relative(real);
+    if (!rel.empty() && *rel.begin() != "..")
+      problems.push_back("--merge " + d + ": the report folder " + out_dir +
+                         " lies in it, and pelab never writes into a merged folder; choose "
+                         "another --out");
+  }
+  return problems;
+}
+
 namespace compare_detail {
 
 // `s` for a markdown table cell: printable ASCII, `|` escaped.
@@ -68,16 +87,6 @@ void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<st
                    const std::string& sub, const std::string& out_dir, std::ostream& log,
                    CompareResult& res, std::map<size_t, std::string>& from) {
   std::error_code ec;
-  const fs::path out_real = fs::weakly_canonical(fs::absolute(out_dir), ec);
-  for (const auto& d : dirs) {
-    const fs::path real = fs::weakly_canonical(fs::absolute(fs::path(d) / sub), ec);
-    const auto rel = out_real.lexically_relative(real);
-    if (!rel.empty() && *rel.begin() != "..")
-      res.refused.push_back("--merge " + d + ": the report folder " + out_dir +
-                            " lies in it, and pelab never writes into a merged folder; choose "
-                            "another --out");
-  }
-  if (!res.refused.empty()) return;
   std::map<std::string, size_t> index_of;
   for (size_t i = 0; i < plan.size(); ++i) index_of[plan[i].cfg.train.run_name] = i;
   const fs::path runs_out = fs::path(out_dir) / "runs";

@@ -407,6 +407,9 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   PELAB_CHECK(!(opt.report_only && !opt.only.empty()),
               "compare: --only and --report-only cannot be combined");
   check_expected_config(spec, opt, plan);
+  // Before anything is created: the report folder must not lie in a merged folder.
+  res.refused = merge_out_problems(opt.merge, res.out_dir);
+  if (!res.refused.empty()) return res;
   std::error_code ec;
   fs::create_directories(fs::path(res.out_dir) / "runs", ec);
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());

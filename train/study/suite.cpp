@@ -444,6 +444,12 @@ SuiteResult run_suite(const SuiteSpec& spec, const CompareOptions& opt,
   const std::string out = opt.out.empty() ? spec.out : opt.out;
   const double t0 = now_s();
   SuiteResult res;
+  // Before any task creates its folder: neither the suite's folder nor a task's may lie in a
+  // merged folder.
+  res.refused = merge_out_problems(opt.merge, out);
+  for (size_t k = 0; k < selected.size() && res.refused.empty(); ++k)
+    res.refused = merge_out_problems(opt.merge, (fs::path(out) / spec.tasks[selected[k]].name).string());
+  if (!res.refused.empty()) return res;
   for (size_t n = 0; n < selected.size(); ++n) {
     const SuiteTask& task = spec.tasks[selected[n]];
     CompareOptions o = opt;
