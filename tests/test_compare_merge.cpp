@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -266,6 +267,155 @@ TEST_F(CompareMergeTest, RecordValuesAreRangeChecked) {
   fs::remove_all(dir_ / "a" / "runs" / "rope_seed1" / "checkpoints");
   EXPECT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 1);
   EXPECT_NE(err_.find(cache.string() + ": exact_match 7 of len_2 lies outside [0, 1]"),
+            std::string::npos)
+      << err_;
+}
+
+// Every number a merge publishes is traced to the run's own evaluation and to the plan: a record's
+// cached evaluation (compare_eval/base.csv) with an in-range value edited, a row repeated, a row of
+// a length the plan never tests, or no rows at all is refused with one line naming the file; the
+// same file in a run's own folder is evaluated again from its weights. Injected: each of the four
+// edits of base.csv in a slice's record, which a merge once published (exit 0) as 97.0, "50.0
+// [0.0, 100.0] (n = 2)", a column "999", and a scheme missing from every table.
+TEST_F(CompareMergeTest, CachedNumbersAreTracedToTheRunsOwnEvaluationAndThePlan) {
+  const std::string cfg = config();
+  ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 0) << err_;
+  const fs::path run = dir_ / "a" / "runs" / "rope_seed1";
+  const fs::path cache = run / "compare_eval" / "base.csv";
+  const std::string original = slurp(cache);
+  std::vector<std::string> lines;  // the cache's lines: header, columns, len_2, len_4, len_6
+  for (size_t b = 0, e; b < original.size(); b = e + 1) {
+    e = original.find('\n', b);
+    lines.push_back(original.substr(b, e - b));
+  }
+  ASSERT_EQ(lines.size(), 5u) << original;
+  auto with_field = [](std::string line, int column, const std::string& value) {
+    size_t pos = 0;
+    for (int c = 0; c < column; ++c) pos = line.find(',', pos) + 1;
+    return line.replace(pos, line.find(',', pos) - pos, value);
+  };
+  const std::string em = with_field(lines[2], 10, "0.97");  // exact match of len_2 (was 0.166..)
+  const std::string len999 = with_field(with_field(lines[4], 3, "len_999"), 4, "999");
+  const std::string head = lines[0] + "\n" + lines[1] + "\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {head + em + "\n" + lines[3] + "\n" + lines[4] + "\n",
+       ": row 2: exact_match 0.96999999999999997 of len_2 is not the run's own evaluation "
+       "(0.16666666666666666 in " + (run / "eval.json").string() + ")"},
+      {original + lines[2] + "\n", ": row 5: a second row of len_2 (the first is row 2)"},
+      {original + len999 + "\n",
+       ": row 5: len_999 (length 999) is not a test of this plan (len_2, len_4, len_6)"},
+      {head, ": 0 of the 3 tests of this plan (len_2, len_4, len_6): a cached evaluation covers "
+             "every test"}};
+  int k = 0;
+  for (const auto& [text, message] : cases) {
+    pelab::testing::write_file(cache, text);
+    const std::string out = at("merged" + std::to_string(++k));
+    EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", out}), 1) << message;
+    EXPECT_NE(err_.find("pelab: error: compare --merge: " + cache.string() + message),
+              std::string::npos)
+        << err_;
+    EXPECT_FALSE(fs::exists(fs::path(out) / "runs" / "rope_seed1")) << message;
+    EXPECT_FALSE(fs::exists(fs::path(out) / "report.md")) << message;
+  }
+  // In the run's own folder, with its weights: evaluated again, the run's own numbers reported.
+  pelab::testing::write_file(cache, head + em + "\n" + lines[3] + "\n" + lines[4] + "\n");
+  ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 0) << err_;
+  const std::vector<ResultRow> again = parse_results_csv(
+      slurp(cache).substr(slurp(cache).find('\n') + 1), cache.string());
+  ASSERT_EQ(again.size(), 3u);
+  EXPECT_DOUBLE_EQ(again[0].exact_match, 1.0 / 6.0);
+  // Without them (a record), the edited file is refused where the report reads it.
+  pelab::testing::write_file(cache, original + lines[2] + "\n");
+  fs::remove_all(run / "checkpoints");
+  EXPECT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 1);
+  EXPECT_NE(err_.find(cache.string() + ": row 5: a second row of len_2"), std::string::npos)
+      << err_;
+}
+
+// A merge names the files of the merged folder, never the copy it stages in the report folder, and
+// gives advice a record can follow. Injected: a record's config.yaml that does not parse, an
+// eval.json whose convergence record is malformed, and a record without eval.json (once named
+// OUT/runs/.merge-0/... and told to "resume it", which a record without checkpoints cannot).
+TEST_F(CompareMergeTest, MergeErrorsNameTheFileInTheMergedFolder) {
+  const std::string cfg = config();
+  ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 0) << err_;
+  const fs::path run = dir_ / "a" / "runs" / "rope_seed1";
+  fs::remove_all(run / "checkpoints");
+  const std::string config_yaml = slurp(run / "config.yaml");
+  const std::string eval_json = slurp(run / "eval.json");
+  pelab::testing::write_file(run / "config.yaml", "task: {name: [\n");
+  EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("m1")}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: " + (run / "config.yaml").string() + ":"),
+            std::string::npos)
+      << err_;
+  EXPECT_EQ(err_.find(".merge-"), std::string::npos) << err_;
+  pelab::testing::write_file(run / "config.yaml", config_yaml);
+  std::string bad = eval_json;
+  bad.replace(bad.find("\"convergence\": null"), 19, "\"convergence\": {\"met\": 2}");
+  pelab::testing::write_file(run / "eval.json", bad);
+  EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("m2")}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: " + (run / "eval.json").string() +
+                      ": convergence.criterion is missing"),
+            std::string::npos)
+      << err_;
+  EXPECT_EQ(err_.find(".merge-"), std::string::npos) << err_;
+  fs::remove(run / "eval.json");
+  EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("m3")}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: " + (run / "eval.json").string() +
+                      ": missing: the run's final evaluation is not in its record; finish the run "
+                      "where it trained (pelab compare CONFIG --only I there) and merge again"),
+            std::string::npos)
+      << err_;
+  EXPECT_EQ(err_.find(".merge-"), std::string::npos) << err_;
+  EXPECT_EQ(err_.find("resume it"), std::string::npos) << err_;
+}
+
+// What a merge reads is bounded: the bytes of one file and of one record, the files and bytes of
+// the whole merge, the names listed in one folder, and the nesting of an eval.json; each limit
+// passed is one line naming the file, and nothing is merged. Injected: the limits lowered below a
+// slice's two records (RecordReadLimits), and an eval.json nested 100000 levels deep (which once
+// crashed the merge with SIGSEGV).
+TEST_F(CompareMergeTest, MergeReadsAreBounded) {
+  const std::string cfg = config();
+  ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1,2"}), 0) << err_;
+  struct Restore {
+    ~Restore() { set_record_read_limits(RecordReadLimits{}); }
+  } restore;
+  const std::string runs = at("a") + "/runs";
+  const std::vector<std::pair<std::function<void(RecordReadLimits&)>, std::string>> cases = {
+      {[](RecordReadLimits& l) { l.file_bytes = 100; },
+       " bytes or more, more than a record file may be (100)"},
+      {[](RecordReadLimits& l) { l.record_bytes = 1000; },
+       " passes the limit of 1000 bytes one record may hold"},
+      {[](RecordReadLimits& l) { l.total_files = 12; },
+       " passes the limit of 12 files one merge reads in all; merge the folders in parts (a "
+       "merged folder can be merged again)"},
+      {[](RecordReadLimits& l) { l.total_bytes = 20000; },
+       " passes the limit of 20000 bytes one merge reads in all"},
+      {[](RecordReadLimits& l) { l.folder_entries = 5; },
+       " holds more than 5 entries, more than pelab lists in a merged folder"}};
+  int k = 0;
+  for (const auto& [lower, message] : cases) {
+    RecordReadLimits l;
+    lower(l);
+    set_record_read_limits(l);
+    const std::string out = at("m" + std::to_string(++k));
+    EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", out}), 1) << message;
+    EXPECT_NE(err_.find("pelab: error: compare --merge: "), std::string::npos) << err_;
+    EXPECT_NE(err_.find(runs), std::string::npos) << err_;
+    EXPECT_NE(err_.find(message), std::string::npos) << err_;
+    EXPECT_FALSE(fs::exists(fs::path(out) / "report.md")) << message;
+  }
+  set_record_read_limits(RecordReadLimits{});
+  ASSERT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("fits")}), 1) << err_;  // 2 runs missing
+  EXPECT_TRUE(fs::exists(dir_ / "fits" / "runs" / "rope_seed2" / "record.json"));
+  // An eval.json nested deeper than any pelab writes.
+  const fs::path eval = dir_ / "a" / "runs" / "rope_seed1" / "eval.json";
+  pelab::testing::write_file(eval, "{\"step\": 12, \"x\": " + std::string(100000, '[') +
+                                       std::string(100000, ']') + "}\n");
+  EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", at("deep")}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: " + eval.string() +
+                      ": malformed JSON (nested deeper than 64 levels"),
             std::string::npos)
       << err_;
 }

@@ -335,6 +335,29 @@ void write_eval_files(const std::string& dir, const std::vector<EvalResult>& res
   write_text_file(dir + "/eval.csv", csv.str());
 }
 
+const MetricRow* EvalJson::result(const std::string& split) const {
+  for (const auto& r : results) {
+    const MetricValue* v = r.get("split");
+    if (v && v->kind == MetricValue::Kind::Str && v->s == split) return &r;
+  }
+  return nullptr;
+}
+
+EvalJson parse_eval_json(const std::string& text, const std::string& where) {
+  EvalJson e;
+  const std::string ck = json_member_text(text, "checkpoint", where);
+  const MetricRow row =
+      parse_metric_row("{\"checkpoint\": " + (ck.empty() ? std::string("null") : ck) + "}", where);
+  const MetricValue* v = row.get("checkpoint");
+  PELAB_CHECK(v && v->kind == MetricValue::Kind::Str, where,
+              ": \"checkpoint\" is missing or not a string");
+  e.checkpoint = v->s;
+  const std::string results = json_member_text(text, "results", where);
+  PELAB_CHECK(!results.empty(), where, ": \"results\" is missing");
+  e.results = parse_metric_rows(results, where + ": results");
+  return e;
+}
+
 void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results) {
   for (const auto& r : results) {
     if (r.predictions.empty()) continue;

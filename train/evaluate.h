@@ -121,6 +121,15 @@ int64_t decode_budget(const Config& cfg, int64_t length);
 // train.stop_when record (trainer.h convergence_json); "" leaves the key out.
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
                       const std::string& checkpoint, const std::string& convergence = "");
+// An eval.json as write_eval_files wrote it: the checkpoint it evaluated ("checkpoints/step_N.h5")
+// and one row per split (EvalResult::row()). Throws pelab::Error naming `where` when the text is
+// malformed or a member is missing or of the wrong type.
+struct EvalJson {
+  std::string checkpoint;
+  std::vector<MetricRow> results;
+  const MetricRow* result(const std::string& split) const;  // null when there is none
+};
+EvalJson parse_eval_json(const std::string& text, const std::string& where);
 // Writes predictions_<split>.tsv (source, target, output, correct) for every result that kept its
 // predictions (checked, atomic writes).
 void write_prediction_files(const std::string& dir, const std::vector<EvalResult>& results);

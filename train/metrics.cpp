@@ -351,6 +351,31 @@ std::string json_member_text(const std::string& text, const std::string& key,
   return found;
 }
 
+std::vector<MetricRow> parse_metric_rows(const std::string& text, const std::string& where) {
+  Parser ps{text, where};
+  ps.document = true;
+  std::vector<MetricRow> rows;
+  ps.expect('[');
+  if (ps.at(']')) {
+    ++ps.p;
+  } else {
+    while (true) {
+      MetricRow row;
+      ps.object([&](const std::string& key) { row.fields.emplace_back(key, ps.value()); });
+      rows.push_back(std::move(row));
+      if (ps.at(',')) {
+        ++ps.p;
+        continue;
+      }
+      ps.expect(']');
+      break;
+    }
+  }
+  ps.ws();
+  if (ps.p != text.size()) ps.bad("trailing text");
+  return rows;
+}
+
 std::vector<MetricRow> parse_metrics_jsonl(const std::string& text, const std::string& where) {
   std::vector<MetricRow> rows;
   std::istringstream in(text);

@@ -55,6 +55,9 @@ constexpr int kMaxJsonDepth = 64;
 // naming `where` on malformed input.
 std::string json_member_text(const std::string& text, const std::string& key,
                              const std::string& where);
+// A JSON array of flat objects (each as parse_metric_row reads one), e.g. eval.json's "results"
+// member as json_member_text returns it. Throws pelab::Error naming `where` on malformed input.
+std::vector<MetricRow> parse_metric_rows(const std::string& text, const std::string& where);
 // Every non-empty line of a metrics.jsonl text.
 std::vector<MetricRow> parse_metrics_jsonl(const std::string& text, const std::string& where);
 

@@ -104,7 +104,11 @@ Convergence read_convergence(const std::string& run_dir) {
   const std::string path = (fs::path(run_dir) / "eval.json").string();
   std::error_code ec;
   PELAB_CHECK(fs::exists(path, ec), path, ": no such file (the run has not finished; resume it)");
-  const std::string value = json_member_text(read_text_file(path), "convergence", path);
+  return parse_convergence(read_text_file(path), path);
+}
+
+Convergence parse_convergence(const std::string& eval_json, const std::string& path) {
+  const std::string value = json_member_text(eval_json, "convergence", path);
   Convergence c;
   if (value.empty() || value == "null") return c;
   const std::string where = path + ": convergence";

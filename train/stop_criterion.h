@@ -26,6 +26,8 @@ struct Convergence {
 // Reads the convergence record of a finished run from <run_dir>/eval.json. Throws pelab::Error
 // naming the file when it is missing or malformed; has_criterion = false when the run had none.
 Convergence read_convergence(const std::string& run_dir);
+// The same from the text of an eval.json (`path` names it in messages).
+Convergence parse_convergence(const std::string& eval_json, const std::string& path);
 // The convergence record as eval.json writes it: a one-line JSON object, or "null" when
 // !c.has_criterion.
 std::string convergence_json(const Convergence& c);

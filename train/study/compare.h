@@ -158,11 +158,16 @@ CompareSpec load_compare_node(const YAML::Node& root, const std::string& text,
 // applies to it (as compare_plan decides), in report order.
 std::vector<std::string> compare_row_labels(const CompareSpec& spec);
 
-// An eval-time variant of one run: its name, the evaluation config, the position protocol.
+// The test splits an evaluation covers, in the order the task builds them: (split, length), e.g.
+// ("len_24", 24), ("ctx_128", 128), (a test file's stem, 0). A cached evaluation holds exactly these.
+using PlannedTests = std::vector<std::pair<std::string, int64_t>>;
+// An eval-time variant of one run: its name, the evaluation config, the position protocol, its
+// tests.
 struct ComparePlanVariant {
   std::string name;
   Config cfg;
   bool random_positions = false;
+  PlannedTests tests;
 };
 // One run of the plan: its config (train.seed, train.run_dir, train.run_name set).
 struct ComparePlanRun {
@@ -174,6 +179,7 @@ struct ComparePlanRun {
   size_t candidate_index = 0;
   std::vector<std::string> candidate_sets;
   Config cfg;
+  PlannedTests tests;  // of the run as trained
   std::vector<ComparePlanVariant> variants;
 };
 // Resolves every scheme × search candidate × seed (and its variants) without training anything;

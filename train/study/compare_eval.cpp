@@ -5,8 +5,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "pelab/clock.h"
@@ -50,6 +53,22 @@ int in_distribution(const Config& c, int64_t length) {
   return length >= c.task.train_min_len && length <= c.task.train_max_len ? 1 : 0;
 }
 
+// The run's own final evaluation (its eval.json) when it is the evaluation `pv` stands for: the
+// run as trained, with the config it trained with (its config.yaml) equal to the plan's for
+// evaluation. Empty otherwise (an eval-time variant, or a run reused with other test lengths).
+std::optional<EvalJson> own_evaluation(const std::string& run_dir, const ComparePlanVariant& pv) {
+  if (!pv.name.empty()) return std::nullopt;
+  const std::string cfg = (fs::path(run_dir) / "config.yaml").string();
+  try {
+    if (fingerprint(eval_identity(load_config(cfg))) != fingerprint(eval_identity(pv.cfg)))
+      return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;  // inspect_run has refused such a run
+  }
+  const std::string p = (fs::path(run_dir) / "eval.json").string();
+  return parse_eval_json(read_text_file(p), p);
+}
+
 // Evaluates one run with one config (cached in <run>/compare_eval/<name>.csv).
 std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlanVariant& pv,
                                     const std::string& run_dir, bool& cached, double train_wall) {
@@ -60,23 +79,16 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
   // Without weights the run is its record: the stamp of the checkpoint it was evaluated from.
   const std::string stamp =
       ck.empty() ? read_run_record(run_dir).checkpoint : checkpoint_stamp(run_dir);
-  const std::string fp = fingerprint(eval_identity(ecfg) + "\n" + stamp +
-                                     (pv.random_positions ? "\nrandom positions" : ""));
   const fs::path cache_dir = fs::path(run_dir) / "compare_eval";
-  const fs::path cache = cache_dir / ((variant.empty() ? "base" : variant) + ".csv");
-  const std::string head = "# pelab compare evaluation cache " + fp + "\n";
+  const fs::path cache = cache_dir / cache_file_name(pv);
   if (fs::exists(cache, ec)) {
     try {
-      const std::string text = read_text_file(cache.string());
-      if (text.rfind(head, 0) == 0) {
-        std::vector<ResultRow> rows = parse_results_csv(text.substr(head.size()), cache.string());
-        // The file may come from another machine (a merged record): the run's identity is the
-        // plan's, every value must lie in its range.
+      const std::optional<EvalJson> own = own_evaluation(run_dir, pv);
+      std::vector<ResultRow> rows;
+      if (accept_cached_evaluation(read_text_file(cache.string()), cache.string(), run, pv, stamp,
+                                   own ? &*own : nullptr,
+                                   (fs::path(run_dir) / "eval.json").string(), rows)) {
         for (auto& r : rows) {
-          check_cached_row(r, cache.string());
-          r.scheme = run.scheme;
-          r.variant = variant;
-          r.seed = run.seed;
           r.in_distribution = in_distribution(ecfg, r.length);
           r.train_wall_s = train_wall;
         }
@@ -84,7 +96,7 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
         return rows;
       }
     } catch (const std::exception& e) {
-      // unreadable cache: evaluate again (a record without weights cannot)
+      // not this evaluation's numbers: evaluate again (a record without weights cannot)
       if (ck.empty()) throw;
     }
   }
@@ -131,7 +143,7 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
     rows.push_back(r);
   }
   fs::create_directories(cache_dir, ec);
-  write_text_file(cache.string(), head + results_csv(rows));
+  write_text_file(cache.string(), cache_head(pv, stamp) + results_csv(rows));
   return rows;
 }
 
@@ -216,6 +228,82 @@ void check_cached_row(const ResultRow& r, const std::string& where) {
               where, ": eval_wall_s ", r.eval_wall_s, " out of range");
 }
 
+std::string cache_file_name(const ComparePlanVariant& pv) {
+  return (pv.name.empty() ? "base" : pv.name) + ".csv";
+}
+
+std::string cache_head(const ComparePlanVariant& pv, const std::string& stamp) {
+  return "# pelab compare evaluation cache " +
+         fingerprint(eval_identity(pv.cfg) + "\n" + stamp +
+                     (pv.random_positions ? "\nrandom positions" : "")) +
+         "\n";
+}
+
+bool accept_cached_evaluation(const std::string& text, const std::string& where,
+                              const ComparePlanRun& run, const ComparePlanVariant& pv,
+                              const std::string& stamp, const EvalJson* own,
+                              const std::string& own_where, std::vector<ResultRow>& rows) {
+  const std::string head = cache_head(pv, stamp);
+  if (text.rfind(head, 0) != 0) return false;
+  rows = parse_results_csv(text.substr(head.size()), where);
+  const std::string variant = pv.name.empty() ? "as trained" : "variant " + pv.name;
+  std::string tests;
+  for (const auto& [split, length] : pv.tests) tests += (tests.empty() ? "" : ", ") + split;
+  std::map<std::string, size_t> seen;  // split -> row number
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ResultRow& r = rows[i];
+    const std::string at = where + ": row " + std::to_string(i + 2);
+    check_cached_row(r, where);
+    PELAB_CHECK(r.scheme == run.scheme && r.variant == pv.name && r.seed == run.seed, at,
+                ": a row of ", shortened(r.label()), " seed ", r.seed, ", not of ",
+                run_who(run), " ", variant);
+    const auto planned = std::find_if(pv.tests.begin(), pv.tests.end(),
+                                      [&](const auto& t) { return t.first == r.split; });
+    PELAB_CHECK(planned != pv.tests.end() && planned->second == r.length, at, ": ",
+                shortened(r.split), " (length ", r.length, ") is not a test of this plan (",
+                tests, ")");
+    PELAB_CHECK(seen.emplace(r.split, i + 2).second, at, ": a second row of ", r.split,
+                " (the first is row ", seen[r.split], ")");
+    if (own) {
+      // The run as trained: the trainer's final evaluation of the same checkpoint (eval.json)
+      // computed these numbers; they must be its.
+      const MetricRow* o = own->result(r.split);
+      PELAB_CHECK(o, at, ": ", r.split, " is not in the run's own evaluation ", own_where);
+      const MetricValue* st = o->get("status");
+      PELAB_CHECK(st && st->kind == MetricValue::Kind::Str && st->s == r.status, at, ": status '",
+                  r.status, "' of ", r.split, " is not the run's own (", own_where, ")");
+      for (const char* m : {"loss", "perplexity", "token_accuracy", "exact_match"}) {
+        const MetricValue* v = o->get(m);
+        const double b = !v                                  ? std::nan("")
+                         : v->kind == MetricValue::Kind::Num ? v->d
+                         : v->kind == MetricValue::Kind::Int ? static_cast<double>(v->i)
+                                                             : std::nan("");
+        const double a = row_metric(r, m);
+        const bool same = (std::isnan(a) && std::isnan(b)) ||
+                          std::fabs(a - b) <= kOwnEvaluationTolerance * std::max(1.0, std::fabs(b));
+        PELAB_CHECK(same, at, ": ", m, " ", format_double(a, 17), " of ", r.split,
+                    " is not the run's own evaluation (", format_double(b, 17), " in ", own_where,
+                    ")");
+      }
+    }
+  }
+  PELAB_CHECK(rows.size() == pv.tests.size(), where, ": ", rows.size(), " of the ",
+              pv.tests.size(), " tests of this plan (", tests,
+              "): a cached evaluation covers every test");
+  if (own) {
+    // The trainer evaluated the checkpoint the cache is keyed by.
+    const std::string file = stamp.substr(0, stamp.find(':'));
+    PELAB_CHECK(fs::path(own->checkpoint).filename() == file, own_where, ": the evaluation of ",
+                own->checkpoint, ", not of the run's final checkpoint ", file);
+  }
+  for (auto& r : rows) {
+    r.scheme = run.scheme;
+    r.variant = pv.name;
+    r.seed = run.seed;
+  }
+  return true;
+}
+
 // Marks a run's result rows with the outcome of its stop criterion.
 void set_convergence(std::vector<ResultRow>& rows, const Convergence& c) {
   for (auto& r : rows) {
@@ -274,7 +362,7 @@ bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::
   double wall = 0;
   std::vector<std::pair<int64_t, double>> points;
   read_run_metrics(dir, wall, points);
-  std::vector<ComparePlanVariant> evals = {{"", run.cfg, false}};
+  std::vector<ComparePlanVariant> evals = {{"", run.cfg, false, run.tests}};
   for (const auto& v : run.variants) evals.push_back(v);
   std::string names;
   for (const auto& v : evals)

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "train/evaluate.h"
 #include "train/stop_criterion.h"
 #include "train/study/compare.h"
 
@@ -80,6 +81,27 @@ void read_run_metrics(const std::string& dir, double& wall,
 // Throws unless a row read from an evaluation cache has values in their ranges and short printable
 // names (they reach report.md and the plots).
 void check_cached_row(const ResultRow& r, const std::string& where);
+// A cached evaluation of a run's numbers against its own evaluation (eval.json): they must agree
+// to this relative difference (both are computed from the same checkpoint with the same config;
+// 17 digits are written, so on one machine they are equal).
+constexpr double kOwnEvaluationTolerance = 1e-6;
+// <run>/compare_eval/'s file of a variant: "base.csv" as trained, else "<name>.csv".
+std::string cache_file_name(const ComparePlanVariant& pv);
+// The first line of that file: the fingerprint of the evaluation config, the checkpoint's stamp
+// ("<file>:<size>:<mtime>", run_record.h) and the position protocol.
+std::string cache_head(const ComparePlanVariant& pv, const std::string& stamp);
+// How a cached evaluation is accepted, wherever it comes from (the run's own folder, a record, a
+// merged folder): false when `text` (the cache file; `where` names it) is not the evaluation of
+// `pv` of a checkpoint stamped `stamp` (another header: evaluate again). Else its rows in `rows`
+// when every number is traced to its source and the plan: every row of `run` and `pv`, in range
+// (check_cached_row), one row for each of pv.tests and no other; and with `own` (the run's own
+// final evaluation, eval.json at `own_where`, when `pv` is the run as trained with its config) the
+// status and metrics of each row those of `own` (kOwnEvaluationTolerance), `own` of the stamped
+// checkpoint. Throws one line naming `where` (or `own_where`) and the row otherwise.
+bool accept_cached_evaluation(const std::string& text, const std::string& where,
+                              const ComparePlanRun& run, const ComparePlanVariant& pv,
+                              const std::string& stamp, const EvalJson* own,
+                              const std::string& own_where, std::vector<ResultRow>& rows);
 // Marks a run's result rows with the outcome of its stop criterion.
 void set_convergence(std::vector<ResultRow>& rows, const Convergence& c);
 // Value of `metric` on the `valid` split of a run's final evaluation (eval.json, written by the
@@ -94,11 +116,13 @@ bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::
 // `s` for a markdown table cell: printable ASCII, `|` escaped.
 std::string md_cell(const std::string& s);
 // --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) or
-// records.tar.xz (RunRecordSource) into <out_dir>/runs/ (run_record.h), each checked first: made
-// by this pelab version, of the plan's config (digest), finished. Every record refused is one line
-// in res.refused; `from` gets the folder each imported run came from. The first folder holding a
-// run wins; a finished run of out_dir's own with its weights is kept. Nothing is written into the
-// merged folders.
+// records.tar.xz (RunRecordSource) into <out_dir>/runs/ (run_record.h), each read into memory
+// within RecordReadLimits and checked there first: made by this pelab version, of the plan's
+// config (digest), finished, its cached evaluations accepted as accept_cached_evaluation accepts
+// them. Every record refused is one line in res.refused naming the file in the merged folder;
+// `from` gets the folder each imported run came from. The first folder holding a run wins; a
+// finished run of out_dir's own with its weights is kept. Nothing is written into the merged
+// folders.
 void merge_records(const std::vector<ComparePlanRun>& plan, const std::vector<std::string>& dirs,
                    const std::string& sub, const std::string& out_dir, std::ostream& log,
                    CompareResult& res, std::map<size_t, std::string>& from);

@@ -83,6 +83,12 @@ void check_run_path(const CompareSpec& spec, const CompareScheme& scheme,
   }
 }
 
+PlannedTests planned_tests(const TaskData& data) {
+  PlannedTests t;
+  for (const auto& s : data.tests()) t.emplace_back(s.name, s.length);
+  return t;
+}
+
 }  // namespace
 
 namespace compare_detail {
@@ -346,14 +352,16 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
         }
         sets.push_back(set);
       }
+      std::shared_ptr<TaskData> vdata;
       try {
         apply_overrides(vc, sets);
-        (void)build_model(vc, *data_for(vc, MemoryUse::Evaluate));
+        vdata = data_for(vc, MemoryUse::Evaluate);
+        (void)build_model(vc, *vdata);
       } catch (const std::exception& e) {
         throw ConfigError(spec.source + ": compare.variants (" + v.name + ") for scheme " + s.name +
                           ": " + e.what());
       }
-      variants.push_back({v.name, vc, v.positions == "random"});
+      variants.push_back({v.name, vc, v.positions == "random", planned_tests(*vdata)});
     }
     for (int64_t seed : spec.seeds) {
       ComparePlanRun r;
@@ -363,6 +371,7 @@ std::vector<ComparePlanRun> compare_plan(const CompareSpec& spec, const std::str
       r.candidate_index = ci;
       r.candidate_sets = cand.sets;
       r.cfg = cfg;
+      r.tests = planned_tests(*data);
       r.cfg.train.seed = seed;
       r.cfg.train.run_dir = (fs::path(out_dir) / "runs").string();
       r.cfg.train.run_name =

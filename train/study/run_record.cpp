@@ -29,8 +29,12 @@ namespace pelab {
 
 namespace {
 
-constexpr size_t kMaxText = 300;              // a record string's longest length
-constexpr off_t kMaxFile = off_t{256} << 20;  // a record file's largest size
+constexpr size_t kMaxText = 300;  // a record string's longest length
+
+RecordReadLimits& limits() {
+  static RecordReadLimits l;
+  return l;
+}
 
 // Printable ASCII only (the values reach report.md), at most kMaxText characters.
 bool printable(const std::string& s) {
@@ -97,18 +101,34 @@ struct Fd {
   Fd& operator=(const Fd&) = delete;
 };
 
-// The whole regular file `name` in folder `dirfd` (no symbolic link, at most kMaxFile bytes).
-std::string read_no_follow(int dirfd, const std::string& name, const std::string& what) {
+// The whole regular file `name` in folder `dirfd` (no symbolic link, at most
+// RecordReadLimits::file_bytes), counted in `budget`.
+std::string read_no_follow(int dirfd, const std::string& name, const std::string& what,
+                           RecordReadBudget& budget) {
+  const RecordReadLimits& lim = limits();
   Fd f(open_no_follow(dirfd, name, false, what));
   if (f.fd < 0) throw Error("cannot read " + what + ": " + reason(ENOENT));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw Error("cannot read " + what + ": " + reason(errno));
   if (!S_ISREG(st.st_mode)) throw Error(what + " is not a regular file; a record holds only files");
-  if (st.st_size > kMaxFile)
-    throw Error(what + " is " + std::to_string(st.st_size) +
-                " bytes, more than a record file may "
-                "be (" +
-                std::to_string(kMaxFile) + ")");
+  auto too_big = [&](int64_t size) {
+    if (size > lim.file_bytes)
+      throw Error(what + " is " + std::to_string(size) + " bytes or more, more than a record file may be (" +
+                  std::to_string(lim.file_bytes) + ")");
+    if (budget.bytes + size > lim.total_bytes) {
+      budget.exhausted = true;
+      throw Error("reading " + what + " passes the limit of " + std::to_string(lim.total_bytes) +
+                  " bytes one merge reads in all; merge the folders in parts (a merged folder "
+                  "can be merged again)");
+    }
+  };
+  too_big(st.st_size);
+  if (++budget.files > lim.total_files) {
+    budget.exhausted = true;
+    throw Error("reading " + what + " passes the limit of " + std::to_string(lim.total_files) +
+                " files one merge reads in all; merge the folders in parts (a merged folder can "
+                "be merged again)");
+  }
   std::string text;
   char buf[1 << 16];
   for (;;) {
@@ -119,14 +139,13 @@ std::string read_no_follow(int dirfd, const std::string& name, const std::string
     }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
-    if (static_cast<off_t>(text.size()) > kMaxFile)
-      throw Error(what + " grew past " + std::to_string(kMaxFile) + " bytes while read");
+    too_big(static_cast<int64_t>(text.size()));  // (a file growing while read)
   }
+  budget.bytes += static_cast<int64_t>(text.size());
   return text;
 }
 
-// The names in folder `fd` (not "." / ".."), each with whether it is a symbolic link / a folder /
-// a regular file as the folder lists it (re-checked when opened).
+// The names in folder `fd` (not "." / ".."), sorted; at most RecordReadLimits::folder_entries.
 std::vector<std::string> folder_names(int fd, const std::string& what) {
   const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (dup < 0) throw Error("cannot list " + what + ": " + reason(errno));
@@ -138,7 +157,13 @@ std::vector<std::string> folder_names(int fd, const std::string& what) {
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
+    if (n == "." || n == "..") continue;
+    if (static_cast<int64_t>(names.size()) >= limits().folder_entries) {
+      ::closedir(d);
+      throw Error(what + " holds more than " + std::to_string(limits().folder_entries) +
+                  " entries, more than pelab lists in a merged folder");
+    }
+    names.push_back(n);
   }
   ::closedir(d);
   std::sort(names.begin(), names.end());
@@ -288,11 +313,20 @@ std::vector<std::string> list_run_records(const std::string& root, const std::st
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> read_run_record_files(const std::string& root_dir,
-                                                                       const std::string& rel,
-                                                                       const std::string& name,
-                                                                       bool* found) {
-  *found = false;
+const std::string* RecordFiles::find(const std::string& rel) const {
+  for (const auto& [n, text] : files)
+    if (n == rel) return &text;
+  return nullptr;
+}
+
+RecordReadLimits set_record_read_limits(const RecordReadLimits& l) {
+  const RecordReadLimits old = limits();
+  limits() = l;
+  return old;
+}
+
+bool read_run_record_files(const std::string& root_dir, const std::string& rel,
+                           const std::string& name, RecordReadBudget& budget, RecordFiles& out) {
   const std::string runs_dir = (fs::path(root_dir) / rel).string();
   Fd root(open_inside(root_dir, rel));
   if (root.fd < 0) return {};
@@ -303,8 +337,16 @@ std::vector<std::pair<std::string, std::string>> read_run_record_files(const std
     struct stat st {};
     if (::fstatat(run.fd, run_record_file(), &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
   }
-  *found = true;
-  std::vector<std::pair<std::string, std::string>> files;  // relative name -> text
+  out.src = src;
+  out.files.clear();
+  int64_t bytes = 0;  // this record's, held in memory at once
+  auto add = [&](const std::string& rel_name, std::string text, const std::string& what) {
+    bytes += static_cast<int64_t>(text.size());
+    if (bytes > limits().record_bytes)
+      throw Error("reading " + what + " passes the limit of " +
+                  std::to_string(limits().record_bytes) + " bytes one record may hold");
+    out.files.emplace_back(rel_name, std::move(text));
+  };
   for (const auto& n : folder_names(run.fd, src)) {
     const std::string what = (fs::path(src) / n).string();
     if (n == "compare_eval") {
@@ -312,15 +354,29 @@ std::vector<std::pair<std::string, std::string>> read_run_record_files(const std
       if (ev.fd < 0) continue;
       for (const auto& f : folder_names(ev.fd, what)) {
         if (f.size() < 5 || f.compare(f.size() - 4, 4, ".csv") != 0) continue;
-        files.emplace_back("compare_eval/" + f,
-                           read_no_follow(ev.fd, f, (fs::path(what) / f).string()));
+        const std::string fw = (fs::path(what) / f).string();
+        add("compare_eval/" + f, read_no_follow(ev.fd, f, fw, budget), fw);
       }
       continue;
     }
     if (!record_file_name(n)) continue;  // checkpoints/, the lock, compare.log, strangers
-    files.emplace_back(n, read_no_follow(run.fd, n, what));
+    add(n, read_no_follow(run.fd, n, what, budget), what);
   }
-  return files;
+  return true;
+}
+
+std::vector<std::pair<std::string, std::string>> read_run_record_files(const std::string& root_dir,
+                                                                       const std::string& rel,
+                                                                       const std::string& name,
+                                                                       bool* found) {
+  RecordReadBudget budget;  // (one record: the per-file and per-record limits)
+  RecordFiles rf;
+  *found = read_run_record_files(root_dir, rel, name, budget, rf);
+  return std::move(rf.files);
+}
+
+void write_run_record_files(const RecordFiles& rec, const std::string& dest) {
+  write_record_files(rec.files, dest);
 }
 
 bool import_run_record(const std::string& root_dir, const std::string& rel, const std::string& name,
@@ -379,9 +435,9 @@ RunRecordSource::RunRecordSource(const std::string& root, const std::string& sub
     struct stat st {};
     PELAB_CHECK(::fstat(file.fd, &st) == 0 && S_ISREG(st.st_mode), archive_,
                 " is not a regular file");
-    TarLimits limits;
-    limits.member_bytes = kMaxFile;
-    for (auto& m : read_tar_xz(file.fd, archive_, limits, archive_member_problem)) {
+    TarLimits tl;
+    tl.member_bytes = limits().file_bytes;
+    for (auto& m : read_tar_xz(file.fd, archive_, tl, archive_member_problem)) {
       // runs/<run>/<file>
       const size_t a = m.name.find('/') + 1, b = m.name.find('/', a);
       archived_[m.name.substr(a, b - a)].emplace_back(m.name.substr(b + 1), std::move(m.data));
@@ -401,6 +457,43 @@ bool RunRecordSource::archived(const std::string& name) const {
 std::string RunRecordSource::origin(const std::string& name) const {
   if (archived(name)) return tar_member_where(archive_, "runs/" + name);
   return (fs::path(root_) / sub_ / "runs" / name).string();
+}
+
+bool RunRecordSource::read(const std::string& name, RecordReadBudget& budget,
+                           RecordFiles& out) const {
+  if (!archived(name))
+    return folder_.count(name) &&
+           read_run_record_files(root_, (fs::path(sub_) / "runs").string(), name, budget, out);
+  const auto& files = archived_.at(name);
+  bool has_record = false;
+  for (const auto& f : files) has_record |= f.first == run_record_file();
+  if (!has_record) return false;
+  out.src = origin(name);
+  out.files.clear();
+  int64_t bytes = 0;
+  for (const auto& [rel, text] : files) {
+    const std::string what = out.path(rel);
+    const int64_t size = static_cast<int64_t>(text.size());
+    bytes += size;
+    if (size > limits().file_bytes)
+      throw Error(what + " is " + std::to_string(size) + " bytes or more, more than a record " +
+                  "file may be (" + std::to_string(limits().file_bytes) + ")");
+    if (bytes > limits().record_bytes)
+      throw Error("reading " + what + " passes the limit of " +
+                  std::to_string(limits().record_bytes) + " bytes one record may hold");
+    if (++budget.files > limits().total_files || budget.bytes + size > limits().total_bytes) {
+      budget.exhausted = true;
+      throw Error("reading " + what + " passes the limit of " +
+                  (budget.files > limits().total_files
+                       ? std::to_string(limits().total_files) + " files"
+                       : std::to_string(limits().total_bytes) + " bytes") +
+                  " one merge reads in all; merge the folders in parts (a merged folder can be "
+                  "merged again)");
+    }
+    budget.bytes += size;
+    out.files.emplace_back(rel, text);
+  }
+  return true;
 }
 
 bool RunRecordSource::copy(const std::string& name, const std::string& dest) const {

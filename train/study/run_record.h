@@ -15,11 +15,12 @@
 // `pelab compare` writes record.json once a run has finished (never over an existing one: the
 // machine named is the one that trained it), and reuses a run whose checkpoints/ is gone from its
 // record alone. `pelab compare CONFIG --merge DIR...` copies the records of other output folders
-// (slices run elsewhere) into its own --out with import_run_record(), which trusts nothing in them:
-// every file is opened relative to its folder without following a symbolic link (one in the path
-// refuses the merge), must be a regular file of bounded size, and record.json's values are
-// range-checked. A folder may also keep its records as one file, records.tar.xz (below), read as
-// untrustingly (RunRecordSource).
+// (slices run elsewhere) into its own --out with read_run_record_files(), which trusts nothing in
+// them: every file is opened relative to its folder without following a symbolic link (one in the
+// path refuses the merge), must be a regular file, and what a merge reads is bounded
+// (RecordReadLimits); the merge then checks every file in memory before it writes a copy. A folder
+// may also keep its records as one file, records.tar.xz (below), read as untrustingly
+// (RunRecordSource).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -53,14 +54,47 @@ RunRecord parse_run_record(const std::string& text, const std::string& where);
 // <run_dir>/record.json read and parsed (throws as parse_run_record; "no record.json" when absent).
 RunRecord read_run_record(const std::string& run_dir);
 
-// Copies the record of run directory `name` inside the folder `root`/`rel` (`root` a merged output
-// folder as the user named it, `rel` "runs" or, in a suite, "<task>/runs") to `dest` (created;
-// must not exist), never following a symbolic link: no component of `rel` may be one, nor `name`,
-// nor any record file or compare_eval/. Copies config.yaml, record.json, eval.json, eval.csv,
-// metrics.jsonl, metrics.csv, train.log, predictions_*, compare_eval/*.csv; never checkpoints/.
-// Returns false when the run folder does not exist or holds no record.json (a run not finished
-// there); throws one line naming the path on a symbolic link, a file that is not a regular file or
-// is larger than 256 MiB, or a read error. Never writes into `root`.
+// Bounds on what `pelab compare --merge` reads from the folders it is given (docs/experiments.md,
+// "Run records and merging"): a received folder must not exhaust memory or disk.
+struct RecordReadLimits {
+  int64_t file_bytes = int64_t{256} << 20;     // one record file
+  int64_t record_bytes = int64_t{1} << 30;     // one record's files together (held in memory)
+  int64_t total_files = 100000;                // files one merge reads in all
+  int64_t total_bytes = int64_t{16} << 30;     // bytes one merge reads in all
+  int64_t folder_entries = 100000;             // names in one folder listed (runs/, a run's)
+};
+// Sets the limits in force (RecordReadLimits{} until set; tests lower them); returns the previous.
+RecordReadLimits set_record_read_limits(const RecordReadLimits& limits);
+// What one merge has read so far (counted against RecordReadLimits' totals).
+struct RecordReadBudget {
+  int64_t files = 0, bytes = 0;
+  bool exhausted = false;  // a total limit was reached: the merge reads nothing more
+};
+
+// One run's record read into memory: the run folder as the user's path names it (every message
+// names files by it) and its files, relative name ("eval.json", "compare_eval/base.csv") -> text.
+struct RecordFiles {
+  std::string src;
+  std::vector<std::pair<std::string, std::string>> files;
+  const std::string* find(const std::string& rel) const;  // null when the record has no such file
+  std::string path(const std::string& rel) const { return src + "/" + rel; }
+};
+
+// Reads the record of run directory `name` inside the folder `root`/`rel` (`root` a merged output
+// folder as the user named it, `rel` "runs" or, in a suite, "<task>/runs") into `out`, never
+// following a symbolic link: no component of `rel` may be one, nor `name`, nor any record file or
+// compare_eval/. Reads config.yaml, record.json, eval.json, eval.csv, metrics.jsonl, metrics.csv,
+// train.log, predictions_*, compare_eval/*.csv; never checkpoints/. Returns false when the run
+// folder does not exist or holds no record.json (a run not finished there); throws one line naming
+// the path on a symbolic link, a file that is not a regular file, a read error, or a limit of
+// RecordReadLimits passed (`budget` counts the merge's reads). Writes nothing.
+bool read_run_record_files(const std::string& root, const std::string& rel, const std::string& name,
+                           RecordReadBudget& budget, RecordFiles& out);
+// Writes the files of `rec` into `dest` (created; must not exist).
+void write_run_record_files(const RecordFiles& rec, const std::string& dest);
+// Copies the record of run directory `name` inside `root`/`rel` to `dest` (created; must not
+// exist): read_run_record_files with one record's limits, then write_run_record_files. False when
+// there is none there. Never writes into `root`.
 bool import_run_record(const std::string& root, const std::string& rel, const std::string& name,
                        const std::string& dest);
 // The names of the entries of `root`/`rel` that hold a record.json (folders only; symbolic links
@@ -116,6 +150,9 @@ class RunRecordSource {
   // Copies run `name`'s record into `dest` (created; must not exist) as import_run_record does;
   // false when there is none.
   bool copy(const std::string& name, const std::string& dest) const;
+  // Reads run `name`'s record into `out` (out.src its origin(), every message naming files by
+  // it), within RecordReadLimits, counted in `budget`; false when there is none. Writes nothing.
+  bool read(const std::string& name, RecordReadBudget& budget, RecordFiles& out) const;
 
  private:
   std::string root_, sub_, archive_;
