@@ -412,6 +412,100 @@ TEST_F(HardeningFiles, CompareJobsRefuseAPlantedChildLogLink) {
   expect_victim_unchanged(v);
 }
 
+// A folder of a run's own replaced by a link to a folder elsewhere (#51 item 2): nothing is written
+// or deleted through it. `pelab compare` with a run's compare_eval/ planted as a link: refused in
+// one line naming it, nothing written into the link's target (base.csv was).
+TEST_F(HardeningFiles, CompareRefusesAPlantedCompareEvalLink) {
+  std::string yaml = pelab::testing::tiny_compare_yaml("[2, 6]", 4);
+  yaml.replace(yaml.find("seeds: [1, 2]"), 13, "seeds: [1]");
+  write_file(dir_ / "c.yaml", yaml + "    - rope\n");
+  Result r = pelab("compare c.yaml --out rep --jobs 1 --no-plots --progress none");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const fs::path run = dir_ / "rep" / "runs" / "rope_seed1";
+  fs::create_directories(dir_ / "elsewhere");
+  const fs::path v = victim("elsewhere/notes.txt");
+  fs::remove_all(run / "compare_eval");
+  fs::create_directory_symlink(dir_ / "elsewhere", run / "compare_eval");
+  r = pelab("compare c.yaml --out rep --jobs 1 --no-plots --progress none");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(lines_with(r.err, "error"), 1u) << r.err;
+  EXPECT_NE(r.err.find("rep/runs/rope_seed1/compare_eval is a symbolic link; pelab never writes "
+                       "through one"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "elsewhere"), fs::directory_iterator()), 1);
+  EXPECT_EQ(slurp(v), "precious elsewhere/notes.txt\n");
+  // A run folder itself planted as a link (training it afresh would clear the target's files).
+  fs::remove(run / "compare_eval");
+  fs::rename(run, dir_ / "moved");
+  fs::create_directory_symlink(dir_ / "moved", run);
+  const auto before = names_with(dir_ / "moved", "");
+  r = pelab("compare c.yaml --out rep --jobs 1 --no-plots --progress none --retrain");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("rep/runs/rope_seed1 is a symbolic link"), std::string::npos) << r.err;
+  EXPECT_EQ(names_with(dir_ / "moved", ""), before);
+}
+
+// --resume of a run whose checkpoints/ is a link to a folder elsewhere: refused in one line before
+// anything in it is read, written or deleted. It once wrote step_4.h5 and last.h5 there, and its
+// pruning deleted files pelab never wrote (step_1.h5, step_10.h5).
+TEST_F(HardeningFiles, ResumeRefusesAPlantedCheckpointsLink) {
+  write_file(dir_ / "tiny.yaml", pelab::testing::tiny_cli_yaml(dir_ / "runs"));
+  const fs::path run = dir_ / "runs" / "tiny";
+  Result r = pelab("train tiny.yaml --progress none --stop-after 2 --set train.keep_checkpoints=1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  fs::rename(run / "checkpoints", dir_ / "elsewhere");
+  const fs::path v1 = victim("elsewhere/step_1.h5"), v10 = victim("elsewhere/step_10.h5");
+  fs::create_directory_symlink(dir_ / "elsewhere", run / "checkpoints");
+  const auto before = names_with(dir_ / "elsewhere", "");
+  r = pelab("train --resume " + quote(run.string()) + " --progress none --set train.steps=12");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(lines_with(r.err, "error"), 1u) << r.err;
+  EXPECT_NE(r.err.find((run / "checkpoints").string() + " is a symbolic link"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(names_with(dir_ / "elsewhere", ""), before);
+  EXPECT_EQ(slurp(v1), "precious elsewhere/step_1.h5\n");
+  EXPECT_EQ(slurp(v10), "precious elsewhere/step_10.h5\n");
+}
+
+// Pruning deletes only the checkpoints pelab wrote (checkpoints/written.tsv), never a file put in
+// checkpoints/ by someone else, and a resume that would have to delete such a file is refused
+// before anything changes. Injected: a step_1.h5 planted next to a run's own checkpoints (the
+// rotation of train.keep_checkpoints deleted it), then a step_9.h5 newer than the checkpoint a
+// resume starts from (its removal of the discarded future deleted it).
+TEST_F(HardeningFiles, PruningDeletesOnlyCheckpointsPelabWrote) {
+  write_file(dir_ / "tiny.yaml", pelab::testing::tiny_cli_yaml(dir_ / "runs"));
+  const fs::path run = dir_ / "runs" / "tiny";
+  const fs::path ck = run / "checkpoints";
+  Result r = pelab("train tiny.yaml --progress none --stop-after 2 --set train.keep_checkpoints=1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(fs::exists(ck / "step_2.h5"));
+  const fs::path planted = write_file(ck / "step_1.h5", "precious step_1.h5\n");
+  r = pelab("train --resume " + quote(run.string()) + " --progress none");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::exists(ck / "step_4.h5"));
+  EXPECT_FALSE(fs::exists(ck / "step_2.h5"));  // its own older checkpoint: rotated out
+  expect_victim_unchanged(planted);              // not pelab's: kept
+  EXPECT_NE(slurp(ck / "written.tsv").find("step_4.h5\t"), std::string::npos);
+  EXPECT_EQ(slurp(ck / "written.tsv").find("step_2.h5\t"), std::string::npos);  // compacted
+  // A resume from step 4 with a newer step_9.h5 it did not write: refused, nothing changed.
+  const fs::path future = write_file(ck / "step_9.h5", "precious step_9.h5\n");
+  fs::copy_file(ck / "step_4.h5", dir_ / "step_4.copy");
+  const std::string config = slurp(run / "config.yaml");
+  r = pelab("train --resume " + quote((ck / "step_4.h5").string()) +
+            " --progress none --set train.steps=6");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(lines_with(r.err, "error"), 1u) << r.err;
+  EXPECT_NE(r.err.find((ck / "step_9.h5").string() +
+                       " is newer than the checkpoint resumed from (step 4) and would be deleted, "
+                       "but pelab cannot tell that it wrote it"),
+            std::string::npos)
+      << r.err;
+  expect_victim_unchanged(future);
+  EXPECT_EQ(slurp(run / "config.yaml"), config);
+  EXPECT_EQ(slurp(ck / "step_4.h5"), slurp(dir_ / "step_4.copy"));
+}
+
 // Two processes writing the same file at once (two `--report-only` runs): neither fails, the file
 // is one of the two texts whole, no temporary is left. A shared fixed temporary made one rename
 // fail ("No such file or directory").

@@ -3,15 +3,18 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "pelab/error.h"
 #include "train/checkpoint.h"
+#include "train/metrics.h"
 #include "train/text_file.h"
 
 namespace fs = std::filesystem;
@@ -75,18 +78,98 @@ std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string&
 
 std::string checkpoint_name(int64_t step) { return "step_" + std::to_string(step) + ".h5"; }
 
+namespace {
+
+constexpr const char* kWrittenIndex = "written.tsv";
+constexpr off_t kMaxWrittenIndex = off_t{16} << 20;  // larger: not pelab's, proves nothing
+
+// "<name>\t<inode>\t<size>\t<mtime_ns>" of the regular file `path` ("" when it is none).
+std::string identity_line(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  const long long mtime =
+      static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+  return fs::path(path).filename().string() + "\t" + std::to_string(st.st_ino) + "\t" +
+         std::to_string(st.st_size) + "\t" + std::to_string(mtime);
+}
+
+// The lines of checkpoints/written.tsv in `ckdir` (none when it is missing, not a regular file or
+// too large to be pelab's).
+std::vector<std::string> written_lines(const fs::path& ckdir) {
+  const std::string index = (ckdir / kWrittenIndex).string();
+  struct stat st {};
+  if (::lstat(index.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxWrittenIndex)
+    return {};
+  std::vector<std::string> lines;
+  std::istringstream in(read_text_file(index));
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty() && l[0] != '#') lines.push_back(l);
+  return lines;
+}
+
+// Deletes the checkpoint `path` when pelab wrote it (wrote_checkpoint); false when it is kept.
+bool remove_written(const std::string& path) {
+  if (!wrote_checkpoint(path)) return false;
+  std::error_code ec;
+  fs::remove(path, ec);
+  return !ec;
+}
+
+// Rewrites written.tsv with the lines of the files still there as written (it would otherwise grow
+// by a line per checkpoint for ever).
+void compact_written_index(const fs::path& ckdir) {
+  std::string text = "# pelab: the checkpoints this run wrote here (name, inode, size, mtime_ns);"
+                     " pruning deletes only these\n";
+  size_t kept = 0, had = 0;
+  for (const auto& l : written_lines(ckdir)) {
+    ++had;
+    const std::string name = l.substr(0, l.find('\t'));
+    if (name.find('/') == std::string::npos && identity_line((ckdir / name).string()) == l) {
+      text += l + "\n";
+      ++kept;
+    }
+  }
+  if (kept != had) write_text_file((ckdir / kWrittenIndex).string(), text);
+}
+
+}  // namespace
+
+void note_written_checkpoint(const std::string& path) {
+  const std::string line = identity_line(path);
+  PELAB_CHECK(!line.empty(), "cannot note the checkpoint ", path, ": not a regular file");
+  append_to_file((fs::path(path).parent_path() / kWrittenIndex).string(), line + "\n");
+}
+
+bool wrote_checkpoint(const std::string& path) {
+  const std::string line = identity_line(path);
+  if (line.empty()) return false;
+  const std::vector<std::string> lines = written_lines(fs::path(path).parent_path());
+  return std::find(lines.begin(), lines.end(), line) != lines.end();
+}
+
 void rotate_checkpoints(const std::string& run_dir, int keep, int64_t keep_step) {
   if (keep <= 0) return;
-  std::error_code ec;
+  const fs::path ckdir = fs::path(run_dir) / "checkpoints";
+  if (!own_folder_exists(ckdir.string())) return;  // (a link: refused)
   auto all = step_checkpoints(run_dir);
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
-    if (all[i].first != keep_step) fs::remove(all[i].second, ec);
+    if (all[i].first != keep_step) remove_written(all[i].second);
+  compact_written_index(ckdir);
+}
+
+void check_checkpoints_after_removable(const std::string& run_dir, int64_t step) {
+  if (!own_folder_exists((fs::path(run_dir) / "checkpoints").string())) return;
+  for (const auto& [s, p] : step_checkpoints(run_dir))
+    PELAB_CHECK(s <= step || wrote_checkpoint(p), "--resume ", run_dir, ": ", p,
+                " is newer than the checkpoint resumed from (step ", step,
+                ") and would be deleted, but pelab cannot tell that it wrote it (it is not in "
+                "checkpoints/", kWrittenIndex, "): move it out of checkpoints/ and resume again");
 }
 
 void remove_checkpoints_after(const std::string& run_dir, int64_t step) {
-  std::error_code ec;
+  check_checkpoints_after_removable(run_dir, step);
   for (const auto& [s, p] : step_checkpoints(run_dir))
-    if (s > step) fs::remove(p, ec);
+    if (s > step) PELAB_CHECK(remove_written(p), "cannot remove ", p);
 }
 
 // A new link renamed over the old one.
@@ -146,7 +229,9 @@ bool run_without_checkpoint(const fs::path& dir) {
 // Removes the temporaries a killed save left in <dir>/checkpoints (see remove_stale_temporaries).
 void clean_temporaries(const fs::path& dir) {
   std::error_code ec;
-  if (fs::is_directory(dir / "checkpoints", ec)) remove_stale_temporaries((dir / "checkpoints").string());
+  // Never through a link (its target's temporaries are not ours).
+  if (fs::is_directory(fs::symlink_status(dir / "checkpoints", ec)))
+    remove_stale_temporaries((dir / "checkpoints").string());
 }
 
 std::string run_directory(const Config& cfg) {

@@ -5,7 +5,13 @@
 //   <train.run_dir>/<train.run_name>/
 //     .pelab.lock     flock()ed by the process that trains in it
 //     config.yaml, metrics.jsonl, metrics.csv, eval.json, eval.csv, train.log, predictions_*
-//     checkpoints/    step_<N>.h5, best.h5, last.h5 -> the newest step_<N>.h5
+//     checkpoints/    step_<N>.h5, best.h5, last.h5 -> the newest step_<N>.h5, written.tsv (the
+//                     index of the checkpoints this run wrote: what pruning may delete)
+//
+// checkpoints/ is a folder of the run's own: a symbolic link there is refused (make_own_folder),
+// never written or deleted through. Pruning deletes a step_<N>.h5 only when written.tsv proves
+// pelab wrote that very file there (its name, inode, size and modification time as written):
+// never a file planted, copied in from another folder, or written before the index existed.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -47,9 +53,19 @@ class RunDirLock {
 std::string checkpoint_name(int64_t step);
 // (step, path) of every step_<N>.h5, ascending.
 std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string& run_dir);
-// Removes all step_<N>.h5 but the newest `keep` and the one of `keep_step` (keep <= 0: none).
+// Notes in checkpoints/written.tsv that pelab has just written the checkpoint `path` (in a run's
+// checkpoints/): the proof pruning asks for.
+void note_written_checkpoint(const std::string& path);
+// Whether checkpoints/written.tsv proves that pelab wrote the file `path` as it is now.
+bool wrote_checkpoint(const std::string& path);
+// Removes all step_<N>.h5 but the newest `keep` and the one of `keep_step` (keep <= 0: none) that
+// pelab wrote (wrote_checkpoint); any other is kept.
 void rotate_checkpoints(const std::string& run_dir, int keep, int64_t keep_step);
-// Removes the step_<N>.h5 of steps after `step` (a future a resumed run no longer has).
+// Throws, naming the first, when a step_<N>.h5 of a step after `step` is not one pelab wrote: a
+// resume from `step` would have to delete it (remove_checkpoints_after). Nothing is changed.
+void check_checkpoints_after_removable(const std::string& run_dir, int64_t step);
+// Removes the step_<N>.h5 of steps after `step` (a future a resumed run no longer has); each must
+// be one pelab wrote (check_checkpoints_after_removable).
 void remove_checkpoints_after(const std::string& run_dir, int64_t step);
 // checkpoints/last.h5 -> the newest step_<N>.h5, replaced atomically; removed when there is none.
 void update_last_link(const std::string& run_dir);
@@ -62,7 +78,8 @@ bool holds_a_run(const std::filesystem::path& dir);
 bool run_without_checkpoint(const std::filesystem::path& dir);
 // Removes the files of an old run from `dir` (only the files a run writes).
 void clear_run_files(const std::filesystem::path& dir);
-// Removes the temporaries a killed save left in <dir>/checkpoints (see remove_stale_temporaries).
+// Removes the temporaries a killed save left in <dir>/checkpoints (see remove_stale_temporaries);
+// nothing when checkpoints/ is a symbolic link.
 void clean_temporaries(const std::filesystem::path& dir);
 
 }  // namespace pelab

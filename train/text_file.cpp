@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -74,6 +75,25 @@ void write_text_file(const std::string& path, const std::string& text) {
   fd = -1;
   if (closed != 0) bail(errno);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) bail(errno);
+}
+
+bool own_folder_exists(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    fail("cannot use ", path, ": ", std::strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode)) fail(path, " is a symbolic link; pelab never writes through one: remove it");
+  if (!S_ISDIR(st.st_mode)) fail(path, " is not a folder; pelab writes its files there: remove it");
+  return true;
+}
+
+void make_own_folder(const std::string& path) {
+  if (own_folder_exists(path)) return;
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) fail("cannot create ", path, ": ", ec.message());
+  own_folder_exists(path);  // (what was created in between is checked as well)
 }
 
 std::string read_text_file(const std::string& path) {

@@ -29,4 +29,13 @@ int create_temporary_for(const std::string& path, std::string* tmp, mode_t mode 
 // writing: <reason>".
 int open_for_writing(const std::string& path, int flags, mode_t mode = 0666);
 
+// Makes `path` a folder pelab writes into: creates it (and its parents) when missing, then checks
+// that it is a folder. A symbolic link there — even one to a folder, planted in someone else's run
+// folder — is refused, never written through: "<path> is a symbolic link; pelab never writes
+// through one: remove it"; anything else but a folder is refused too.
+void make_own_folder(const std::string& path);
+// The same check without creating anything: true when `path` is a folder, false when nothing is
+// there; throws as make_own_folder for a link or anything else.
+bool own_folder_exists(const std::string& path);
+
 }  // namespace pelab

@@ -223,8 +223,7 @@ void Trainer::open_run() {
                   ", start over with --overwrite, or choose another --set train.run_name=NAME");
       clear_run_files(dir);
     }
-    fs::create_directories(dir / "checkpoints", ec);
-    PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
+    make_own_folder((dir / "checkpoints").string());  // (a link there: refused)
     dir_ = dir.string();
     Config stored = cfg_;
     stored.train.resume = "";
@@ -241,6 +240,9 @@ void Trainer::open_run() {
   const ResumeTarget target = resolve_resume(resume);
   const std::string ckpt_path = target.checkpoint;
   const fs::path run_dir = target.run_dir;
+  // checkpoints/ is written and pruned: a link there (to someone else's folder) is refused before
+  // anything in it is read, written or deleted.
+  make_own_folder((run_dir / "checkpoints").string());
   clean_temporaries(run_dir);
   const CheckpointData ck = load_checkpoint(ckpt_path);  // the one checkpoint read of a resume
   resumed_from_ = ckpt_path;
@@ -264,13 +266,12 @@ void Trainer::open_run() {
   PELAB_CHECK(cfg_.train.steps >= ck.step, "--resume ", run_dir.string(), ": the run is at step ",
               ck.step, " but train.steps is ", cfg_.train.steps,
               "; to continue it, set train.steps to ", ck.step, " or more (--set train.steps=N)");
+  check_checkpoints_after_removable(run_dir.string(), ck.step);
   const fs::path norm = run_dir.lexically_normal();
   cfg_.train.run_dir = norm.parent_path().empty() ? "." : norm.parent_path().string();
   cfg_.train.run_name = norm.filename().string();
   cfg_.train.resume = "";
   dir_ = run_dir.string();
-  fs::create_directories(run_dir / "checkpoints", ec);
-  PELAB_CHECK(!ec, "cannot create ", (run_dir / "checkpoints").string(), ": ", ec.message());
   setup_model(ck.vocab, stored_train_positions(ck));
   restore(ck, ckpt_path);
   // Only a resume that can go on rewrites config.yaml (with the new train.steps etc.).
@@ -721,6 +722,7 @@ void Trainer::save(const std::string& path) {
   d.values["last_grad_norm"] = last_grad_norm_;
   d.values["elapsed_s"] = elapsed_before_ + now_s() - t_start_;
   save_checkpoint(path, d);
+  note_written_checkpoint(path);  // the proof pruning asks for (run_folder.h)
 }
 
 void Trainer::save_step_checkpoint() {

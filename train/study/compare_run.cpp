@@ -411,8 +411,13 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   res.refused = merge_out_problems(opt.merge, res.out_dir);
   if (!res.refused.empty()) return res;
   std::error_code ec;
-  fs::create_directories(fs::path(res.out_dir) / "runs", ec);
+  fs::create_directories(res.out_dir, ec);
   PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
+  // runs/ and each run's folder are pelab's own: a link there (planted in a folder from someone
+  // else) is refused before anything is written, trained or deleted through it.
+  make_own_folder((fs::path(res.out_dir) / "runs").string());
+  for (const auto& r : plan)
+    if (fs::is_symlink(run_directory(r.cfg), ec)) own_folder_exists(run_directory(r.cfg));
   // Runs kept in OUT's records.tar.xz are run folders to this comparison (reused, reported).
   if (!opt.retrain) unpack_records_archive(plan, res.out_dir, log);
   std::map<size_t, std::string> merged_from;  // plan index -> the --merge folder it came from
