@@ -17,10 +17,12 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/study/report.h"
 #include "train/text_file.h"
@@ -410,6 +412,152 @@ TEST_F(HardeningFiles, CompareJobsRefuseAPlantedChildLogLink) {
   EXPECT_NE(r.err.find("rep/runs/rope_seed1/compare.log is a symbolic link"), std::string::npos)
       << r.err;
   expect_victim_unchanged(v);
+}
+
+// ---------------- #51 item 12: text in report.md only prints ----------------
+
+// md_text / md_code / md_fence: what markdown would act on is escaped, what a reader would not see
+// (controls, bidirectional overrides, invalid UTF-8) is replaced by U+FFFD, UTF-8 text is kept.
+TEST_F(HardeningFiles, MarkdownHelpersOnlyPrint) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(md_text("a|b\nc\td"), "a\\|b c d");
+  EXPECT_EQ(md_text("bell\a v\xE2\x80\xAEm \xFF"), "bell" + fffd + " v" + fffd + "m " + fffd);
+  EXPECT_EQ(md_text("![x](http://e/i.png) <img src=x> &#x202E; `c` *e* ~s~ \\"),
+            "!\\[x\\](http://e/i.png) \\<img src=x> \\&#x202E; \\`c\\` \\*e\\* \\~s\\~ \\\\");
+  EXPECT_EQ(md_text("rope_seed1, n/a (> max_positions) – ± é"),
+            "rope_seed1, n/a (> max_positions) – ± é");
+  EXPECT_EQ(md_code("train.lr=0.001"), "`train.lr=0.001`");
+  EXPECT_EQ(md_code("a``b|c\nd"), "```a``b\\|c d```");
+  EXPECT_EQ(md_code("`x"), "`` `x ``");
+  EXPECT_EQ(md_fence("a: 1\n```\n# x\r\n", "yaml"), "````yaml\na: 1\n```\n# x\n````\n");
+  EXPECT_EQ(md_fence("v\xE2\x80\xAEm\a", "sh"), "```sh\nv" + fffd + "m" + fffd + "\n```\n");
+}
+
+// report.md of a comparison whose title and split names (a test file's stem) hold a line break, a
+// `|`, BEL and U+202E: no line is injected, every table keeps its columns, no control or
+// bidirectional character lands in the file, and a config holding a ``` line stays in its block.
+// Injected: those texts in a ReportInput; they once landed raw ("# injected" a heading of its own).
+TEST_F(HardeningFiles, ReportTextCannotInjectMarkdown) {
+  ReportInput in;
+  in.title = "T\n# injected | x \a v\xE2\x80\xAEm";
+  in.task_summary = "Task.";
+  in.primary_metric = "exact_match";
+  in.length_name = "task length";
+  in.train_range_text = "files";
+  in.seeds = {1};
+  in.labels = {"rope"};
+  for (const std::string split : {"a|b\n## injected", "v\xE2\x80\xAEm\a"}) {
+    ResultRow r = pelab::testing::result_row("rope", 1, 0, -1, 0.5);
+    r.split = split;
+    r.length = 0;
+    in.rows.push_back(r);
+  }
+  in.command = "pelab compare c.yaml";
+  in.config_text = "compare:\n  title: x\n```\n# injected from the config\n";
+  in.resolved_yaml = "task: {}\n";
+  write_report(dir_.string(), in, false);
+  const std::string md = slurp(dir_ / "report.md");
+  EXPECT_EQ(md.find('\a'), std::string::npos);
+  EXPECT_EQ(md.find("\xE2\x80\xAE"), std::string::npos);
+  // Outside fenced blocks no line starts with injected markup; inside, the config stays whole.
+  std::istringstream lines(md);
+  std::string fence;  // the open block's fence, "" outside
+  for (std::string l; std::getline(lines, l);) {
+    const size_t ticks = l.find_first_not_of('`');
+    if (fence.empty() && l.rfind("```", 0) == 0) {
+      fence = l.substr(0, ticks);
+      continue;
+    }
+    if (!fence.empty()) {
+      if (ticks == std::string::npos && l.size() >= fence.size()) fence.clear();
+      continue;
+    }
+    EXPECT_NE(l.rfind("# injected", 0), 0u) << l;
+    EXPECT_NE(l.rfind("## injected", 0), 0u) << l;
+  }
+  EXPECT_TRUE(fence.empty()) << md;
+  // The exact-match table: a header of scheme + two split columns, whatever the names hold.
+  const size_t t = md.find("| scheme |", md.find("## exact match"));
+  ASSERT_NE(t, std::string::npos) << md;
+  const std::string header = md.substr(t, md.find('\n', t) - t);
+  size_t bars = 0;
+  for (size_t i = 0; i < header.size(); ++i) bars += header[i] == '|' && (i == 0 || header[i - 1] != '\\');
+  EXPECT_EQ(bars, 4u) << header;
+  EXPECT_NE(header.find("a\\|b ## injected"), std::string::npos) << header;
+  EXPECT_NE(md.find("# T # injected \\| x \xEF\xBF\xBD v\xEF\xBF\xBDm\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("````yaml\ncompare:\n  title: x\n```\n# injected from the config\n````\n"),
+            std::string::npos)
+      << md;
+}
+
+// ---------------- #51 item 13: CSV cells never become formulas ----------------
+
+// csv_field, the one writer of a CSV text cell: a cell starting with =, +, -, @, a tab or a CR that
+// is not a plain number gets a leading ' (one starting with ' too, so csv_unfield gives it back);
+// numbers stay numbers. Injected: test-file stems that start with =, +, -, @ as split names, which
+// results.csv, table_<metric>.csv, the plots' .csv and eval.csv once wrote verbatim.
+TEST_F(HardeningFiles, CsvTextCellsNeverBecomeFormulas) {
+  const std::vector<std::pair<std::string, std::string>> cells = {
+      {"=HYPERLINK(\"http://e\")", "\"'=HYPERLINK(\"\"http://e\"\")\""},
+      {"+cmd", "'+cmd"},          {"-cmd", "'-cmd"},       {"@SUM(A1)", "'@SUM(A1)"},
+      {"\tx", "'\tx"},            {"\rx", "\"'\rx\""},     {"'q", "''q"},
+      {"-0.5", "-0.5"},           {"+12.0", "+12.0"},      {"1e-3", "1e-3"},
+      {"len_2", "len_2"},         {"a,b", "\"a,b\""},      {"", ""}};
+  for (const auto& [text, cell] : cells) {
+    EXPECT_EQ(csv_field(text), cell) << text;
+    const std::string unquoted =
+        cell.size() > 1 && cell.front() == '"' ? cell.substr(1, cell.size() - 2) : cell;
+    std::string undoubled;
+    for (size_t i = 0; i < unquoted.size(); ++i) {
+      undoubled += unquoted[i];
+      if (unquoted[i] == '"') ++i;
+    }
+    EXPECT_EQ(csv_unfield(undoubled), text) << cell;
+  }
+  // results.csv of ordinary names is what it always was, byte for byte; hostile ones read back.
+  ResultRow plain = pelab::testing::result_row("rope", 1, 2, 1, 0.5);
+  EXPECT_EQ(results_csv({plain}).substr(results_csv({}).size()),
+            "rope,,1,len_2,2,true,ok," + csv_number(plain.loss) + "," +
+                csv_number(plain.perplexity) + ",0.5,0.5,,,,\n");
+  std::vector<ResultRow> rows;
+  int64_t length = 1;
+  for (const std::string split : {"=1+1", "+cmd", "-cmd", "@x", "'q"}) {
+    ResultRow r = pelab::testing::result_row("rope", 1, ++length, 0, 0.5);
+    r.split = split;
+    rows.push_back(r);
+  }
+  const std::string csv = results_csv(rows);
+  for (const std::string cell : {",'=1+1,", ",'+cmd,", ",'-cmd,", ",'@x,", ",''q,"})
+    EXPECT_NE(csv.find(cell), std::string::npos) << cell << "\n" << csv;
+  const std::vector<ResultRow> back = parse_results_csv(csv, "results.csv");
+  ASSERT_EQ(back.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(back[i].split, rows[i].split);
+  // Every CSV of a report, and eval.csv.
+  ReportInput in;
+  in.title = "t";
+  in.primary_metric = "exact_match";
+  in.length_name = "task length";
+  in.seeds = {1};
+  in.labels = {"rope"};
+  in.rows = rows;
+  write_report(dir_.string(), in, false);
+  EvalResult e;
+  e.split = "=cmd";
+  write_eval_files(dir_.string(), {e}, 1, "checkpoints/step_1.h5");
+  for (const char* f : {"results.csv", "table_exact_match.csv", "exact_match_vs_length.csv",
+                        "eval.csv"}) {
+    const std::string text = slurp(dir_ / f);
+    std::istringstream lines(text);
+    for (std::string l; std::getline(lines, l);)
+      for (size_t b = 0; b <= l.size();) {
+        const size_t c = std::min(l.find(',', b), l.size());
+        const std::string cell = l.substr(b, c - b);
+        EXPECT_TRUE(cell.empty() || std::string("=+-@").find(cell[0]) == std::string::npos)
+            << f << ": " << l;
+        b = c + 1;
+      }
+    EXPECT_NE(text.find("'"), std::string::npos) << f << ": " << text;
+  }
 }
 
 // A folder of a run's own replaced by a link to a folder elsewhere (#51 item 2): nothing is written

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -104,17 +105,49 @@ std::string MetricValue::json() const {
   return "null";
 }
 
+namespace {
+
+// A decimal number and nothing else ("-0.5", "+12.0", "1e-3"): a spreadsheet reads it as the number
+// it is, never as a formula.
+bool plain_number(const std::string& s) {
+  size_t i = s.size() > 0 && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  size_t digits = 0;
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++digits;
+  if (i < s.size() && s[i] == '.')
+    for (++i; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++digits;
+  if (digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    size_t exp = 0;
+    for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++exp;
+    if (exp == 0) return false;
+  }
+  return i == s.size();
+}
+
+}  // namespace
+
+std::string csv_field(const std::string& text) {
+  const bool formula = !text.empty() && text[0] != '\0' &&
+                       std::strchr("=+-@\t\r'", text[0]) != nullptr && !plain_number(text);
+  const std::string s = formula ? "'" + text : text;
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string csv_unfield(const std::string& cell) {
+  return !cell.empty() && cell[0] == '\'' ? cell.substr(1) : cell;
+}
+
 std::string MetricValue::csv() const {
   switch (kind) {
     case Kind::Null: return "";
     case Kind::Int: return std::to_string(i);
     case Kind::Num: return json_number(d);
-    case Kind::Str: {
-      if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-      std::string q = "\"";
-      for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-      return q + "\"";
-    }
+    case Kind::Str: return csv_field(s);
   }
   return "";
 }

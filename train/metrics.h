@@ -21,7 +21,7 @@ struct MetricValue {
     MetricValue m; m.kind = Kind::Str; m.s = v; return m;
   }
   std::string json() const;  // JSON text of the value
-  std::string csv() const;   // CSV cell ("" for null)
+  std::string csv() const;   // CSV cell ("" for null; a string through csv_field)
   bool operator==(const MetricValue& o) const;
 };
 
@@ -60,6 +60,16 @@ std::string json_member_text(const std::string& text, const std::string& key,
 std::vector<MetricRow> parse_metric_rows(const std::string& text, const std::string& where);
 // Every non-empty line of a metrics.jsonl text.
 std::vector<MetricRow> parse_metrics_jsonl(const std::string& text, const std::string& where);
+
+// The one writer of a CSV text cell (results.csv, eval.csv, metrics.csv, table_*.csv, the plots'
+// and plot-pe's .csv, literature.csv, summary.csv): a cell a spreadsheet would take for a formula
+// — it starts with =, +, -, @, a tab or a carriage return and is not a plain decimal number — gets
+// a leading ' (so does one that starts with ', so that csv_unfield gives every text back); then
+// RFC 4180 quoting when it holds a comma, a double quote or a line break. A number stays a number:
+// "-0.5" and "+12.0" are written as they are (numeric columns use csv_number / json_number).
+std::string csv_field(const std::string& s);
+// The text of a cell csv_field wrote, its CSV quoting already undone: a leading ' removed.
+std::string csv_unfield(const std::string& cell);
 
 // Columns of metrics.csv, in order.
 const std::vector<std::string>& metrics_csv_columns();

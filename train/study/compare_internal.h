@@ -113,8 +113,6 @@ bool evaluate_all(const ComparePlanRun& run, const std::string& dir, const std::
                   std::ostream& log, CompareResult& res, std::vector<ResultRow>& out);
 
 // compare_merge.cpp
-// `s` for a markdown table cell: printable ASCII, `|` escaped.
-std::string md_cell(const std::string& s);
 // --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) or
 // records.tar.xz (RunRecordSource) into <out_dir>/runs/ (run_record.h), each read into memory
 // within RecordReadLimits and checked there first: made by this pelab version, of the plan's

@@ -114,17 +114,6 @@ std::vector<std::string> merge_out_problems(const std::vector<std::string>& dirs
 
 namespace compare_detail {
 
-// `s` for a markdown table cell: printable ASCII, `|` escaped.
-std::string md_cell(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    if (c == '|') o += "\\|";
-    else if (c < 0x20 || c > 0x7e) o += '?';
-    else o += static_cast<char>(c);
-  }
-  return o;
-}
-
 // --merge: copies the records of the plan's runs found in each folder's runs/ (<sub>/runs/) or
 // records.tar.xz (RunRecordSource) into <out_dir>/runs/ (run_record.h), each read into memory
 // within RecordReadLimits and checked there first (record_problem), wherever its files come from.

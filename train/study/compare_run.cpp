@@ -55,7 +55,7 @@ std::string rows_differing(const std::vector<ComparePlanRun>& plan, const std::s
   std::string out;
   for (const auto& [v, rows] : groups) {
     out += out.empty() ? " (" : "; ";
-    for (size_t i = 0; i < rows.size(); ++i) out += (i ? ", " : "") + rows[i];
+    for (size_t i = 0; i < rows.size(); ++i) out += (i ? ", " : "") + md_text(rows[i]);
     out += ": " + v;
   }
   return out.empty() ? out : out + ")";
@@ -70,7 +70,8 @@ std::string layers_text(const Config& c) {
 std::string task_summary(const Config& c, const std::vector<ComparePlanRun>& plan) {
   const TaskConfig& t = c.task;
   std::ostringstream os;
-  os << "Task **" << t.name << "** (" << (is_lm(c) ? "decoder-only language model" : t.formulation)
+  os << "Task **" << md_text(t.name) << "** ("
+     << (is_lm(c) ? "decoder-only language model" : md_text(t.formulation))
      << "), model " << c.model.arch << " d_model " << c.model.d_model << ", "
      << count_text(c.model.heads, "head") << ", ";
   if (c.model.arch == "seq2seq")
@@ -84,7 +85,7 @@ std::string task_summary(const Config& c, const std::vector<ComparePlanRun>& pla
      << " of batch " << c.train.batch_size << " ("
      << c.train.optimizer << ", lr " << c.train.lr << ", " << c.train.schedule << ")";
   if (is_lm(c)) {
-    os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : t.corpus)
+    os << "; corpus " << (t.corpus.empty() ? "Debian fortunes" : md_text(t.corpus))
        << ", non-overlapping evaluation windows of";
     for (size_t i = 0; i < t.lm_eval_lengths.size(); ++i)
       os << (i ? ", " : " ") << t.lm_eval_lengths[i];
@@ -281,8 +282,8 @@ std::string records_markdown(const std::vector<ComparePlanRun>& plan,
         "|---|---|---|---|---|---|\n";
   for (const auto& [row, runs] : groups) {
     md << "|";
-    for (const auto& c : row) md << " " << md_cell(c) << " |";
-    md << " " << runs.size() << ": " << md_cell(join(runs, ", ")) << " |\n";
+    for (const auto& c : row) md << " " << md_text(c) << " |";
+    md << " " << runs.size() << ": " << md_text(join(runs, ", ")) << " |\n";
   }
   return groups.empty() ? "" : md.str();
 }
@@ -332,14 +333,14 @@ ReportInput report_input(const CompareSpec& spec, const CompareOptions& opt,
         const Config& vc = pv.cfg;
         const std::string label = s.name + "+" + vname;
         in.labels.push_back(label);
-        std::string note = "eval-time variant of " + s.name + " (no retraining)";
+        std::string note = "eval-time variant of " + md_text(s.name) + " (no retraining)";
         // The scheme's eval-time keys this variant changes (declared in models/pe/).
         std::string changed;
         for (const std::string& k : models::pe_eval_time_keys()) {
           const std::string v = config_value_text(vc, k);
           if (v != config_value_text(run.cfg, k)) changed += (changed.empty() ? "" : ", ") + k + " " + v;
         }
-        if (!changed.empty()) note += ": " + changed;
+        if (!changed.empty()) note += ": " + md_text(changed);
         if (pv.random_positions)
           note += ": evaluated with sorted random positions from [0, " +
                   std::to_string(vc.model.pe.randomized_max_position) + ") as in training";

@@ -19,7 +19,7 @@ namespace compare_detail {
 
 std::string sets_text(const std::vector<std::string>& sets) {
   std::string s;
-  for (const auto& x : sets) s += (s.empty() ? "" : ", ") + std::string("`") + x + "`";
+  for (const auto& x : sets) s += (s.empty() ? "" : ", ") + md_code(x);
   return s;
 }
 
@@ -106,7 +106,7 @@ std::string choose_candidates(const CompareSpec& spec, const std::vector<Compare
         if (best == candidates.size() || better(c, best, stats, met, met_steps)) best = c;
       }
       for (size_t c = 0; c < candidates.size(); ++c) {
-        table << "| " << s.name << " | " << candidates[c].label << " | "
+        table << "| " << md_text(s.name) << " | " << md_text(candidates[c].label) << " | "
               << sets_text(candidates[c].sets) << " | " << format_cell(stats[c], vm) << " | "
               << per_seed[c] << " | ";
         if (any_criterion)

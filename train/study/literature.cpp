@@ -177,7 +177,7 @@ std::string csv_row(const std::string& paper, const std::string& kind, const std
 }
 
 std::string entry_head(const LiteratureEntry& e) {
-  std::string h = "### " + e.paper + "\n\n" + e.setting;
+  std::string h = "### " + md_text(e.paper) + "\n\n" + md_text(e.setting);
   if (!h.empty() && h.back() != '.') h += ".";
   return h;
 }
@@ -215,7 +215,7 @@ void ranking_section(const LiteratureEntry& e, const std::vector<OursRow>& ours,
   }
   const KendallTau conv = kendall_tau_b(tr_c, or_c);
 
-  md << entry_head(e) << " Their figure: " << e.figure << " ("
+  md << entry_head(e) << " Their figure: " << md_text(e.figure) << " ("
      << (e.higher_is_better ? "higher" : "lower") << " is better). " << k.describe << "\n\n";
   md << "| scheme | theirs | ours (mean [95 % CI], n) | their rank | our rank |\n"
      << "|---|---:|---:|---:|---:|\n";
@@ -234,8 +234,8 @@ void ranking_section(const LiteratureEntry& e, const std::vector<OursRow>& ours,
     if (o.flagged) cell += " †";
     any_dagger = any_dagger || o.flagged;
     any_cannot = any_cannot || o.cannot_learn;
-    if (!o.has_value()) missing.push_back(o.name);
-    md << "| " << name << " | " << e.theirs_text[i] << " | " << cell << " | "
+    if (!o.has_value()) missing.push_back(md_text(o.name));
+    md << "| " << md_text(name) << " | " << md_text(e.theirs_text[i]) << " | " << cell << " | "
        << rank_text(their_rank[i]) << " | " << rank_text(our_rank[i]) << " |\n";
     const double scale = k.metric == "mrr" ? 1.0 : k.scale;
     csv << csv_row(e.paper, "rank", o.name, e.theirs_text[i], o.stat.mean * scale,
@@ -251,7 +251,7 @@ void ranking_section(const LiteratureEntry& e, const std::vector<OursRow>& ours,
      << "_\n\n";
   md << "Kendall's " << kendall_text(all) << " between their ranking and ours";
   if (!flagged.empty())
-    md << "; over the rows without † only (leaving out " << join(flagged, ", ") << "): "
+    md << "; over the rows without † only (leaving out " << md_text(join(flagged, ", ")) << "): "
        << kendall_text(conv);
   md << ".\n\n";
   csv << csv_row(e.paper, "tau_b", "all rows", "", all.tau, std::nan(""), std::nan(""), all.n,
@@ -266,7 +266,8 @@ void ranking_section(const LiteratureEntry& e, const std::vector<OursRow>& ours,
 // The gains table of one entry.
 void gains_section(const LiteratureEntry& e, const std::vector<PairGain>& pairs,
                    const OursKind& k, std::ostringstream& md, std::ostringstream& csv) {
-  md << entry_head(e) << " Their figure: " << e.figure << ": **" << e.gain_text << "**. "
+  md << entry_head(e) << " Their figure: " << md_text(e.figure) << ": **" << md_text(e.gain_text)
+     << "**. "
      << k.describe << "\n\n";
   md << "| pair (with − without) | theirs | ours (mean [95 % CI], n " << k.over << ") |\n"
      << "|---|---:|---:|\n";
@@ -278,7 +279,7 @@ void gains_section(const LiteratureEntry& e, const std::vector<PairGain>& pairs,
     const Stat s = difference_stat(d);
     const std::string name = p.with + " − " + p.without;
     any_dagger = any_dagger || p.flagged;
-    md << "| " << name << " | " << (pairs.size() == 1 ? e.gain_text : "") << " | "
+    md << "| " << md_text(name) << " | " << (pairs.size() == 1 ? md_text(e.gain_text) : "") << " | "
        << value_cell(s, k, true) << (p.flagged ? " †" : "") << " |\n";
     csv << csv_row(e.paper, "gain", p.with + " - " + p.without,
                    pairs.size() == 1 ? e.gain_text : "", s.mean, s.ci_low, s.ci_high, s.n, k.over,
@@ -296,7 +297,7 @@ void gains_section(const LiteratureEntry& e, const std::vector<PairGain>& pairs,
     for (const auto& [u, a] : acc)
       if (a.second == pairs.size()) d.push_back(a.first / static_cast<double>(a.second));
     const Stat s = difference_stat(d);
-    md << "| mean over the " << pairs.size() << " pairs | " << e.gain_text << " | "
+    md << "| mean over the " << pairs.size() << " pairs | " << md_text(e.gain_text) << " | "
        << value_cell(s, k, true) << (any_dagger ? " †" : "") << " |\n";
     csv << csv_row(e.paper, "gain_mean", "mean over the pairs", e.gain_text, s.mean, s.ci_low,
                    s.ci_high, s.n, k.over, unit, std::nan(""), std::nan(""),
@@ -373,7 +374,8 @@ void per_task_gains_section(const LiteratureEntry& e, const std::vector<Literatu
                        printf_number("%g", e.fails_below) + " % (`fails_below`)."
                  : "")
      << "\n\n| task |";
-  for (const auto& [a, b] : e.pairs) md << " " << b << " | " << a << " − " << b << " |";
+  for (const auto& [a, b] : e.pairs)
+    md << " " << md_text(b) << " | " << md_text(a) << " − " << md_text(b) << " |";
   md << "\n|---|";
   for (size_t i = 0; i < e.pairs.size(); ++i) md << "---:|---:|";
   md << "\n";
@@ -383,7 +385,7 @@ void per_task_gains_section(const LiteratureEntry& e, const std::vector<Literatu
   std::vector<Count> counts(e.pairs.size());
   bool any_dagger = false;
   for (const auto& t : tasks) {
-    md << "| " << t.name << " |";
+    md << "| " << md_text(t.name) << " |";
     for (size_t i = 0; i < e.pairs.size(); ++i) {
       const auto& [a, b] = e.pairs[i];
       const auto [va, fa] = values(t, a);
@@ -422,10 +424,11 @@ void per_task_gains_section(const LiteratureEntry& e, const std::vector<Literatu
   for (size_t i = 0; i < e.pairs.size(); ++i) {
     const auto& [a, b] = e.pairs[i];
     const Count& c = counts[i];
-    md << "- " << a << " − " << b << ": positive with the interval above 0 on " << c.won
+    md << "- " << md_text(a) << " − " << md_text(b) << ": positive with the interval above 0 on "
+       << c.won
        << " of " << c.tasks << " tasks";
     if (percent)
-      md << "; on " << c.fails_won << " of the " << c.fails << " tasks where " << b
+      md << "; on " << c.fails_won << " of the " << c.fails << " tasks where " << md_text(b)
          << " fails (below " << printf_number("%g", e.fails_below) << " %)";
     md << ".\n";
     if (percent)
@@ -448,12 +451,12 @@ void per_task_ranks_section(const LiteratureEntry& e, const std::vector<Literatu
   md << "Per task, our rank of each scheme (1 = best among these " << e.theirs.size()
      << "; tied cells share the mean of the ranks they span; – where the task has no value):\n\n"
         "| scheme |";
-  for (const auto& t : tasks) md << " " << t.name << " |";
+  for (const auto& t : tasks) md << " " << md_text(t.name) << " |";
   md << "\n|---|";
   for (size_t i = 0; i < tasks.size(); ++i) md << "---:|";
   md << "\n";
   for (const auto& th : e.theirs) {
-    md << "| " << th.first << " |";
+    md << "| " << md_text(th.first) << " |";
     const auto row = rank_task.find(th.first);
     for (const auto& t : tasks) {
       const double* found = nullptr;
@@ -501,7 +504,7 @@ void resolved_pairs_section(const LiteratureEntry& e,
       const bool we_a = s.mean > 0;
       (they_a == we_a ? concordant : discordant) += 1;
       const std::string first = we_a ? a : b, second = we_a ? b : a;
-      lines.push_back(first + " > " + second + " (" + printf_number("%+.2f", std::fabs(s.mean)) +
+      lines.push_back(md_text(first) + " > " + md_text(second) + " (" + printf_number("%+.2f", std::fabs(s.mean)) +
                       " [" + printf_number("%+.2f", we_a ? s.ci_low : -s.ci_high) + ", " +
                       printf_number("%+.2f", we_a ? s.ci_high : -s.ci_low) + "], n = " +
                       std::to_string(s.n) + "; " + (they_a == we_a ? "theirs too" : "theirs: the reverse") +

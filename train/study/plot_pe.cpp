@@ -124,7 +124,7 @@ void series_files(Plotter& p, const std::string& stem, const std::string& x_name
                   const std::vector<std::string>& names, const std::vector<int64_t>& x,
                   const std::vector<std::vector<double>>& cols) {
   std::string csv = x_name, dat;
-  for (const auto& n : names) csv += "," + n;
+  for (const auto& n : names) csv += "," + csv_field(n);
   csv += "\n";
   for (size_t i = 0; i < x.size(); ++i) {
     csv += std::to_string(x[i]);
@@ -241,7 +241,7 @@ bool tables_picture(Plotter& p, const std::string& stem, const std::string& labe
   for (const auto& [title, m] : mats) {
     for (int64_t r = 0; r < m.rows; ++r)
       for (int64_t c = 0; c < m.cols; ++c)
-        csv += title + "," + std::to_string(r) + "," + rel(r) + "," + std::to_string(c) + "," +
+        csv += csv_field(title) + "," + std::to_string(r) + "," + rel(r) + "," + std::to_string(c) + "," +
                num(m.at(r, c)) + "\n";
     dat += "# " + title + "\n" + matrix_dat(m) + "\n\n";
   }
@@ -478,19 +478,13 @@ void attention_picture(Plotter& p, const std::string& stem, const std::string& t
   const int64_t H = probs.size(1), Lq = probs.size(2), Lk = probs.size(3);
   const std::vector<double> v = probs.to_vector();
   std::string csv = "head,query,key,query_token,key_token,probability\n", dat;
-  auto q = [](const std::string& s) {
-    if (s.find_first_of(",\"") == std::string::npos) return s;
-    std::string o = "\"";
-    for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return o + "\"";
-  };
   for (int64_t h = 0; h < H; ++h) {
     dat += "# head " + std::to_string(h + 1) + "\n";
     for (int64_t i = 0; i < Lq; ++i) {
       for (int64_t j = 0; j < Lk; ++j) {
         const double x = v[static_cast<size_t>((h * Lq + i) * Lk + j)];
         csv += std::to_string(h + 1) + "," + std::to_string(i) + "," + std::to_string(j) + "," +
-               q(qtok[static_cast<size_t>(i)]) + "," + q(ktok[static_cast<size_t>(j)]) + "," +
+               csv_field(qtok[static_cast<size_t>(i)]) + "," + csv_field(ktok[static_cast<size_t>(j)]) + "," +
                num(x) + "\n";
         dat += (j ? " " : "") + num(x);
       }

@@ -80,7 +80,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
   };
 
   std::ostringstream md;
-  md << "# " << in.title << "\n\n";
+  md << "# " << md_text(in.title) << "\n\n";
   md << in.task_summary << "\n\n";
   md << "- Training range: " << in.train_range_text
      << "; columns marked **(train)** are inside it, the others test length extrapolation.\n";
@@ -110,7 +110,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
        << duration_text(train_sum) << ", evaluation " << duration_text(eval_sum) << ")";
     if (std::isfinite(in.total_wall_s))
       md << "; this invocation of pelab compare: " << duration_text(in.total_wall_s);
-    md << (in.timing_note.empty() ? "" : " (" + in.timing_note + ")") << ".\n";
+    md << (in.timing_note.empty() ? "" : " (" + md_text(in.timing_note) + ")") << ".\n";
   }
   {
     const std::vector<std::string> missed = unconverged_runs(in);
@@ -119,7 +119,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
       md << "no run missed its stop criterion";
     } else {
       md << "runs that missed the stop criterion (" << missed.size() << ":";
-      for (size_t i = 0; i < missed.size(); ++i) md << (i ? ", " : " ") << missed[i];
+      for (size_t i = 0; i < missed.size(); ++i) md << (i ? ", " : " ") << md_text(missed[i]);
       md << ") are marked † in the tables and drawn as open points \"(not converged)\" in the "
             "plots";
     }
@@ -166,7 +166,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
       if (l == label) settings = s;
     auto note = in.label_notes.find(label);
     if (note != in.label_notes.end()) settings += (settings.empty() ? "" : "; ") + note->second;
-    md << "| " << label << " | " << (settings.empty() ? "–" : settings) << " | "
+    md << "| " << md_text(label) << " | " << (settings.empty() ? "–" : settings) << " | "
        << (tn ? duration_text(tsum / tn) : "–") << " | " << (en ? duration_text(esum / en) : "–")
        << " |\n";
   }
@@ -180,15 +180,13 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in, bool plo
      << (in.literature_csv.empty() ? "" : "`literature.csv` (the tables of \"Against the literature\"), ")
      << "`runs/<scheme>_seed<N>/` (each run's config, metrics, checkpoints and evaluation "
         "cache).\n\n";
-  md << "## Reproduce\n\n```sh\n" << in.command << "\n```\n\n";
+  md << "## Reproduce\n\n" << md_fence(in.command, "sh") << "\n";
   md << "Re-running the command reuses finished runs and cached evaluations and resumes "
         "interrupted runs.\n\n";
-  md << "### Config file\n\n```yaml\n" << in.config_text;
-  if (!in.config_text.empty() && in.config_text.back() != '\n') md << "\n";
-  md << "```\n\n";
+  md << "### Config file\n\n" << md_fence(in.config_text, "yaml") << "\n";
   md << "### Resolved base config (before the per-scheme settings)\n\n<details><summary>"
-        "config</summary>\n\n```yaml\n"
-     << in.resolved_yaml << "```\n\n</details>\n";
+        "config</summary>\n\n"
+     << md_fence(in.resolved_yaml, "yaml") << "\n</details>\n";
   files.report_md = dir + "/report.md";
   write_text_file(files.report_md, md.str());
   return files;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "train/metrics.h"
 #include "train/text_file.h"
 
 namespace pelab {
@@ -195,9 +196,29 @@ bool is_png_file(const std::string& path, std::string* why = nullptr);
 // (titles, names, labels, file names) is put into a gnuplot script.
 std::string gnuplot_quote(const std::string& s);
 
+// ---------------- markdown (report.md, summary.md) ----------------
+// The one way any text that is not pelab's own words (a title, a scheme, variant or split name, a
+// test file's stem, a path, a machine's name, a reason from a config) is put into markdown, as
+// gnuplot_quote is for gnuplot: it can only print, never start a line, a table cell, a link or
+// markup, nor reorder what a reader sees.
+// Inline text (a heading, a table cell, a list item): line breaks and tabs become spaces; control
+// characters, bidirectional and invisible formatting characters (U+202E RIGHT-TO-LEFT OVERRIDE,
+// U+200B ZERO WIDTH SPACE, ...) and bytes that are not UTF-8 become U+FFFD; the characters markdown
+// acts on inside a line (\ ` * [ ] < & | ~) are escaped with a backslash. Printable text, UTF-8
+// included, is kept as it is.
+std::string md_text(const std::string& s);
+// `s` as a code span ("`train.lr=0.001`"): delimited by more backquotes than any run in it, `|`
+// escaped (it may sit in a table cell), line breaks as spaces, the characters md_text replaces
+// replaced.
+std::string md_code(const std::string& s);
+// `s` as a fenced code block with info string `info` ("yaml", "sh"): the fence longer than any run
+// of backquotes in `s`, so no line of it closes the block; control characters (but line breaks and
+// tabs), bidirectional and invisible characters and bytes that are not UTF-8 replaced by U+FFFD.
+std::string md_fence(const std::string& s, const std::string& info);
+
 // Small formatting helpers shared by compare / plot-pe (the file helpers are in text_file.h).
+// (A CSV text cell: csv_field, train/metrics.h.)
 std::string format_double(double v, int precision = 6);  // "%.*g"; "" when not finite
-std::string csv_field(const std::string& s);  // quoted ("...", "" for ") when it needs to be
 std::string csv_number(double v);             // 17 significant digits; "" when not finite
 
 }  // namespace pelab

@@ -1,8 +1,11 @@
-// pelab — results.csv: writing and reading the rows of a comparison, and the CSV / number
-// formatting helpers shared by the report, compare and plot-pe (report.h).
+// pelab — results.csv: writing and reading the rows of a comparison, and the CSV, markdown and
+// number formatting helpers shared by the report, compare, suites and plot-pe (report.h).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -16,13 +19,6 @@ using namespace report_detail;
 
 // ---------------- small helpers ----------------
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 std::string csv_number(double v) { return std::isfinite(v) ? json_number(v) : std::string(); }
 
 std::string format_double(double v, int precision) {
@@ -31,6 +27,106 @@ std::string format_double(double v, int precision) {
   std::snprintf(buf, sizeof buf, "%.*g", precision, v);
   return buf;
 }
+
+// ---------------- markdown ----------------
+
+namespace {
+
+constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// The code point of the UTF-8 sequence at s[i] (its length in *n); -1 for a byte that does not
+// start a valid, shortest-form sequence of a scalar value (*n = 1).
+int32_t utf8_at(const std::string& s, size_t i, size_t* n) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  *n = 1;
+  if (c < 0x80) return c;
+  const size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? (c <= 0xEF ? 3 : 0) : c >= 0xC2 ? 2 : 0;
+  if (len == 0 || i + len > s.size()) return -1;
+  int32_t cp = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
+  for (size_t k = 1; k < len; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return -1;
+    cp = (cp << 6) | (b(k) & 0x3F);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+      (cp >= 0xD800 && cp <= 0xDFFF))
+    return -1;
+  *n = len;
+  return cp;
+}
+
+// Characters that must not reach a reader as they are: controls (C0 but line breaks and tabs,
+// which the callers treat, DEL, C1), bidirectional controls, invisible formatting characters.
+bool hidden(int32_t cp) {
+  return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x061C || cp == 0x180E ||
+         (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206F) || cp == 0xFEFF;
+}
+
+// `s` with what a reader must see replaced: each hidden character or invalid byte as U+FFFD,
+// except those `keep` returns true for (kept as they are).
+template <class Keep>
+std::string visible(const std::string& s, Keep&& keep) {
+  std::string o;
+  for (size_t i = 0, n = 0; i < s.size(); i += n) {
+    const int32_t cp = utf8_at(s, i, &n);
+    if (cp >= 0 && keep(cp)) o.append(s, i, n);
+    else if (cp < 0 || hidden(cp)) o += kReplacement;
+    else o.append(s, i, n);
+  }
+  return o;
+}
+
+// The longest run of backquotes in `s`.
+size_t longest_backquotes(const std::string& s) {
+  size_t best = 0, run = 0;
+  for (char c : s) {
+    run = c == '`' ? run + 1 : 0;
+    best = std::max(best, run);
+  }
+  return best;
+}
+
+std::string spaced(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return s;
+}
+
+}  // namespace
+
+std::string md_text(const std::string& s) {
+  std::string o;
+  for (char c : visible(spaced(s), [](int32_t) { return false; })) {
+    if (std::strchr("\\`*[]<&|~", c) != nullptr && c != '\0') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+std::string md_code(const std::string& s) {
+  std::string body;
+  for (char c : visible(spaced(s), [](int32_t) { return false; })) {
+    if (c == '|') body += '\\';
+    body += c;
+  }
+  const std::string ticks(longest_backquotes(body) + 1, '`');
+  // A span that starts or ends with a backquote needs a space inside its delimiters.
+  const bool pad = !body.empty() && (body.front() == '`' || body.back() == '`');
+  return ticks + (pad ? " " : "") + body + (pad ? " " : "") + ticks;
+}
+
+std::string md_fence(const std::string& s, const std::string& info) {
+  std::string text;  // (CRLF line ends as LF; a lone CR, which hides text, is replaced)
+  for (size_t i = 0; i < s.size(); ++i)
+    if (!(s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n')) text += s[i];
+  std::string body = visible(text, [](int32_t cp) { return cp == '\n' || cp == '\t'; });
+  if (!body.empty() && body.back() != '\n') body += '\n';
+  const std::string fence(std::max<size_t>(3, longest_backquotes(body) + 1), '`');
+  return fence + info + "\n" + body + fence + "\n";
+}
+
+// ---------------- CSV ----------------
 
 namespace {
 
@@ -145,15 +241,15 @@ std::vector<ResultRow> parse_results_csv(const std::string& text, const std::str
       return f[it->second];
     };
     ResultRow r;
-    r.scheme = get("scheme");
-    r.variant = get("variant");
+    r.scheme = csv_unfield(get("scheme"));
+    r.variant = csv_unfield(get("variant"));
     r.seed = static_cast<int64_t>(parse_num(get("seed"), at));
-    r.split = get("split");
+    r.split = csv_unfield(get("split"));
     const double len = parse_num(get("length"), at);
     r.length = std::isfinite(len) ? static_cast<int64_t>(len) : 0;
     const std::string ind = get("in_distribution");
     r.in_distribution = ind == "true" ? 1 : ind == "false" ? 0 : -1;
-    r.status = get("status");
+    r.status = csv_unfield(get("status"));
     r.loss = parse_num(get("loss"), at);
     r.perplexity = parse_num(get("perplexity"), at);
     r.token_accuracy = parse_num(get("token_accuracy"), at);

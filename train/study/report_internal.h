@@ -13,6 +13,7 @@ namespace pelab::report_detail {
 // A number for CSV: exact (17 digits), "" when not finite.
 inline std::string num_cell(double v) { return csv_number(v); }
 
+// A text cell: csv_field (train/metrics.h), formulas neutralised.
 inline std::string csv_cell(const std::string& s) { return csv_field(s); }
 
 // Metrics (report_stats.cpp): accuracies are shown in percent and higher is better for them.

@@ -112,7 +112,7 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
                                            format_double(hi * scale, 8) + " " +
                                            std::to_string(s.n) + " " + std::to_string(c.length) +
                                            "\n";
-      csv += csv_cell(series[i]) + "," + c.split + "," + std::to_string(c.length) + "," +
+      csv += csv_cell(series[i]) + "," + csv_cell(c.split) + "," + std::to_string(c.length) + "," +
              format_double(s.mean, 10) + "," + format_double(lo, 10) + "," +
              format_double(hi, 10) + "," + std::to_string(s.n) + "," +
              (s.any_criterion ? std::to_string(s.n_converged) : "") + "," +

@@ -28,11 +28,11 @@ std::string range_text(const std::string& metric) {
 }
 
 std::string row_name(const ReportInput& in, const std::string& label) {
-  return in.cannot_learn.count(scheme_of(in, label)) ? label + " ‡" : label;
+  return md_text(label) + (in.cannot_learn.count(scheme_of(in, label)) ? " ‡" : "");
 }
 
 std::string column_header(const Column& c) {
-  const std::string name = c.length > 0 ? std::to_string(c.length) : c.split;
+  const std::string name = c.length > 0 ? std::to_string(c.length) : md_text(c.split);
   return c.in_distribution == 1 ? name + " (train)" : name;
 }
 
@@ -42,7 +42,8 @@ std::string summary_line(const std::string& label, const std::string& split, int
   std::string status = s.n > 0 ? (s.n_unconverged > 0 ? "includes_unconverged" : "ok")
                        : s.n_excluded > 0 ? "not converged"
                                           : s.status;
-  return csv_cell(label) + "," + split + "," + (length > 0 ? std::to_string(length) : "") + "," +
+  return csv_cell(label) + "," + csv_cell(split) + "," + (length > 0 ? std::to_string(length) : "") +
+         "," +
          (in_distribution == 1   ? "true"
           : in_distribution == 0 ? "false"
                                  : "") +
@@ -109,7 +110,7 @@ std::string summary_csv(const ReportInput& in, const std::string& metric,
 std::string format_cell(const Stat& s, const std::string& metric, int64_t expected_n) {
   if (s.n == 0) {
     if (s.n_excluded > 0) return "not converged";
-    return s.status.empty() ? "–" : s.status;
+    return s.status.empty() ? "–" : md_text(s.status);
   }
   const double k = is_percent_metric(metric) ? 100.0 : 1.0;
   const char* f = number_format(metric, s.mean * k);
@@ -213,7 +214,7 @@ std::string metric_table_markdown(const ReportInput& in, const std::string& metr
     const std::vector<std::string> left = unconverged_runs(in);
     cap += " compare.unconverged: exclude — " + std::to_string(left.size()) +
            (left.size() == 1 ? " run" : " runs") + " that missed the stop criterion left out";
-    for (size_t i = 0; i < left.size(); ++i) cap += (i ? ", " : ": ") + left[i];
+    for (size_t i = 0; i < left.size(); ++i) cap += (i ? ", " : ": ") + md_text(left[i]);
     cap += "; \"not converged\" = every run of the cell left out.";
   }
   if (any_cannot) cap += " ‡ cannot learn the task by construction (see Convergence).";
@@ -238,7 +239,7 @@ std::string worst_training_length(const ReportInput& in, const std::string& labe
   if (worst == nullptr) return "–";
   const double k = is_percent_metric(metric) ? 100.0 : 1.0;
   std::string out = printf_number(number_format(metric, wv * k), wv * k) + " (";
-  out += worst->length > 0 ? "len " + std::to_string(worst->length) : worst->split;
+  out += worst->length > 0 ? "len " + std::to_string(worst->length) : md_text(worst->split);
   out += ", seed " + std::to_string(worst->seed) + ")";
   if (worst->converged == 0) out += " †";
   return out;
@@ -272,7 +273,7 @@ std::string convergence_table_markdown(const ReportInput& in) {
     }
     auto crit = in.criteria.find(label);
     const std::string criterion =
-        crit != in.criteria.end() && !crit->second.empty() ? "`" + crit->second + "`" : "—";
+        crit != in.criteria.end() && !crit->second.empty() ? md_code(crit->second) : "—";
     std::string conv = with ? std::to_string(met) + "/" + std::to_string(with) : "—";
     std::string steps = "—";
     if (nsteps)
@@ -286,7 +287,7 @@ std::string convergence_table_markdown(const ReportInput& in) {
     const Stat ind = aggregate_runs(in.rows, label, 1, in.primary_metric, excludes(in, label));
     auto cl = in.cannot_learn.find(label);
     const std::string note =
-        cl != in.cannot_learn.end() ? "cannot learn by construction: " + cl->second : "";
+        cl != in.cannot_learn.end() ? "cannot learn by construction: " + md_text(cl->second) : "";
     md += "| " + row_name(in, label) + " | " + criterion + " | " + conv + " | " + steps + " | " +
           format_cell(ind, in.primary_metric, expected_n) + " | " +
           worst_training_length(in, label, in.primary_metric) + " | " + note + " |\n";

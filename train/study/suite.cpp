@@ -275,7 +275,7 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
   const double k = higher_is_better(metric) ? 100.0 : 1.0;
   // Markdown.
   std::ostringstream md;
-  md << "# " << spec.title << "\n\n";
+  md << "# " << md_text(spec.title) << "\n\n";
   md << "Each cell: " << metric_words(metric)
      << " averaged over the task's extrapolation lengths (its test lengths longer than "
         "task.train_max_len; each run's mean over those lengths), then the mean over seeds with "
@@ -287,14 +287,14 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
         "`average`: the mean of the row's cells over the tasks (– when a cell is missing). "
         "Per-task reports (every length, convergence, training curves) are linked below.\n\n";
   md << "| scheme |";
-  for (const auto& t : sum.tasks) md << " " << t << " |";
+  for (const auto& t : sum.tasks) md << " " << md_text(t) << " |";
   md << " average |\n|---|";
   for (size_t t = 0; t < sum.tasks.size(); ++t) md << "---|";
   md << "---|\n";
   std::ostringstream csv;
   csv << "task,series,mean,ci_low,ci_high,n,n_converged,n_unconverged,best,cell\n";
   for (size_t l = 0; l < sum.labels.size(); ++l) {
-    md << "| " << sum.labels[l] << " |";
+    md << "| " << md_text(sum.labels[l]) << " |";
     double avg = 0;
     bool all = true;
     for (size_t t = 0; t < sum.tasks.size(); ++t) {
@@ -315,16 +315,17 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
   std::string reasons;
   for (const auto& task : spec.tasks)
     for (const auto& sc : task.spec.schemes)
-      if (sc.cannot_learn) reasons += "- " + sc.name + " on " + task.name + ": " + sc.why + "\n";
+      if (sc.cannot_learn)
+        reasons += "- " + md_text(sc.name) + " on " + md_text(task.name) + ": " + md_text(sc.why) + "\n";
   if (!reasons.empty()) md << "\n‡ Declared unable to learn the task:\n\n" << reasons;
   for (const auto& c : sum.cells) {
     std::string text = c.text;
     for (auto& ch : text)
       if (ch == ',' || ch == '"') ch = ';';
-    csv << c.task << "," << c.label << "," << format_double(c.stat.mean) << ","
+    csv << csv_field(c.task) << "," << csv_field(c.label) << "," << format_double(c.stat.mean) << ","
         << format_double(c.stat.ci_low) << "," << format_double(c.stat.ci_high) << ","
         << c.stat.n << "," << c.stat.n_converged << "," << c.stat.n_unconverged << ","
-        << (c.best ? "true" : "false") << ",\"" << text << "\"\n";
+        << (c.best ? "true" : "false") << ",\"" << csv_field(text) << "\"\n";  // (no , or ")
   }
   if (!spec.literature.empty()) {
     std::vector<LiteratureTask> lt;
@@ -351,14 +352,16 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
     std::vector<int> extra;
     for (int L : tc.test_lengths)
       if (L > tc.train_max_len) extra.push_back(L);
-    md << "| " << task.name << " | `" << join(task.sets, "`, `") << "` | " << tc.train_min_len
+    std::vector<std::string> sets;
+    for (const auto& x : task.sets) sets.push_back(md_code(x));
+    md << "| " << md_text(task.name) << " | " << join(sets, ", ") << " | " << tc.train_min_len
        << "–" << tc.train_max_len << " | " << lengths_text(extra) << " | "
-       << report_paths[t] << " |\n";
+       << md_text(report_paths[t]) << " |\n";
   }
   md << "\n## Timing\n\nThis command: " << format_double(wall_s, 4)
      << " s wall. Training wall time summed over the runs (as recorded by each run, reused "
         "ones included): "
-     << format_double(train_wall, 4) << " s.\n\n## Command\n\n```\n" << command << "\n```\n";
+     << format_double(train_wall, 4) << " s.\n\n## Command\n\n" << md_fence(command, "");
   sum.markdown = md.str();
   sum.csv = csv.str();
   return sum;
