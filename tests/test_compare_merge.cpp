@@ -280,6 +280,10 @@ TEST_F(CompareMergeTest, RecordValuesAreRangeChecked) {
 TEST_F(CompareMergeTest, CachedNumbersAreTracedToTheRunsOwnEvaluationAndThePlan) {
   const std::string cfg = config();
   ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 0) << err_;
+  ASSERT_EQ(compare(cfg, {"--out", at("rest"), "--only", "2-4"}), 0) << err_;
+  // The two slices, untouched, merge whole (exit 0): each exit 1 below is the edited file's.
+  ASSERT_EQ(compare(cfg, {"--merge", at("a"), at("rest"), "--out", at("merged0")}), 0)
+      << err_;
   const fs::path run = dir_ / "a" / "runs" / "rope_seed1";
   const fs::path cache = run / "compare_eval" / "base.csv";
   const std::string original = slurp(cache);
@@ -310,7 +314,8 @@ TEST_F(CompareMergeTest, CachedNumbersAreTracedToTheRunsOwnEvaluationAndThePlan)
   for (const auto& [text, message] : cases) {
     pelab::testing::write_file(cache, text);
     const std::string out = at("merged" + std::to_string(++k));
-    EXPECT_EQ(compare(cfg, {"--merge", at("a"), "--out", out}), 1) << message;
+    EXPECT_EQ(compare(cfg, {"--merge", at("a"), at("rest"), "--out", out}), 1)
+        << message;
     EXPECT_NE(err_.find("pelab: error: compare --merge: " + cache.string() + message),
               std::string::npos)
         << err_;

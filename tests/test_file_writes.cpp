@@ -560,9 +560,10 @@ TEST_F(HardeningFiles, CsvTextCellsNeverBecomeFormulas) {
   }
 }
 
-// A folder of a run's own replaced by a link to a folder elsewhere (#51 item 2): nothing is written
-// or deleted through it. `pelab compare` with a run's compare_eval/ planted as a link: refused in
-// one line naming it, nothing written into the link's target (base.csv was).
+// A folder of a run's own replaced by a link to a folder elsewhere (#51 item 2): nothing is read,
+// written or deleted through it. `pelab compare` with a run's compare_eval/ planted as a link:
+// refused in one line naming it, nothing written into the link's target (base.csv was), nor a
+// cache there read (the run's own base.csv, moved to the target, was published from it).
 TEST_F(HardeningFiles, CompareRefusesAPlantedCompareEvalLink) {
   std::string yaml = pelab::testing::tiny_compare_yaml("[2, 6]", 4);
   yaml.replace(yaml.find("seeds: [1, 2]"), 13, "seeds: [1]");
@@ -583,8 +584,20 @@ TEST_F(HardeningFiles, CompareRefusesAPlantedCompareEvalLink) {
       << r.err;
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "elsewhere"), fs::directory_iterator()), 1);
   EXPECT_EQ(slurp(v), "precious elsewhere/notes.txt\n");
-  // A run folder itself planted as a link (training it afresh would clear the target's files).
+  // The link's target holding a cache that would be accepted: not read through the link either.
   fs::remove(run / "compare_eval");
+  ASSERT_EQ(pelab("compare c.yaml --out rep --jobs 1 --no-plots --progress none").rc, 0);
+  fs::rename(run / "compare_eval" / "base.csv", dir_ / "elsewhere" / "base.csv");
+  fs::remove(run / "compare_eval");
+  fs::create_directory_symlink(dir_ / "elsewhere", run / "compare_eval");
+  fs::remove(dir_ / "rep" / "report.md");
+  r = pelab("compare c.yaml --out rep --jobs 1 --no-plots --progress none");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("rep/runs/rope_seed1/compare_eval is a symbolic link"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "rep" / "report.md"));
+  fs::remove(run / "compare_eval");
+  // A run folder itself planted as a link (training it afresh would clear the target's files).
   fs::rename(run, dir_ / "moved");
   fs::create_directory_symlink(dir_ / "moved", run);
   const auto before = names_with(dir_ / "moved", "");
@@ -596,14 +609,14 @@ TEST_F(HardeningFiles, CompareRefusesAPlantedCompareEvalLink) {
 
 // --resume of a run whose checkpoints/ is a link to a folder elsewhere: refused in one line before
 // anything in it is read, written or deleted. It once wrote step_4.h5 and last.h5 there, and its
-// pruning deleted files pelab never wrote (step_1.h5, step_10.h5).
+// pruning deleted files pelab never wrote (step_5.h5, and an older step_10.h5 it wrote over).
 TEST_F(HardeningFiles, ResumeRefusesAPlantedCheckpointsLink) {
   write_file(dir_ / "tiny.yaml", pelab::testing::tiny_cli_yaml(dir_ / "runs"));
   const fs::path run = dir_ / "runs" / "tiny";
   Result r = pelab("train tiny.yaml --progress none --stop-after 2 --set train.keep_checkpoints=1");
   ASSERT_EQ(r.rc, 0) << r.err;
   fs::rename(run / "checkpoints", dir_ / "elsewhere");
-  const fs::path v1 = victim("elsewhere/step_1.h5"), v10 = victim("elsewhere/step_10.h5");
+  const fs::path v5 = victim("elsewhere/step_5.h5"), v10 = victim("elsewhere/step_10.h5");
   fs::create_directory_symlink(dir_ / "elsewhere", run / "checkpoints");
   const auto before = names_with(dir_ / "elsewhere", "");
   r = pelab("train --resume " + quote(run.string()) + " --progress none --set train.steps=12");
@@ -612,15 +625,15 @@ TEST_F(HardeningFiles, ResumeRefusesAPlantedCheckpointsLink) {
   EXPECT_NE(r.err.find((run / "checkpoints").string() + " is a symbolic link"), std::string::npos)
       << r.err;
   EXPECT_EQ(names_with(dir_ / "elsewhere", ""), before);
-  EXPECT_EQ(slurp(v1), "precious elsewhere/step_1.h5\n");
+  EXPECT_EQ(slurp(v5), "precious elsewhere/step_5.h5\n");
   EXPECT_EQ(slurp(v10), "precious elsewhere/step_10.h5\n");
 }
 
 // Pruning deletes only the checkpoints pelab wrote (checkpoints/written.tsv), never a file put in
 // checkpoints/ by someone else, and a resume that would have to delete such a file is refused
 // before anything changes. Injected: a step_1.h5 planted next to a run's own checkpoints (the
-// rotation of train.keep_checkpoints deleted it), then a step_9.h5 newer than the checkpoint a
-// resume starts from (its removal of the discarded future deleted it).
+// rotation of train.keep_checkpoints deleted it), then a step_5.h5 and a step_10.h5 newer than the
+// checkpoint a resume starts from (its removal of the discarded future deleted them).
 TEST_F(HardeningFiles, PruningDeletesOnlyCheckpointsPelabWrote) {
   write_file(dir_ / "tiny.yaml", pelab::testing::tiny_cli_yaml(dir_ / "runs"));
   const fs::path run = dir_ / "runs" / "tiny";
@@ -636,20 +649,23 @@ TEST_F(HardeningFiles, PruningDeletesOnlyCheckpointsPelabWrote) {
   expect_victim_unchanged(planted);              // not pelab's: kept
   EXPECT_NE(slurp(ck / "written.tsv").find("step_4.h5\t"), std::string::npos);
   EXPECT_EQ(slurp(ck / "written.tsv").find("step_2.h5\t"), std::string::npos);  // compacted
-  // A resume from step 4 with a newer step_9.h5 it did not write: refused, nothing changed.
-  const fs::path future = write_file(ck / "step_9.h5", "precious step_9.h5\n");
+  // A resume from step 4 with a newer step_5.h5 and step_10.h5 it did not write: refused, nothing
+  // changed.
+  const fs::path future = write_file(ck / "step_5.h5", "precious step_5.h5\n");
+  const fs::path future10 = write_file(ck / "step_10.h5", "precious step_10.h5\n");
   fs::copy_file(ck / "step_4.h5", dir_ / "step_4.copy");
   const std::string config = slurp(run / "config.yaml");
   r = pelab("train --resume " + quote((ck / "step_4.h5").string()) +
             " --progress none --set train.steps=6");
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_EQ(lines_with(r.err, "error"), 1u) << r.err;
-  EXPECT_NE(r.err.find((ck / "step_9.h5").string() +
+  EXPECT_NE(r.err.find((ck / "step_5.h5").string() +
                        " is newer than the checkpoint resumed from (step 4) and would be deleted, "
                        "but pelab cannot tell that it wrote it"),
             std::string::npos)
       << r.err;
   expect_victim_unchanged(future);
+  expect_victim_unchanged(future10);
   EXPECT_EQ(slurp(run / "config.yaml"), config);
   EXPECT_EQ(slurp(ck / "step_4.h5"), slurp(dir_ / "step_4.copy"));
 }

@@ -81,7 +81,8 @@ std::vector<ResultRow> evaluate_run(const ComparePlanRun& run, const ComparePlan
       ck.empty() ? read_run_record(run_dir).checkpoint : checkpoint_stamp(run_dir);
   const fs::path cache_dir = fs::path(run_dir) / "compare_eval";
   const fs::path cache = cache_dir / cache_file_name(pv);
-  if (fs::exists(cache, ec)) {
+  // (compare_eval/ a link: refused before anything is read through it, or written)
+  if (own_folder_exists(cache_dir.string()) && fs::exists(cache, ec)) {
     try {
       const std::optional<EvalJson> own = own_evaluation(run_dir, pv);
       std::vector<ResultRow> rows;

@@ -417,6 +417,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   // runs/ and each run's folder are pelab's own: a link there (planted in a folder from someone
   // else) is refused before anything is written, trained or deleted through it.
   make_own_folder((fs::path(res.out_dir) / "runs").string());
+  // (Only links here: anything else in a run folder's place fails where that run starts.)
   for (const auto& r : plan)
     if (fs::is_symlink(run_directory(r.cfg), ec)) own_folder_exists(run_directory(r.cfg));
   // Runs kept in OUT's records.tar.xz are run folders to this comparison (reused, reported).
