@@ -337,6 +337,31 @@ TEST_F(CompareMergeTest, CachedNumbersAreTracedToTheRunsOwnEvaluationAndThePlan)
       << err_;
 }
 
+// A record read from a folder's records.tar.xz is checked as one read from its runs/ folder, and the
+// messages name the archive's member. Injected: a repeated row in a cached evaluation archived
+// with write_records_archive, the run folder gone.
+TEST_F(CompareMergeTest, ArchivedRecordsAreCheckedAsFoldersAre) {
+  const std::string cfg = config();
+  ASSERT_EQ(compare(cfg, {"--out", at("a"), "--only", "1"}), 0) << err_;
+  ASSERT_EQ(compare(cfg, {"--out", at("rest"), "--only", "2-4"}), 0) << err_;
+  const fs::path cache = dir_ / "a" / "runs" / "rope_seed1" / "compare_eval" / "base.csv";
+  const std::string original = slurp(cache);
+  const size_t row2 = original.find('\n', original.find('\n') + 1) + 1;
+  const std::string len2 = original.substr(row2, original.find('\n', row2) + 1 - row2);
+  ASSERT_NE(len2.find(",len_2,"), std::string::npos) << original;
+  pelab::testing::write_file(cache, original + len2);
+  write_records_archive(at("a"), {"rope_seed1"});
+  fs::remove_all(dir_ / "a" / "runs");
+  EXPECT_EQ(compare(cfg, {"--merge", at("a"), at("rest"), "--out", at("m")}), 1);
+  EXPECT_NE(err_.find("pelab: error: compare --merge: " + at("a") +
+                      "/records.tar.xz:runs/rope_seed1/compare_eval/base.csv: row 5: a second row "
+                      "of len_2 (the first is row 2)"),
+            std::string::npos)
+      << err_;
+  EXPECT_FALSE(fs::exists(dir_ / "m" / "runs" / "rope_seed1"));
+  EXPECT_FALSE(fs::exists(dir_ / "m" / "report.md"));
+}
+
 // A merge names the files of the merged folder, never the copy it stages in the report folder, and
 // gives advice a record can follow. Injected: a record's config.yaml that does not parse, an
 // eval.json whose convergence record is malformed, and a record without eval.json (once named
