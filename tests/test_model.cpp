@@ -257,19 +257,66 @@ TEST(ModelLearnedPE, PastMaxPositionsRaisesTheClearError) {
   }
 }
 
+// The stack an attention site's gradient check builds its PE for: 2 layers, d 8, 2 heads, float64.
+StackInfo site_stack(AttnKind kind) {
+  StackInfo s;
+  s.kind = kind == AttnKind::EncoderSelf ? StackKind::Encoder : StackKind::Decoder;
+  s.layers = 2;
+  s.d_model = 8;
+  s.heads = 2;
+  s.dtype = DType::Float64;
+  return s;
+}
+
+// Gradient check of one attention site's loss sum(mha(pe(xq), keys) * w) over the attention's and
+// the PE's parameters and the inputs; `then` (if given) runs next with the loss; last, the fused
+// attention op (no dropout, no keep_probs) against the composite path (keep_probs: the softmax
+// tensor, pe.value_term): the same loss and gradients.
+void check_site_gradients(MultiHeadAttention& mha, PositionalEncoding& pe, AttnKind kind,
+                          const Tensor& xq, const Tensor& xk, const Tensor& w,
+                          const Tensor& blocked, const AttnSite& site, Generator& gen,
+                          const std::string& label,
+                          const std::function<void(const std::function<Tensor()>&)>& then = {}) {
+  const std::function<Tensor()> loss = [&] {
+    Tensor q_in = pe.embed(xq, site.q_pos);
+    Tensor k_in = kind == AttnKind::Cross ? xk : q_in;
+    return sum(mul(mha.forward(q_in, k_in, blocked, pe, site, gen), w));
+  };
+  std::vector<GradTarget> targets = model_targets(mha);
+  for (const auto& nt : pe.named_parameters()) targets.push_back({"pe." + nt.first, nt.second});
+  targets.push_back({"xq", xq});
+  if (kind == AttnKind::Cross) targets.push_back({"xk", xk});
+  grad_check(loss, targets, label, 4, 2);
+  if (then) then(loss);
+  std::vector<double> path_loss(2);
+  std::vector<std::vector<double>> path_grads[2];
+  for (int path = 0; path < 2; ++path) {
+    mha.keep_probs = path == 1;
+    for (auto g : targets) g.t.zero_grad();
+    Tensor l = loss();
+    l.backward();
+    path_loss[path] = l.item();
+    for (const auto& g : targets)  // a parameter the site does not use has no gradient
+      path_grads[path].push_back(g.t.grad().defined() ? g.t.grad().to_vector()
+                                                      : std::vector<double>{});
+  }
+  mha.keep_probs = false;
+  EXPECT_NEAR(path_loss[0], path_loss[1], 1e-12 * (1 + std::fabs(path_loss[1]))) << label;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    ASSERT_EQ(path_grads[0][i].size(), path_grads[1][i].size()) << label << " " << targets[i].name;
+    for (size_t j = 0; j < path_grads[0][i].size(); ++j)
+      ASSERT_NEAR(path_grads[0][i][j], path_grads[1][i][j], 1e-11)
+          << label << ": fused vs composite gradient of " << targets[i].name << " at " << j;
+  }
+}
+
 TEST(ModelAttention, GradCheckEverySchemeAndSite) {
   for (const auto& scheme : pe_names()) {
     for (AttnKind kind : {AttnKind::EncoderSelf, AttnKind::DecoderSelf, AttnKind::Cross}) {
       const std::string label =
           scheme + (kind == AttnKind::EncoderSelf ? " enc-self" : kind == AttnKind::DecoderSelf ? " dec-self" : " cross");
       Generator gen(11);
-      StackInfo s;
-      s.kind = kind == AttnKind::EncoderSelf ? StackKind::Encoder : StackKind::Decoder;
-      s.layers = 2;
-      s.d_model = 8;
-      s.heads = 2;
-      s.dtype = DType::Float64;
-      auto pe = make_pe(small_pe(scheme), s, gen);
+      auto pe = make_pe(small_pe(scheme), site_stack(kind), gen);
       MultiHeadAttention mha(8, 2, 0.0, true, gen, DType::Float64);
       const int64_t B = 2, Lq = 5, Lk = kind == AttnKind::Cross ? 7 : 5;
       Tensor xq = randn({B, Lq, 8}, gen).set_requires_grad(true);
@@ -289,38 +336,7 @@ TEST(ModelAttention, GradCheckEverySchemeAndSite) {
       site.q_pos = qpos;
       site.k_pos = kpos;
       site.causal = causal;
-      auto loss = [&] {
-        Tensor q_in = pe->embed(xq, qpos);
-        Tensor k_in = kind == AttnKind::Cross ? xk : q_in;
-        return sum(mul(mha.forward(q_in, k_in, blocked, *pe, site, gen), w));
-      };
-      std::vector<GradTarget> targets = model_targets(mha);
-      for (const auto& nt : pe->named_parameters()) targets.push_back({"pe." + nt.first, nt.second});
-      targets.push_back({"xq", xq});
-      if (kind == AttnKind::Cross) targets.push_back({"xk", xk});
-      grad_check(loss, targets, label, 4, 2);
-      // That was the fused attention op (no dropout, no keep_probs); keep_probs forces the
-      // composite path (softmax tensor, pe.value_term): the same loss and gradients.
-      std::vector<double> path_loss(2);
-      std::vector<std::vector<double>> path_grads[2];
-      for (int path = 0; path < 2; ++path) {
-        mha.keep_probs = path == 1;
-        for (auto g : targets) g.t.zero_grad();
-        Tensor l = loss();
-        l.backward();
-        path_loss[path] = l.item();
-        for (const auto& g : targets)  // a parameter the site does not use has no gradient
-          path_grads[path].push_back(g.t.grad().defined() ? g.t.grad().to_vector()
-                                                          : std::vector<double>{});
-      }
-      mha.keep_probs = false;
-      EXPECT_NEAR(path_loss[0], path_loss[1], 1e-12 * (1 + std::fabs(path_loss[1]))) << label;
-      for (size_t i = 0; i < targets.size(); ++i) {
-        ASSERT_EQ(path_grads[0][i].size(), path_grads[1][i].size()) << label << " " << targets[i].name;
-        for (size_t j = 0; j < path_grads[0][i].size(); ++j)
-          ASSERT_NEAR(path_grads[0][i][j], path_grads[1][i][j], 1e-11)
-              << label << ": fused vs composite gradient of " << targets[i].name << " at " << j;
-      }
+      check_site_gradients(mha, *pe, kind, xq, xk, w, blocked, site, gen, label);
     }
   }
 }
@@ -404,13 +420,7 @@ TEST(ModelAttention, LengthScaledLogitsValuesAndGradients) {
                                    : kind == AttnKind::DecoderSelf ? " dec-self"
                                                                    : " cross");
         Generator gen(13);
-        StackInfo s;
-        s.kind = kind == AttnKind::EncoderSelf ? StackKind::Encoder : StackKind::Decoder;
-        s.layers = 2;
-        s.d_model = 8;
-        s.heads = 2;
-        s.dtype = DType::Float64;
-        auto pe = make_pe(small_pe(scheme), s, gen);
+        auto pe = make_pe(small_pe(scheme), site_stack(kind), gen);
         MultiHeadAttention mha(8, 2, 0.0, true, gen, DType::Float64, ls);
         if (ls == LengthScale::SSMax) {  // away from 1, different per head
           mha.length_scale_s.data<double>()[0] = 0.7;
@@ -429,42 +439,15 @@ TEST(ModelAttention, LengthScaledLogitsValuesAndGradients) {
         Tensor blocked =
             attention_mask(mask_from(km, B, Lk), Lq, Lk, causal, DType::Float64, Device::cpu());
         AttnSite site = pelab::testing::site_of(kind, qpos, kpos, causal, 1);
-        auto loss = [&] {
-          Tensor q_in = pe->embed(xq, qpos);
-          Tensor k_in = kind == AttnKind::Cross ? xk : q_in;
-          return sum(mul(mha.forward(q_in, k_in, blocked, *pe, site, gen), w));
-        };
-        std::vector<GradTarget> targets = model_targets(mha);
-        for (const auto& nt : pe->named_parameters()) targets.push_back({"pe." + nt.first, nt.second});
-        targets.push_back({"xq", xq});
-        if (kind == AttnKind::Cross) targets.push_back({"xk", xk});
-        grad_check(loss, targets, label, 4, 2);
-        if (ls == LengthScale::SSMax) {
-          mha.length_scale_s.zero_grad();
-          loss().backward();
-          ASSERT_TRUE(mha.length_scale_s.grad().defined()) << label;
-          for (double g : mha.length_scale_s.grad().to_vector()) EXPECT_NE(g, 0.0) << label;
-        }
-        std::vector<double> path_loss(2);
-        std::vector<std::vector<double>> path_grads[2];
-        for (int path = 0; path < 2; ++path) {
-          mha.keep_probs = path == 1;
-          for (auto g : targets) g.t.zero_grad();
-          Tensor l = loss();
-          l.backward();
-          path_loss[path] = l.item();
-          for (const auto& g : targets)
-            path_grads[path].push_back(g.t.grad().defined() ? g.t.grad().to_vector()
-                                                            : std::vector<double>{});
-        }
-        mha.keep_probs = false;
-        EXPECT_NEAR(path_loss[0], path_loss[1], 1e-12 * (1 + std::fabs(path_loss[1]))) << label;
-        for (size_t i = 0; i < targets.size(); ++i) {
-          ASSERT_EQ(path_grads[0][i].size(), path_grads[1][i].size()) << label;
-          for (size_t j = 0; j < path_grads[0][i].size(); ++j)
-            ASSERT_NEAR(path_grads[0][i][j], path_grads[1][i][j], 1e-11)
-                << label << ": fused vs composite gradient of " << targets[i].name << " at " << j;
-        }
+        check_site_gradients(mha, *pe, kind, xq, xk, w, blocked, site, gen, label,
+                             [&](const std::function<Tensor()>& loss) {
+                               if (ls != LengthScale::SSMax) return;
+                               mha.length_scale_s.zero_grad();
+                               loss().backward();
+                               ASSERT_TRUE(mha.length_scale_s.grad().defined()) << label;
+                               for (double g : mha.length_scale_s.grad().to_vector())
+                                 EXPECT_NE(g, 0.0) << label;
+                             });
       }
     }
   }
