@@ -6,7 +6,8 @@
 // after the timed steps); the gradient norm is computed for the finite check and clipped only
 // with --grad_clip X (default 0 = off, as bench_torch.py's step). `--device cuda` runs it on the GPU
 // (each step then ends with a synchronisation, not counted); `--attention composite` makes the CPU
-// compose attention as the CUDA backend does, so its counts are a GPU step's. `--sgemm N` instead
+// compose attention as the CUDA backend does, and read back no value a GPU step would not read
+// (pelab/host_reads.h: FIRE's learned threshold), so its counts are a GPU step's. `--sgemm N` instead
 // measures the cblas_sgemm peak (GFLOP/s) on N x N x N. Driven by bench/run.sh (alternating with
 // PyTorch). Every JSON line carries "blas": the BLAS this process actually ran on (see
 // blas_record_json); `--blas-info` prints only that record (after setting --threads). `--products`
@@ -30,6 +31,7 @@
 
 #include "models/transformer.h"
 #include "pelab/blas_kernels.h"
+#include "pelab/host_reads.h"
 #include "pelab/optim.h"
 #include "pelab/parallel.h"
 #include "pelab/pelab.h"
@@ -289,6 +291,7 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     const Device dev = Device::parse(device);
     set_fused_attention(attention == "fused");
+    set_emulate_device_reads(attention == "composite");
     models::ModelConfig cfg;
     cfg.arch = "seq2seq";
     cfg.vocab = vocab;

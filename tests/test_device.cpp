@@ -30,6 +30,7 @@
 
 #include "models/pe/pe.h"
 #include "models/transformer.h"
+#include "pelab/host_reads.h"
 #include "pelab/pelab.h"
 #include "tests/device_param.h"
 #include "tests/pe_test_util.h"
@@ -537,6 +538,8 @@ StepBudget step_budget(int64_t layers) { return {60 + 220 * layers, 60 + 200 * l
 // a step that logs (train.log_every 3: steps 3 and 6), which reads its records back once; calls
 // and allocations per step stay within the budget for the model's layers.
 TEST_P(DeviceStep, TrainingStepsReadNothingBackUnlessTheyLog) {
+  // The path a GPU takes, on every device: the CPU could read for free where a GPU may not.
+  const EmulateDeviceReads device_reads;
   namespace fs = std::filesystem;
   const fs::path dir = pelab::testing::fresh_temp_dir("pelab_device_step_" + GetParam());
   const std::vector<std::string> schemes = models::pe_names();
@@ -634,6 +637,8 @@ BackendCounts model_step_counts(const std::string& arch, const std::string& sche
 // layer pair, 186 per decoder layer, 1+1 layers 432 in all, on the CPU with dropout) makes today
 // with about 25 % to spare (docs/performance.md, "Host overhead per step").
 TEST_P(DeviceStep, HostOverheadIsPerLayerNotPerRowPositionOrHead) {
+  // The path a GPU takes, on every device: the CPU could read for free where a GPU may not.
+  const EmulateDeviceReads device_reads;
   constexpr int64_t kCallsPerLayer = 260, kAllocsPerLayer = 250, kFixed = 70;
   std::string table;
   for (const auto& scheme : models::pe_names()) {

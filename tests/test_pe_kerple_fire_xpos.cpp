@@ -13,6 +13,7 @@
 #include "tests/pe_test_util.h"
 #include "models/pe/pe.h"
 #include "pelab/autograd.h"
+#include "pelab/host_reads.h"
 #include "pelab/pelab.h"
 #include "train/config.h"
 
@@ -242,9 +243,10 @@ static std::set<int64_t> fire_mlp_rows(const Tensor& bias) {
 
 // Where every row shares the normaliser (L above every position, or one query) the MLP runs once
 // per distinct distance; where rows differ, once per (i, j). With a learned threshold the choice
-// depends on L: an evaluation reads L on the host and builds one form; a training step reads
-// nothing back from the device (issue 50), so it builds both and selects on the device, except for
-// one query (always shared). A fixed threshold is known on the host: one form in training too.
+// depends on L: an evaluation, and a training step on the CPU, read L on the host and build one
+// form; a training step on a GPU (emulated here, pelab/host_reads.h) reads nothing back from the
+// device (issue 50), so it builds both and selects on the device, except for one query (always
+// shared). A fixed threshold is known on the host: one form in training too.
 TEST(NewSchemesFire, MlpRunsOncePerDistinctDistanceWhenRowsShareTheNormaliser) {
   using Rows = std::set<int64_t>;
   PEConfig cfg;
@@ -263,6 +265,13 @@ TEST(NewSchemesFire, MlpRunsOncePerDistinctDistanceWhenRowsShareTheNormaliser) {
     // One query at 5 > L: its own normaliser, still one row.
     EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, q1, pos, causal))), Rows{6}) << causal;
     pe->train();
+    // Training on the CPU: L is read on the host as in evaluation (a free read there).
+    set_param(*pe, "threshold_scale", {2.0});
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), Rows{6}) << causal;
+    set_param(*pe, "threshold_scale", {1.0});
+    EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), Rows{36}) << causal;
+    // Training as on a GPU (no read back): both forms, selected on the device.
+    const EmulateDeviceReads device_reads;
     for (double lambda : {2.0, 1.0}) {
       set_param(*pe, "threshold_scale", {lambda});
       EXPECT_EQ(fire_mlp_rows(pe->score_term(q, site_of(kind, pos, pos, causal))), (Rows{6, 36}))

@@ -1,7 +1,9 @@
 // pelab — backend registry and View helpers.
 #include "pelab/backend.h"
+#include "pelab/host_reads.h"
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <utility>
 #ifdef PELAB_WITH_CUDA
@@ -143,5 +145,13 @@ View view_broadcast(const Tensor& t, const Shape& to) {
   }
   return v;
 }
+
+namespace {
+std::atomic<bool> g_emulate_device_reads{false};
+}
+
+bool step_may_read_host(Device device) { return device.is_cpu() && !g_emulate_device_reads.load(); }
+
+bool set_emulate_device_reads(bool on) { return g_emulate_device_reads.exchange(on); }
 
 }  // namespace pelab

@@ -27,6 +27,7 @@
 
 #include "models/pe/pe.h"
 #include "models/pe/site_tables.h"
+#include "pelab/host_reads.h"
 
 namespace pelab::models {
 namespace {
@@ -99,12 +100,13 @@ class FirePE : public PositionalEncoding {
       const Tensor L = mul_scalar(abs_of(slice(lambda_, 0, l, l + 1)), threshold_);  // [1]
       if (t.all_equal) {
         bias = bias_for(maximum(L, t.p_max_t));  // = L, value and gradient, where L >= p_max
-      } else if (!is_training()) {
-        // Which form applies depends on the learned L: read on the host (one scalar per site).
+      } else if (!is_training() || step_may_read_host(L.device())) {
+        // Which form applies depends on the learned L: read on the host (one scalar per site),
+        // always in evaluation, in training where a read is free (the CPU; pelab/host_reads.h).
         const double L_host = L.item();  // as computed, so the choice matches the max below
         bias = bias_for(L_host >= t.p_max ? L : maximum(L, t.q_pos));
       } else {
-        // A training step reads nothing back from the device: both forms, the one that applies
+        // A training step on a device reads nothing back: both forms, the one that applies
         // selected there. The other gets exact zeros as its gradient, so the values and the
         // gradients are those of the form that applies alone.
         const Tensor below = reshape(lt(L, t.p_max_t), {1, 1, 1, 1});  // L < max_i p_i
