@@ -130,6 +130,29 @@ TEST(Layout, IncludesPointDownTheLayers) {
   EXPECT_GT(s.edges[kModelsData][kFramework], 0);
 }
 
+// The engine's shared code (framework/src and framework/src/ops, outside cpu/ and cuda/: the ops,
+// the backend registry, the argument checks both backends call) includes no backend's header: a
+// backend is reached through the Backend interface only (issue 53: backend_checks.cpp included
+// cpu/cpu_backend.h).
+TEST(Layout, SharedEngineCodeIncludesNoBackend) {
+  const fs::path src = fs::path(pelab::testing::source_dir()) / "framework" / "src";
+  std::vector<std::string> found;
+  int files = 0;
+  for (const fs::path& dir : {src, src / "ops"}) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (!e.is_regular_file()) continue;
+      ++files;
+      std::ifstream in(e.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n)
+        if (starts_with(line, "#include \"cpu/") || starts_with(line, "#include \"cuda/"))
+          found.push_back(e.path().filename().string() + ":" + std::to_string(n) + ": " + line);
+    }
+  }
+  EXPECT_GT(files, 10);
+  EXPECT_TRUE(found.empty()) << joined(found);
+}
+
 // The scanner on a small tree with one forbidden include of each kind (and allowed ones beside
 // them): each forbidden one is reported with its file and line, nothing else is.
 class LayoutScan : public pelab::testing::TempDirTest {

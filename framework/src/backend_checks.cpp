@@ -6,8 +6,6 @@
 #include <climits>
 #include <utility>
 
-#include "cpu/cpu_backend.h"  // cpu::parallel_any (check_targets reads host memory)
-#include "pelab/parallel.h"
 
 namespace pelab {
 
@@ -222,17 +220,6 @@ void check_cross_entropy_backward(const View& grad_logits, const View& logits, c
   check_dtype(grad_loss, logits.dtype, op, "grad_loss");
   check_rows(count, 1, op, "count");
   check_dtype(count, DType::Float64, op, "count");
-}
-
-void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index) {
-  const bool bad = cpu::parallel_any(rows, rows > kParallelGrain, [&](int64_t r) {
-    return t[r] != ignore_index && (t[r] < 0 || t[r] >= C);
-  });
-  if (!bad) return;
-  for (int64_t r = 0; r < rows; ++r)
-    PELAB_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < C), "cross_entropy: target ", t[r],
-                " at row ", r, " is out of range [0, ", C, ") and is not ignore_index (",
-                ignore_index, ")");
 }
 
 namespace {

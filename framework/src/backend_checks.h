@@ -1,7 +1,9 @@
 // pelab — the argument checks of the Backend kernels, shared by the CPU and the CUDA backend, so
 // each check (and the one error line it throws) exists once; the backends call them first thing.
 // They look only at the views' shapes, strides, dtypes and the scalar arguments, never at device
-// data; the one exception, check_targets, reads host memory (CUDA copies the targets first).
+// data (the targets' range is checked by each backend where they are: the CPU on the host before
+// its kernel, framework/src/cpu/cpu_nn.cpp; CUDA in its kernel, reported at the next read). They
+// depend on no backend.
 // Definitions: framework/src/backend_checks.cpp. tests/test_backend_checks.cpp drives each one
 // through the public ops.
 #pragma once
@@ -58,8 +60,6 @@ void check_cross_entropy(const View& loss, const View& count, const View& loss_r
 void check_cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
                                   const View& targets, int64_t rows, int64_t C,
                                   const View& grad_loss, const View& count);
-// Every target (host memory, `rows` of them) is in [0, C) or is ignore_index.
-void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index);
 
 // index_select / index_add: the [outer, n_in, inner] side is the input / accumulator, the
 // [outer, n_idx, inner] side the output / source; the index is int64 [n_idx].

@@ -22,6 +22,19 @@
 namespace pelab {
 namespace {
 
+// Every target (`rows` of them, host memory) is in [0, C) or is ignore_index; the first one that
+// is not is the error line.
+void check_targets(const int64_t* t, int64_t rows, int64_t C, int64_t ignore_index) {
+  const bool bad = cpu::parallel_any(rows, rows > kParallelGrain, [&](int64_t r) {
+    return t[r] != ignore_index && (t[r] < 0 || t[r] >= C);
+  });
+  if (!bad) return;
+  for (int64_t r = 0; r < rows; ++r)
+    PELAB_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < C), "cross_entropy: target ", t[r],
+                " at row ", r, " is out of range [0, ", C, ") and is not ignore_index (",
+                ignore_index, ")");
+}
+
 using cpu::vexp;
 
 constexpr int64_t kInnerChunk = 256;
