@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backend_checks.h"
+#include "gelu_math.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_strided.h"
 
@@ -128,33 +129,21 @@ void unary_loop(const Layout<2>& L, F f) {
   });
 }
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
-constexpr double kGeluC = 0.044715;
-
-// d gelu(x) / dx, erf and tanh forms (the fused backward, BinaryOp::GeluGrad / GeluTanhGrad).
-template <class C>
-inline C gelu_grad(C x) {
-  const C half(0.5), one(1);
-  const C cdf = half * (one + cpu::verf(x * static_cast<C>(kSqrt1_2)));
-  const C pdf = static_cast<C>(kInvSqrt2Pi) * cpu::vexp(-half * x * x);
-  return cdf + x * pdf;
-}
-template <class C>
-inline C gelu_tanh_grad(C x) {
-  const C half(0.5), one(1);
-  const C k0 = static_cast<C>(kSqrt2OverPi), k1 = static_cast<C>(kGeluC);
-  const C x2 = x * x;
-  const C t = cpu::vtanh(k0 * (x + k1 * x2 * x));
-  return half * (one + t) + half * x * (one - t * t) * k0 * (one + C(3) * k1 * x2);
-}
+// The CPU's erf / exp / tanh for the shared GELU formulas (gelu_math.h).
+struct CpuMath {
+  template <class C>
+  static C erf(C x) { return cpu::verf(x); }
+  template <class C>
+  static C exp(C x) { return cpu::vexp(x); }
+  template <class C>
+  static C tanh(C x) { return cpu::vtanh(x); }
+};
 
 template <class T>
 void unary_impl(UnaryOp op, const Layout<2>& L, double alpha) {
   using C = typename Compute<T>::type;
   const C al = static_cast<C>(alpha);
-  const C zero(0), one(1), half(0.5);
+  const C zero(0), one(1);
   switch (op) {
     case UnaryOp::Neg:
       return unary_loop<T>(L, [](C x) { return -x; });
@@ -171,14 +160,9 @@ void unary_impl(UnaryOp op, const Layout<2>& L, double alpha) {
     case UnaryOp::Relu:
       return unary_loop<T>(L, [zero](C x) { return x < zero ? zero : x; });
     case UnaryOp::Gelu:
-      return unary_loop<T>(L, [half, one](C x) {
-        return half * x * (one + cpu::verf(x * static_cast<C>(kSqrt1_2)));
-      });
+      return unary_loop<T>(L, [](C x) { return gelu_math::gelu<CpuMath>(x); });
     case UnaryOp::GeluTanh:
-      return unary_loop<T>(L, [half, one](C x) {
-        const C u = static_cast<C>(kSqrt2OverPi) * (x + static_cast<C>(kGeluC) * x * x * x);
-        return half * x * (one + cpu::vtanh(u));
-      });
+      return unary_loop<T>(L, [](C x) { return gelu_math::gelu_tanh<CpuMath>(x); });
     case UnaryOp::Sin:
       return unary_loop<T>(L, [](C x) { return std::sin(x); });
     case UnaryOp::Cos:
@@ -283,12 +267,14 @@ void binary_impl(BinaryOp op, const Layout<3>& L) {
     case BinaryOp::GeluGrad:
       return binary_loop<T, T>(L, [](T g, T x) {
         using C = typename Compute<T>::type;
-        return static_cast<T>(static_cast<C>(g) * gelu_grad(static_cast<C>(x)));
+        return static_cast<T>(static_cast<C>(g) *
+                              gelu_math::gelu_grad<CpuMath>(static_cast<C>(x)));
       });
     case BinaryOp::GeluTanhGrad:
       return binary_loop<T, T>(L, [](T g, T x) {
         using C = typename Compute<T>::type;
-        return static_cast<T>(static_cast<C>(g) * gelu_tanh_grad(static_cast<C>(x)));
+        return static_cast<T>(static_cast<C>(g) *
+                              gelu_math::gelu_tanh_grad<CpuMath>(static_cast<C>(x)));
       });
     case BinaryOp::SigmoidGrad:
       return binary_loop<T, T>(L, [](T g, T y) { return g * (y * (T(1) - y)); });

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backend_checks.h"
+#include "gelu_math.h"
 #include "cuda/cuda_common.cuh"
 
 namespace pelab {
@@ -54,34 +55,20 @@ __global__ void copy_kernel(Strided<2> S) {
   }
 }
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kGeluC = 0.044715;
-
-// The CPU backend's formulas, with CUDA's libm (float: expf/tanhf/erff) in place of its
-// vectorised approximations.
-
-// d gelu(x) / dx, erf and tanh forms (the fused backward, BinaryOp::GeluGrad / GeluTanhGrad).
-template <class C>
-__device__ __forceinline__ C gelu_grad(C x) {
-  const C half(0.5), one(1);
-  const C cdf = half * (one + cuda::derf(x * static_cast<C>(kSqrt1_2)));
-  const C pdf = static_cast<C>(kInvSqrt2Pi) * cuda::dexp(-half * x * x);
-  return cdf + x * pdf;
-}
-template <class C>
-__device__ __forceinline__ C gelu_tanh_grad(C x) {
-  const C half(0.5), one(1);
-  const C k0 = static_cast<C>(kSqrt2OverPi), k1 = static_cast<C>(kGeluC);
-  const C x2 = x * x;
-  const C t = cuda::dtanh(k0 * (x + k1 * x2 * x));
-  return half * (one + t) + half * x * (one - t * t) * k0 * (one + C(3) * k1 * x2);
-}
+// CUDA's libm (float: erff/expf/tanhf) for the shared GELU formulas (gelu_math.h), where the CPU
+// uses its vectorised approximations.
+struct CudaMath {
+  template <class C>
+  __device__ static C erf(C x) { return cuda::derf(x); }
+  template <class C>
+  __device__ static C exp(C x) { return cuda::dexp(x); }
+  template <class C>
+  __device__ static C tanh(C x) { return cuda::dtanh(x); }
+};
 
 template <class C>
 __device__ __forceinline__ C unary_apply(UnaryOp op, C x, C al, double alpha) {
-  const C zero(0), one(1), half(0.5);
+  const C zero(0), one(1);
   switch (op) {
     case UnaryOp::Neg: return -x;
     case UnaryOp::Exp: return cuda::dexp(x);
@@ -90,11 +77,8 @@ __device__ __forceinline__ C unary_apply(UnaryOp op, C x, C al, double alpha) {
     case UnaryOp::Rsqrt: return one / cuda::dsqrt(x);
     case UnaryOp::Tanh: return cuda::dtanh(x);
     case UnaryOp::Relu: return x < zero ? zero : x;
-    case UnaryOp::Gelu: return half * x * (one + cuda::derf(x * static_cast<C>(kSqrt1_2)));
-    case UnaryOp::GeluTanh: {
-      const C u = static_cast<C>(kSqrt2OverPi) * (x + static_cast<C>(kGeluC) * x * x * x);
-      return half * x * (one + cuda::dtanh(u));
-    }
+    case UnaryOp::Gelu: return gelu_math::gelu<CudaMath>(x);
+    case UnaryOp::GeluTanh: return gelu_math::gelu_tanh<CudaMath>(x);
     case UnaryOp::Sin: return cuda::dsin(x);
     case UnaryOp::Cos: return cuda::dcos(x);
     case UnaryOp::Abs: return cuda::dabs(x);
@@ -155,8 +139,9 @@ __device__ __forceinline__ T binary_apply(BinaryOp op, T x, T y) {
     case BinaryOp::GeluGrad:
     case BinaryOp::GeluTanhGrad: {
       using C = typename Compute<T>::type;
-      const C d = op == BinaryOp::GeluGrad ? gelu_grad(static_cast<C>(y))
-                                           : gelu_tanh_grad(static_cast<C>(y));
+      const C d = op == BinaryOp::GeluGrad
+                      ? gelu_math::gelu_grad<CudaMath>(static_cast<C>(y))
+                      : gelu_math::gelu_tanh_grad<CudaMath>(static_cast<C>(y));
       return static_cast<T>(static_cast<C>(x) * d);
     }
     case BinaryOp::SigmoidGrad: return x * (y * (T(1) - y));
