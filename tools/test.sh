@@ -10,7 +10,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1800
 if [ "${PELAB_SKIP_SANITIZE:-0}" != 1 ]; then
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPELAB_SANITIZE=ON -DPELAB_CUDA=OFF >/dev/null
+  # -O1 with line tables (-g1): what the sanitizers need (ASan's own advice is -O1; a report's
+  # stack names file:line from the line tables), at 36 % of the CPU time of -O2 -g per file.
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPELAB_SANITIZE=ON -DPELAB_CUDA=OFF \
+        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
   cmake --build build-asan -j "$jobs" --target pelab_tests pelab
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
   export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp  # HDF5 1.10's own leaks on corrupt files
