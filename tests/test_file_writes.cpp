@@ -24,6 +24,7 @@
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
+#include "train/run_folder.h"
 #include "train/study/report.h"
 #include "train/text_file.h"
 #include "tests/test_paths.h"
@@ -634,6 +635,48 @@ TEST_F(HardeningFiles, ResumeRefusesAPlantedCheckpointsLink) {
 // before anything changes. Injected: a step_1.h5 planted next to a run's own checkpoints (the
 // rotation of train.keep_checkpoints deleted it), then a step_5.h5 and a step_10.h5 newer than the
 // checkpoint a resume starts from (its removal of the discarded future deleted them).
+// A kill can land at any instant of a save. HardeningRun.ASecondProcessCannotUseALockedRunDirectory
+// once killed a run between a checkpoint's rename and its note in written.tsv, and the resume then
+// refused the run's own newer step_15.h5. The note is now made on the finished temporary, before
+// the rename: at no instant does a checkpoint of pelab's exist under its name without its proof,
+// and a note whose rename never happened proves nothing for a file put there later.
+TEST_F(HardeningFiles, ACheckpointIsProvenFromTheMomentItHasItsName) {
+  const fs::path ck = dir_ / "run" / "checkpoints";
+  fs::create_directories(ck);
+  CheckpointData d;
+  d.step = 3;
+  d.scheme = "none";
+  d.arch = "decoder";
+  d.vocab = {"<pad>", "<bos>", "<eos>", "a"};
+  const std::string path = (ck / "step_3.h5").string();
+  bool noted = false;
+  save_checkpoint(path, d, [&](const std::string& tmp) {
+    EXPECT_TRUE(fs::exists(tmp));
+    EXPECT_FALSE(fs::exists(path)) << "published before its proof";
+    note_written_checkpoint(path, tmp);
+    noted = true;
+  });
+  EXPECT_TRUE(noted);
+  EXPECT_TRUE(wrote_checkpoint(path));  // the rename kept what the note recorded
+  EXPECT_EQ(load_checkpoint(path).step, 3);
+  // Killed before the rename (the hook throws): nothing published, the temporary removed, and a
+  // file planted under the name later is not proven by the note.
+  const std::string path4 = (ck / "step_4.h5").string();
+  d.step = 4;
+  EXPECT_THROW(save_checkpoint(path4, d,
+                               [&](const std::string& tmp) {
+                                 note_written_checkpoint(path4, tmp);
+                                 throw Error("killed before the rename");
+                               }),
+               Error);
+  EXPECT_FALSE(fs::exists(path4));
+  for (const auto& e : fs::directory_iterator(ck))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  write_file(path4, "planted step_4.h5\n");
+  EXPECT_FALSE(wrote_checkpoint(path4));
+  EXPECT_TRUE(wrote_checkpoint(path));
+}
+
 TEST_F(HardeningFiles, PruningDeletesOnlyCheckpointsPelabWrote) {
   write_file(dir_ / "tiny.yaml", pelab::testing::tiny_cli_yaml(dir_ / "runs"));
   const fs::path run = dir_ / "runs" / "tiny";

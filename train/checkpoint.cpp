@@ -207,10 +207,11 @@ std::string base_name(const std::string& p) {
   return pos == std::string::npos ? p : p.substr(pos + 1);
 }
 
-// Writes `n` bytes to `path` atomically: `<path>.tmp.<pid>`, write, fsync, close, rename over
-// `path`, fsync of the directory. Every call is checked; on failure the temporary is removed and one
-// error line names the step and the system's reason.
-void write_file_atomic(const std::string& path, const char* data, size_t n) {
+// Writes `n` bytes to `path` atomically: `<path>.tmp.<pid>`, write, fsync, close, before_publish
+// (if given) on the temporary, rename over `path`, fsync of the directory. Every call is checked;
+// on failure the temporary is removed and one error line names the step and the system's reason.
+void write_file_atomic(const std::string& path, const char* data, size_t n,
+                       const std::function<void(const std::string&)>& before_publish = {}) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   // The name is this process's: whatever is there (a leftover, a planted link) is removed, never
   // opened, and the file is created afresh.
@@ -235,6 +236,14 @@ void write_file_atomic(const std::string& path, const char* data, size_t n) {
   const int closed = ::close(fd);
   fd = -1;
   if (closed != 0) bail("closing", errno);
+  if (before_publish) {
+    try {
+      before_publish(tmp);
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) bail("renaming into place", errno);
   const std::string dir = parent_dir(path);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -479,7 +488,8 @@ size_t image_length(const std::vector<char>& img, const std::string& path) {
 
 void set_checkpoint_fault_injection(int64_t fail_after_datasets) { g_fail_after = fail_after_datasets; }
 
-void save_checkpoint(const std::string& path, const CheckpointData& d) {
+void save_checkpoint(const std::string& path, const CheckpointData& d,
+                     const std::function<void(const std::string&)>& before_publish) {
   ImageSink sink;
   {
     // The file is built in memory (core driver without a backing store) in the HDF5 1.8+ format,
@@ -534,7 +544,7 @@ void save_checkpoint(const std::string& path, const CheckpointData& d) {
     PELAB_CHECK(H5Fclose(file.release()) >= 0, "checkpoint ", path,
                 ": closing the in-memory HDF5 file failed");
   }
-  write_file_atomic(path, sink.image.data(), image_length(sink.image, path));
+  write_file_atomic(path, sink.image.data(), image_length(sink.image, path), before_publish);
 }
 
 CheckpointData load_checkpoint(const std::string& path) {

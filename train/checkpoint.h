@@ -9,6 +9,7 @@
 // into a pelab::Error naming the file and dataset.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,8 +43,13 @@ struct CheckpointData {
 // Test hook: make save_checkpoint throw after N datasets (-1 = off), to prove atomicity.
 void set_checkpoint_fault_injection(int64_t fail_after_datasets);
 
-// Writes `data` to `path` atomically. Tensors may live on any device.
-void save_checkpoint(const std::string& path, const CheckpointData& data);
+// Writes `data` to `path` atomically. Tensors may live on any device. `before_publish`, when
+// given, runs once the file is complete and synced under its temporary name (its argument), just
+// before it is renamed to `path`: what must be true of the file from the moment it exists under
+// its name is recorded there (the trainer's proof that it wrote it, run_folder.h); if it throws,
+// nothing is published.
+void save_checkpoint(const std::string& path, const CheckpointData& data,
+                     const std::function<void(const std::string& temporary)>& before_publish = {});
 
 // Reads a checkpoint (parameters and state as CPU tensors of their stored dtype).
 CheckpointData load_checkpoint(const std::string& path);

@@ -83,14 +83,16 @@ namespace {
 constexpr const char* kWrittenIndex = "written.tsv";
 constexpr off_t kMaxWrittenIndex = off_t{16} << 20;  // larger: not pelab's, proves nothing
 
-// "<name>\t<inode>\t<size>\t<mtime_ns>" of the regular file `path` ("" when it is none).
-std::string identity_line(const std::string& path) {
+// "<name>\t<inode>\t<size>\t<mtime_ns>" of the regular file `path` ("" when it is none), named
+// `name` (default: path's own file name).
+std::string identity_line(const std::string& path, const std::string& name = "") {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
   const long long mtime =
       static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
-  return fs::path(path).filename().string() + "\t" + std::to_string(st.st_ino) + "\t" +
-         std::to_string(st.st_size) + "\t" + std::to_string(mtime);
+  return (name.empty() ? fs::path(path).filename().string() : name) + "\t" +
+         std::to_string(st.st_ino) + "\t" + std::to_string(st.st_size) + "\t" +
+         std::to_string(mtime);
 }
 
 // The lines of checkpoints/written.tsv in `ckdir` (none when it is missing, not a regular file or
@@ -134,8 +136,9 @@ void compact_written_index(const fs::path& ckdir) {
 
 }  // namespace
 
-void note_written_checkpoint(const std::string& path) {
-  const std::string line = identity_line(path);
+void note_written_checkpoint(const std::string& path, const std::string& written_as) {
+  const std::string line = identity_line(written_as.empty() ? path : written_as,
+                                         fs::path(path).filename().string());
   PELAB_CHECK(!line.empty(), "cannot note the checkpoint ", path, ": not a regular file");
   append_to_file((fs::path(path).parent_path() / kWrittenIndex).string(), line + "\n");
 }

@@ -53,9 +53,12 @@ class RunDirLock {
 std::string checkpoint_name(int64_t step);
 // (step, path) of every step_<N>.h5, ascending.
 std::vector<std::pair<int64_t, std::string>> step_checkpoints(const std::string& run_dir);
-// Notes in checkpoints/written.tsv that pelab has just written the checkpoint `path` (in a run's
-// checkpoints/): the proof pruning asks for.
-void note_written_checkpoint(const std::string& path);
+// Notes in checkpoints/written.tsv that pelab has written the checkpoint `path` (in a run's
+// checkpoints/): the proof pruning asks for. `written_as`, when given, is the file as it is now,
+// still under its temporary name (save_checkpoint's before_publish): the note is made before the
+// file has its name, so no kill can leave a checkpoint of pelab's that it cannot prove it wrote
+// (a rename keeps the inode, size and mtime the note records).
+void note_written_checkpoint(const std::string& path, const std::string& written_as = "");
 // Whether checkpoints/written.tsv proves that pelab wrote the file `path` as it is now.
 bool wrote_checkpoint(const std::string& path);
 // Removes all step_<N>.h5 but the newest `keep` and the one of `keep_step` (keep <= 0: none) that

@@ -721,8 +721,8 @@ void Trainer::save(const std::string& path) {
   d.values["last_lr"] = last_lr_;
   d.values["last_grad_norm"] = last_grad_norm_;
   d.values["elapsed_s"] = elapsed_before_ + now_s() - t_start_;
-  save_checkpoint(path, d);
-  note_written_checkpoint(path);  // the proof pruning asks for (run_folder.h)
+  // The proof pruning asks for (run_folder.h), noted before the file has its name.
+  save_checkpoint(path, d, [&](const std::string& tmp) { note_written_checkpoint(path, tmp); });
 }
 
 void Trainer::save_step_checkpoint() {
