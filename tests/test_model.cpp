@@ -268,6 +268,30 @@ StackInfo site_stack(AttnKind kind) {
   return s;
 }
 
+// An attention site's inputs for the gradient checks, drawn from `gen` after the PE and the
+// attention: B 2, Lq 5, Lk 7 for cross attention else 5, d 8, at positions offset by 3, the last
+// `padded` keys of row 1 masked, a loss weight w, and the site (layer 1).
+struct SiteInputs {
+  Tensor xq, xk, w, blocked;
+  AttnSite site;
+};
+SiteInputs site_inputs(AttnKind kind, Generator& gen, int64_t padded) {
+  const int64_t B = 2, Lq = 5, Lk = kind == AttnKind::Cross ? 7 : 5;
+  SiteInputs in;
+  in.xq = randn({B, Lq, 8}, gen).set_requires_grad(true);
+  in.xk = randn({B, Lk, 8}, gen).set_requires_grad(true);
+  in.w = randn({B, Lq, 8}, gen);
+  std::vector<int64_t> qpos, kpos;
+  for (int64_t i = 0; i < Lq; ++i) qpos.push_back(3 + i);
+  for (int64_t i = 0; i < Lk; ++i) kpos.push_back(3 + i);
+  std::vector<double> km(B * Lk, 1.0);
+  for (int64_t j = 0; j < padded; ++j) km[B * Lk - 1 - j] = 0.0;
+  const bool causal = kind == AttnKind::DecoderSelf;
+  in.blocked = attention_mask(mask_from(km, B, Lk), Lq, Lk, causal, DType::Float64, Device::cpu());
+  in.site = pelab::testing::site_of(kind, qpos, kpos, causal, 1);
+  return in;
+}
+
 // Gradient check of one attention site's loss sum(mha(pe(xq), keys) * w) over the attention's and
 // the PE's parameters and the inputs; `then` (if given) runs next with the loss; last, the fused
 // attention op (no dropout, no keep_probs) against the composite path (keep_probs: the softmax
@@ -318,25 +342,9 @@ TEST(ModelAttention, GradCheckEverySchemeAndSite) {
       Generator gen(11);
       auto pe = make_pe(small_pe(scheme), site_stack(kind), gen);
       MultiHeadAttention mha(8, 2, 0.0, true, gen, DType::Float64);
-      const int64_t B = 2, Lq = 5, Lk = kind == AttnKind::Cross ? 7 : 5;
-      Tensor xq = randn({B, Lq, 8}, gen).set_requires_grad(true);
-      Tensor xk = randn({B, Lk, 8}, gen).set_requires_grad(true);
-      Tensor w = randn({B, Lq, 8}, gen);
-      // Non-trivial positions (offset 3), key padding in row 1 for non-causal sites.
-      std::vector<int64_t> qpos, kpos;
-      for (int64_t i = 0; i < Lq; ++i) qpos.push_back(3 + i);
-      for (int64_t i = 0; i < Lk; ++i) kpos.push_back(3 + i);
-      std::vector<double> km(B * Lk, 1.0);
-      if (kind != AttnKind::DecoderSelf) km[B * Lk - 1] = km[B * Lk - 2] = 0.0;
-      const bool causal = kind == AttnKind::DecoderSelf;
-      Tensor blocked = attention_mask(mask_from(km, B, Lk), Lq, Lk, causal, DType::Float64, Device::cpu());
-      AttnSite site;
-      site.kind = kind;
-      site.layer = 1;
-      site.q_pos = qpos;
-      site.k_pos = kpos;
-      site.causal = causal;
-      check_site_gradients(mha, *pe, kind, xq, xk, w, blocked, site, gen, label);
+      // Key padding in row 1 for non-causal sites.
+      const SiteInputs in = site_inputs(kind, gen, kind != AttnKind::DecoderSelf ? 2 : 0);
+      check_site_gradients(mha, *pe, kind, in.xq, in.xk, in.w, in.blocked, in.site, gen, label);
     }
   }
 }
@@ -426,20 +434,8 @@ TEST(ModelAttention, LengthScaledLogitsValuesAndGradients) {
           mha.length_scale_s.data<double>()[0] = 0.7;
           mha.length_scale_s.data<double>()[1] = 1.3;
         }
-        const int64_t B = 2, Lq = 5, Lk = kind == AttnKind::Cross ? 7 : 5;
-        Tensor xq = randn({B, Lq, 8}, gen).set_requires_grad(true);
-        Tensor xk = randn({B, Lk, 8}, gen).set_requires_grad(true);
-        Tensor w = randn({B, Lq, 8}, gen);
-        std::vector<int64_t> qpos, kpos;
-        for (int64_t i = 0; i < Lq; ++i) qpos.push_back(3 + i);
-        for (int64_t i = 0; i < Lk; ++i) kpos.push_back(3 + i);
-        std::vector<double> km(B * Lk, 1.0);
-        km[B * Lk - 1] = 0.0;  // padding in row 1 at every site
-        const bool causal = kind == AttnKind::DecoderSelf;
-        Tensor blocked =
-            attention_mask(mask_from(km, B, Lk), Lq, Lk, causal, DType::Float64, Device::cpu());
-        AttnSite site = pelab::testing::site_of(kind, qpos, kpos, causal, 1);
-        check_site_gradients(mha, *pe, kind, xq, xk, w, blocked, site, gen, label,
+        const SiteInputs in = site_inputs(kind, gen, 1);  // padding in row 1 at every site
+        check_site_gradients(mha, *pe, kind, in.xq, in.xk, in.w, in.blocked, in.site, gen, label,
                              [&](const std::function<Tensor()>& loss) {
                                if (ls != LengthScale::SSMax) return;
                                mha.length_scale_s.zero_grad();
