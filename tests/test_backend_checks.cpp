@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pelab/backend.h"
 #include "pelab/ops.h"  // transpose
 #include "pelab/tensor.h"
+#include "tests/device_param.h"
 #include "tests/test_util.h"
 
 using namespace pelab;
@@ -288,4 +291,113 @@ TEST(BackendChecks, RotatePairsAndAttention) {
                "attention: k [1, 2, 5, 4] must be a view of [B, H, L, dh] = [1, 2, 5, 4] with unit "
                "stride along dh");
   EXPECT_NO_THROW(cpu().attention(a));
+  // the backward's prologue names it (the op name is the check's, not the caller's)
+  bad = a;
+  bad.v = v(f32({1, 2, 5, 3}));
+  AttentionGrads g;
+  g.q = v(f32({1, 2, 3, 4}));
+  g.k = v(f32({1, 2, 5, 4}));
+  g.v = v(f32({1, 2, 5, 4}));
+  expect_error([&] { cpu().attention_backward(bad, v(f32({1, 2, 3, 4})), g); },
+               "attention_backward: expected q [1, 2, Lq, dh] and k = v [1, 2, Lk, dh]");
 }
+
+// Each op's prologue (backend_checks.h: its name, its checks and which dtypes its kernels take) is
+// one declaration used by the CPU and the CUDA backend alike, so its name and its dtype dispatch
+// are tested here once, on every test device: a float-only kernel given Int64 operands (which its
+// checks let through) fails in the shared dispatch naming the op; an op with kernels for every
+// dtype runs on Int64 and names itself for a dtype outside the enum; the guarded steps' control
+// checks name the guarded op. No kernel runs on a failing case, so no device data is read.
+class OpPrologues : public pelab::testing::DeviceTest {
+ protected:
+  View z(const Shape& s, DType dt) const { return v(keep(Tensor::zeros(s, dt, device()))); }
+  View i(const Shape& s) const { return z(s, DType::Int64); }
+  // The views' tensors live as long as the test.
+  const Tensor& keep(Tensor t) const { return kept_.emplace_back(std::move(t)); }
+  mutable std::vector<Tensor> kept_;
+};
+
+TEST_P(OpPrologues, FloatOnlyKernelsNameTheirOpForInt64) {
+  Backend& be = backend();
+  const std::string not_float = ": expected a floating dtype, got int64";
+  expect_error([&] { be.softmax(i({2, 3}), i({2, 3}), 2, 3, 1, false); }, "softmax" + not_float);
+  expect_error([&] { be.softmax(i({2, 3}), i({2, 3}), 2, 3, 1, true); }, "log_softmax" + not_float);
+  expect_error([&] { be.softmax_backward(i({2, 3}), i({2, 3}), i({2, 3}), 2, 3, 1, false); },
+               "softmax_backward" + not_float);
+  expect_error([&] { be.softmax_backward(i({2, 3}), i({2, 3}), i({2, 3}), 2, 3, 1, true); },
+               "log_softmax_backward" + not_float);
+  expect_error([&] { be.layer_norm(i({2, 3}), i({2}), i({2}), i({2, 3}), View(), View(), 2, 3, 1e-5); },
+               "layer_norm" + not_float);
+  expect_error(
+      [&] {
+        be.layer_norm_backward(i({2, 3}), View(), View(), i({2, 3}), i({2, 3}), i({2}), i({2}),
+                               View(), 2, 3);
+      },
+      "layer_norm_backward" + not_float);
+  const View count = z({1}, DType::Float64);
+  expect_error(
+      [&] { be.cross_entropy(i({1}), count, i({2}), i({2}), i({2, 3}), i({2}), 2, 3, -100, 0.0); },
+      "cross_entropy" + not_float);
+  expect_error(
+      [&] {
+        be.cross_entropy_backward(i({2, 3}), i({2, 3}), i({2}), i({2}), 2, 3, -100, 0.0, i({1}),
+                                  count);
+      },
+      "cross_entropy_backward" + not_float);
+  expect_error(
+      [&] { be.rotate_pairs(i({2, 4}), i({2, 4}), i({2, 2}), i({2, 2}), 1, 2, 4, 2, false, false); },
+      "rotate_pairs" + not_float);
+  expect_error([&] { be.gather_lerp(i({2, 2}), i({2, 3}), i({2, 2}), 2, 3, 2, 1); },
+               "gather_lerp" + not_float);
+  expect_error(
+      [&] { be.gather_lerp_backward(View(), View(), i({2, 2}), i({2, 3}), i({2, 2}), 2, 3, 2, 1); },
+      "gather_lerp_backward" + not_float);
+  expect_error([&] { be.dropout_mask(i({4}), 0.5, 1, 0); }, "dropout_mask" + not_float);
+  expect_error([&] { be.random_uniform(i({4}), 0.0, 1.0, 1, 0); }, "random_uniform" + not_float);
+  expect_error([&] { be.random_normal(i({4}), 0.0, 1.0, 1, 0); }, "random_normal" + not_float);
+  expect_error(
+      [&] { be.adamw_step(i({4}), i({4}), i({4}), i({4}), 1e-3, 0.9, 0.999, 1e-8, 0.0, 1.0, 1.0); },
+      "adamw_step" + not_float);
+  expect_error([&] { be.sgd_step(i({4}), i({4}), View(), 0.1, 0.0, 0.0, 0.0, false, true); },
+               "sgd_step" + not_float);
+  expect_error([&] { be.clamp(i({2}), i({2}), 0.0, 1.0); }, "clamp" + not_float);
+  expect_error([&] { be.clamp_backward(i({2}), i({2}), i({2}), 0.0, 1.0); },
+               "clamp_backward" + not_float);
+  expect_error([&] { be.cumsum(i({2, 3}), i({2, 3}), 2, 3, 1, false); }, "cumsum" + not_float);
+  expect_error([&] { be.sum_squares(i({3})); }, "sum_squares" + not_float);
+}
+
+TEST_P(OpPrologues, AnyDTypeKernelsRunOnInt64AndNameTheirOp) {
+  Backend& be = backend();
+  EXPECT_NO_THROW(be.index_select(i({2, 2}), i({2, 3}), i({2}), 2, 3, 2, 1));
+  EXPECT_NO_THROW(be.gather(i({2, 2}), i({2, 3}), i({2, 2}), 2, 3, 2, 1));
+  EXPECT_NO_THROW(be.index_add(i({2, 3}), i({2, 2}), i({2}), 2, 3, 2, 1));
+  EXPECT_NO_THROW(be.scatter_add(i({2, 3}), i({2, 2}), i({2, 2}), 2, 3, 2, 1));
+  EXPECT_NO_THROW(be.reduce(ReduceOp::Sum, i({2}), nullptr, i({2, 3}), 2, 3, 1));
+  be.synchronize();
+  // a dtype outside the enum (the checks compare dtypes, they do not enumerate them)
+  const auto odd = [&](const Shape& s) {
+    View w = z(s, DType::Float32);
+    w.dtype = static_cast<DType>(7);
+    return w;
+  };
+  expect_error([&] { be.index_select(odd({2, 2}), odd({2, 3}), i({2}), 2, 3, 2, 1); },
+               "index_select: bad dtype 7");
+  expect_error([&] { be.index_add(odd({2, 3}), odd({2, 2}), i({2}), 2, 3, 2, 1); },
+               "index_add: bad dtype 7");
+  expect_error([&] { be.gather(odd({2, 2}), odd({2, 3}), i({2, 2}), 2, 3, 2, 1); },
+               "gather: bad dtype 7");
+  expect_error([&] { be.scatter_add(odd({2, 3}), odd({2, 2}), i({2, 2}), 2, 3, 2, 1); },
+               "scatter_add: bad dtype 7");
+}
+
+TEST_P(OpPrologues, GuardedStepsNameTheirOp) {
+  Backend& be = backend();
+  const View f32_control = z({3}, DType::Float32);
+  expect_error([&] { be.adamw_step_guarded({}, 1e-3, 0.9, 0.999, 1e-8, 0.0, f32_control); },
+               "adamw_step_guarded: control has dtype float32, expected float64");
+  expect_error([&] { be.sgd_step_guarded({}, 0.1, 0.9, 0.0, 0.0, false, z({2}, DType::Float64)); },
+               "sgd_step_guarded: control [2] should hold 3 elements");
+}
+
+PELAB_INSTANTIATE_DEVICE_TESTS(OpPrologues);

@@ -32,21 +32,24 @@ void check_broadcast_operand(const View& v, const Shape& shape, const char* op) 
   PELAB_CHECK(ok, op, ": cannot broadcast ", shape_str(v.shape), " to ", shape_str(shape));
 }
 
-void check_unary(const View& out, const View& in) {
+AnyDTypeOp check_unary(const View& out, const View& in) {
   PELAB_CHECK(out.dtype == in.dtype, "unary: dtype mismatch, out ", dtype_name(out.dtype),
               " vs in ", dtype_name(in.dtype));
+  return {"unary", out.dtype};
 }
 
-void check_binary(const View& out, const View& a, const View& b, bool compare) {
+AnyDTypeOp check_binary(const View& out, const View& a, const View& b, bool compare) {
   PELAB_CHECK(a.dtype == b.dtype, "binary: operand dtypes differ: ", dtype_name(a.dtype), " vs ",
               dtype_name(b.dtype));
   PELAB_CHECK(out.dtype == a.dtype || compare, "binary: output dtype ", dtype_name(out.dtype),
               " differs from the operand dtype ", dtype_name(a.dtype));
+  return {"binary", a.dtype};
 }
 
-void check_where(const View& out, const View& a, const View& b) {
+AnyDTypeOp check_where(const View& out, const View& a, const View& b) {
   PELAB_CHECK(out.dtype == a.dtype && out.dtype == b.dtype, "where: dtypes differ: out ",
               dtype_name(out.dtype), ", a ", dtype_name(a.dtype), ", b ", dtype_name(b.dtype));
+  return {"where", out.dtype};
 }
 
 namespace {
@@ -55,22 +58,24 @@ void check_bounds(const char* op, double lo, double hi) {
 }
 }  // namespace
 
-void check_clamp(const View& out, const View& in, double lo, double hi) {
+FloatOp check_clamp(const View& out, const View& in, double lo, double hi) {
   PELAB_CHECK(out.dtype == in.dtype, "clamp: dtype mismatch, out ", dtype_name(out.dtype),
               " vs in ", dtype_name(in.dtype));
   check_bounds("clamp", lo, hi);
+  return {"clamp", out.dtype};
 }
 
-void check_clamp_backward(const View& grad_in, const View& grad_out, const View& x, double lo,
-                          double hi) {
+FloatOp check_clamp_backward(const View& grad_in, const View& grad_out, const View& x, double lo,
+                             double hi) {
   PELAB_CHECK(grad_in.dtype == grad_out.dtype && grad_in.dtype == x.dtype,
               "clamp_backward: dtypes differ: grad_in ", dtype_name(grad_in.dtype), ", grad_out ",
               dtype_name(grad_out.dtype), ", x ", dtype_name(x.dtype));
   check_bounds("clamp_backward", lo, hi);
+  return {"clamp_backward", grad_in.dtype};
 }
 
-void check_reduce(ReduceOp op, const View& out, const View& in, int64_t outer, int64_t n,
-                  int64_t inner) {
+AnyDTypeOp check_reduce(ReduceOp op, const View& out, const View& in, int64_t outer, int64_t n,
+                        int64_t inner) {
   PELAB_CHECK(outer >= 0 && n >= 0 && inner >= 0, "reduce: bad extents outer=", outer, " n=", n,
               " inner=", inner);
   PELAB_CHECK(in.numel() == outer * n * inner, "reduce: input ", shape_str(in.shape),
@@ -83,20 +88,23 @@ void check_reduce(ReduceOp op, const View& out, const View& in, int64_t outer, i
               shape_str(in.shape), " strides ", shape_str(in.strides), ")");
   PELAB_CHECK(op != ReduceOp::Max || n > 0 || outer * inner == 0,
               "reduce: max over an empty axis (input ", shape_str(in.shape), ")");
+  return {"reduce", in.dtype};
 }
 
-void check_sum_squares(const View& in) {
+FloatOp check_sum_squares(const View& in) {
   PELAB_CHECK(in.contiguous(), "sum_squares: view must be contiguous (shape ", shape_str(in.shape),
               ", strides ", shape_str(in.strides), ")");
+  return {"sum_squares", in.dtype};
 }
 
-void check_cumsum(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner) {
+FloatOp check_cumsum(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner) {
   const char* op = "cumsum";
   PELAB_CHECK(outer >= 0 && n >= 0 && inner >= 0, op, ": bad extents outer=", outer, " n=", n,
               " inner=", inner);
   check_rows(in, outer * n * inner, op, "input");
   check_rows(out, outer * n * inner, op, "output");
   check_dtype(out, in.dtype, op, "output");
+  return {op, in.dtype};
 }
 
 bool check_gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t& lda,
@@ -132,17 +140,18 @@ void check_optional(const View& v, int64_t numel, DType dt, const char* op, cons
 }
 }  // namespace
 
-void check_softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
-                   bool log) {
+FloatOp check_softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
+                      bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   const int64_t total = outer * n * inner;
   check_rows(in, total, op, "input");
   check_rows(out, total, op, "output");
   check_dtype(out, in.dtype, op, "output");
+  return {op, in.dtype};
 }
 
-void check_softmax_backward(const View& grad_in, const View& grad_out, const View& y,
-                            int64_t outer, int64_t n, int64_t inner, bool log) {
+FloatOp check_softmax_backward(const View& grad_in, const View& grad_out, const View& y,
+                               int64_t outer, int64_t n, int64_t inner, bool log) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
   const int64_t total = outer * n * inner;
   check_rows(grad_in, total, op, "grad_in");
@@ -150,10 +159,11 @@ void check_softmax_backward(const View& grad_in, const View& grad_out, const Vie
   check_rows(y, total, op, "y");
   check_dtype(grad_out, y.dtype, op, "grad_out");
   check_dtype(grad_in, y.dtype, op, "grad_in");
+  return {op, y.dtype};
 }
 
-void check_layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
-                      const View& weight, const View& bias, int64_t rows, int64_t n) {
+FloatOp check_layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
+                         const View& weight, const View& bias, int64_t rows, int64_t n) {
   const char* op = "layer_norm";
   PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
   check_rows(x, rows * n, op, "x");
@@ -163,11 +173,13 @@ void check_layer_norm(const View& y, const View& mean, const View& rstd, const V
   for (const View* v : {&y, &mean, &rstd}) check_dtype(*v, x.dtype, op, "output");
   check_optional(weight, n, x.dtype, op, "weight");
   check_optional(bias, n, x.dtype, op, "bias");
+  return {op, x.dtype};
 }
 
-void check_layer_norm_backward(const View& grad_x, const View& grad_weight, const View& grad_bias,
-                               const View& grad_y, const View& x, const View& mean,
-                               const View& rstd, const View& weight, int64_t rows, int64_t n) {
+FloatOp check_layer_norm_backward(const View& grad_x, const View& grad_weight,
+                                  const View& grad_bias, const View& grad_y, const View& x,
+                                  const View& mean, const View& rstd, const View& weight,
+                                  int64_t rows, int64_t n) {
   const char* op = "layer_norm_backward";
   PELAB_CHECK(n > 0, op, ": normalised size must be positive, got ", n);
   check_rows(x, rows * n, op, "x");
@@ -181,6 +193,7 @@ void check_layer_norm_backward(const View& grad_x, const View& grad_weight, cons
   check_optional(weight, n, x.dtype, op, "weight");
   for (const View* v : {&grad_weight, &grad_bias})
     check_optional(*v, n, x.dtype, op, "grad_weight/grad_bias");
+  return {op, x.dtype};
 }
 
 namespace {
@@ -200,33 +213,36 @@ void check_cross_entropy_args(const char* op, const View& out, const char* out_w
 }
 }  // namespace
 
-void check_cross_entropy(const View& loss, const View& count, const View& loss_rows,
-                         const View& lse, const View& logits, const View& targets, int64_t rows,
-                         int64_t C) {
+FloatOp check_cross_entropy(const View& loss, const View& count, const View& loss_rows,
+                            const View& lse, const View& logits, const View& targets,
+                            int64_t rows, int64_t C) {
   const char* op = "cross_entropy";
   check_cross_entropy_args(op, loss_rows, "loss_rows", rows, lse, logits, targets, rows, C);
   check_rows(loss, 1, op, "loss");
   check_dtype(loss, logits.dtype, op, "loss");
   check_rows(count, 1, op, "count");
   check_dtype(count, DType::Float64, op, "count");
+  return {op, logits.dtype};
 }
 
-void check_cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
-                                  const View& targets, int64_t rows, int64_t C,
-                                  const View& grad_loss, const View& count) {
+FloatOp check_cross_entropy_backward(const View& grad_logits, const View& logits, const View& lse,
+                                     const View& targets, int64_t rows, int64_t C,
+                                     const View& grad_loss, const View& count) {
   const char* op = "cross_entropy_backward";
   check_cross_entropy_args(op, grad_logits, "grad_logits", rows * C, lse, logits, targets, rows, C);
   check_rows(grad_loss, 1, op, "grad_loss");
   check_dtype(grad_loss, logits.dtype, op, "grad_loss");
   check_rows(count, 1, op, "count");
   check_dtype(count, DType::Float64, op, "count");
+  return {op, logits.dtype};
 }
 
 namespace {
 // The index kernels' common checks: `big` is the [outer, n_in, inner] side, `small` the
 // [outer, n_idx, inner] side (of big's dtype), `idx` an int64 [n_idx] index, or, with `blocks`,
-// P whole [n_idx, inner] blocks (see Backend::gather). Returns P (1 without blocks).
-int64_t check_indexed(const char* op, const View& big, const char* big_what, const View& small,
+// P whole [n_idx, inner] blocks (see Backend::gather). Returns the op's prologue, its kernel in
+// big's dtype, with P (1 without blocks).
+BlockIndexOp check_indexed(const char* op, const View& big, const char* big_what, const View& small,
                       const char* small_what, const View& idx, int64_t outer, int64_t n_in,
                       int64_t n_idx, int64_t inner, bool blocks) {
   check_rows(big, outer * n_in * inner, op, big_what);
@@ -235,28 +251,29 @@ int64_t check_indexed(const char* op, const View& big, const char* big_what, con
   check_rows(idx, blocks ? P * n_idx * inner : n_idx, op, "index");
   check_dtype(idx, DType::Int64, op, "index");
   check_dtype(small, big.dtype, op, small_what);
-  return P;
+  return {{op, big.dtype}, P};
 }
 }  // namespace
 
-void check_index_select(const View& out, const View& in, const View& idx, int64_t outer,
-                        int64_t n_in, int64_t n_idx, int64_t inner) {
-  check_indexed("index_select", in, "input", out, "output", idx, outer, n_in, n_idx, inner, false);
+AnyDTypeOp check_index_select(const View& out, const View& in, const View& idx, int64_t outer,
+                              int64_t n_in, int64_t n_idx, int64_t inner) {
+  return check_indexed("index_select", in, "input", out, "output", idx, outer, n_in, n_idx, inner,
+                       false);
 }
 
-void check_index_add(const View& acc, const View& src, const View& idx, int64_t outer,
-                     int64_t n_in, int64_t n_idx, int64_t inner) {
-  check_indexed("index_add", acc, "accumulator", src, "source", idx, outer, n_in, n_idx, inner,
-                false);
+AnyDTypeOp check_index_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                           int64_t n_in, int64_t n_idx, int64_t inner) {
+  return check_indexed("index_add", acc, "accumulator", src, "source", idx, outer, n_in, n_idx,
+                       inner, false);
 }
 
-int64_t check_gather(const View& out, const View& in, const View& idx, int64_t outer, int64_t n_in,
-                     int64_t n_idx, int64_t inner) {
+BlockIndexOp check_gather(const View& out, const View& in, const View& idx, int64_t outer,
+                          int64_t n_in, int64_t n_idx, int64_t inner) {
   return check_indexed("gather", in, "input", out, "output", idx, outer, n_in, n_idx, inner, true);
 }
 
-int64_t check_scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
-                          int64_t n_in, int64_t n_idx, int64_t inner) {
+BlockIndexOp check_scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
+                               int64_t n_in, int64_t n_idx, int64_t inner) {
   return check_indexed("scatter_add", acc, "accumulator", src, "source", idx, outer, n_in, n_idx,
                        inner, true);
 }
@@ -275,30 +292,42 @@ void check_lerp_operands(const char* op, const View& per_pos, const char* per_po
 }
 }  // namespace
 
-void check_gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
-                       int64_t n_in, int64_t n_idx, int64_t inner) {
-  check_lerp_operands("gather_lerp", out, "output", in, pos, outer, n_in, n_idx, inner);
+FloatOp check_gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
+                          int64_t n_in, int64_t n_idx, int64_t inner) {
+  const char* op = "gather_lerp";
+  check_lerp_operands(op, out, "output", in, pos, outer, n_in, n_idx, inner);
+  return {op, in.dtype};
 }
 
-void check_gather_lerp_backward(const View& grad_in, const View& grad_pos, const View& grad_out,
-                                const View& in, const View& pos, int64_t outer, int64_t n_in,
-                                int64_t n_idx, int64_t inner) {
+FloatOp check_gather_lerp_backward(const View& grad_in, const View& grad_pos,
+                                   const View& grad_out, const View& in, const View& pos,
+                                   int64_t outer, int64_t n_in, int64_t n_idx, int64_t inner) {
   const char* op = "gather_lerp_backward";
   check_lerp_operands(op, grad_out, "grad_out", in, pos, outer, n_in, n_idx, inner);
   check_optional(grad_in, outer * n_in * inner, in.dtype, op, "grad_in");
   check_optional(grad_pos, outer * n_idx * inner, in.dtype, op, "grad_pos");
+  return {op, in.dtype};
 }
 
-void check_dropout_mask(const View& mask, double p) {
+FloatOp check_dropout_mask(const View& mask, double p) {
   const char* op = "dropout_mask";
   PELAB_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
   check_rows(mask, mask.numel(), op, "mask");
+  return {op, mask.dtype};
 }
 
-void check_random_fill(const View& out, const char* op) { check_rows(out, out.numel(), op, "output"); }
+namespace {
+FloatOp check_random_fill(const View& out, const char* op) {
+  check_rows(out, out.numel(), op, "output");
+  return {op, out.dtype};
+}
+}  // namespace
 
-void check_adamw_step(const View& param, const View& grad, const View& m, const View& v,
-                      double bias_correction1, double bias_correction2) {
+FloatOp check_random_uniform(const View& out) { return check_random_fill(out, "random_uniform"); }
+FloatOp check_random_normal(const View& out) { return check_random_fill(out, "random_normal"); }
+
+FloatOp check_adamw_step(const View& param, const View& grad, const View& m, const View& v,
+                         double bias_correction1, double bias_correction2) {
   const char* op = "adamw_step";
   const int64_t n = param.numel();
   check_rows(param, n, op, "param");
@@ -309,10 +338,18 @@ void check_adamw_step(const View& param, const View& grad, const View& m, const 
   PELAB_CHECK(bias_correction1 > 0 && bias_correction2 > 0, op,
               ": bias corrections must be positive, got ", bias_correction1, " and ",
               bias_correction2);
+  return {op, param.dtype};
 }
 
-void check_sgd_step(const View& param, const View& grad, const View& momentum_buf,
-                    bool use_momentum) {
+FloatOp check_adamw_step_many(const std::vector<Backend::AdamWBuffers>& bufs,
+                              double bias_correction1, double bias_correction2) {
+  for (const Backend::AdamWBuffers& b : bufs)
+    check_adamw_step(b.param, b.grad, b.m, b.v, bias_correction1, bias_correction2);
+  return {"adamw_step", bufs.empty() ? DType::Float32 : bufs[0].param.dtype};
+}
+
+FloatOp check_sgd_step(const View& param, const View& grad, const View& momentum_buf,
+                       bool use_momentum) {
   const char* op = "sgd_step";
   const int64_t n = param.numel();
   check_rows(param, n, op, "param");
@@ -322,9 +359,15 @@ void check_sgd_step(const View& param, const View& grad, const View& momentum_bu
     check_rows(momentum_buf, n, op, "momentum_buffer");
     check_dtype(momentum_buf, param.dtype, op, "momentum_buffer");
   }
+  return {op, param.dtype};
 }
 
-void check_sum_squares_many(const View& out, const std::vector<View>& ins) {
+void check_sgd_step_many(const std::vector<Backend::SGDBuffers>& bufs, bool use_momentum) {
+  for (const Backend::SGDBuffers& b : bufs)
+    check_sgd_step(b.param, b.grad, b.momentum_buf, use_momentum);
+}
+
+FloatOp check_sum_squares_many(const View& out, const std::vector<View>& ins) {
   const char* op = "sum_squares_many";
   check_rows(out, 1, op, "output");
   check_dtype(out, DType::Float64, op, "output");
@@ -335,6 +378,7 @@ void check_sum_squares_many(const View& out, const std::vector<View>& ins) {
                 ", strides ", shape_str(in.strides), ")");
     PELAB_CHECK(is_floating(in.dtype), op, ": inputs must be floating, got ", dtype_name(in.dtype));
   }
+  return {op, out.dtype};
 }
 
 void check_update_control(const View& control, const View& step, double max_norm) {
@@ -346,14 +390,24 @@ void check_update_control(const View& control, const View& step, double max_norm
   PELAB_CHECK(max_norm > 0, op, ": max_norm must be > 0, got ", max_norm);
 }
 
-void check_guarded_control(const View& control, const char* op) {
+namespace {
+FloatOp check_guarded_control(const View& control, const char* op) {
   check_rows(control, 3, op, "control");
   check_dtype(control, DType::Float64, op, "control");
+  return {op, control.dtype};
+}
+}  // namespace
+
+FloatOp check_adamw_step_guarded(const View& control) {
+  return check_guarded_control(control, "adamw_step_guarded");
+}
+FloatOp check_sgd_step_guarded(const View& control) {
+  return check_guarded_control(control, "sgd_step_guarded");
 }
 
 // ---------------- rotary pairs, fused attention ----------------
-void check_rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
-                        int64_t outer, int64_t L, int64_t D, int64_t P) {
+FloatOp check_rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
+                           int64_t outer, int64_t L, int64_t D, int64_t P) {
   const char* op = "rotate_pairs";
   PELAB_CHECK(P >= 1 && 2 * P <= D, op, ": ", P, " pairs do not fit rows of ", D);
   const std::pair<const View*, const char*> args[] = {
@@ -365,10 +419,11 @@ void check_rotate_pairs(const View& out, const View& x, const View& cos, const V
     PELAB_CHECK(v->dtype == x.dtype, op, ": ", what, " has dtype ", dtype_name(v->dtype),
                 ", expected ", dtype_name(x.dtype));
   }
+  return {op, x.dtype};
 }
 
-void check_attention(const char* op, const AttentionArgs& a, const View* grad_out,
-                     const AttentionGrads* g) {
+FloatOp check_attention(const AttentionArgs& a, const View* grad_out, const AttentionGrads* g) {
+  const char* op = g ? "attention_backward" : "attention";
   const int64_t B = a.B, H = a.H;
   const View &q = a.q, &k = a.k, &v = a.v;
   PELAB_CHECK(B >= 0 && H >= 0 && q.shape.size() == 4 && k.shape.size() == 4 && k.shape == v.shape &&
@@ -431,7 +486,7 @@ void check_attention(const char* op, const AttentionArgs& a, const View* grad_ou
                     a.rel_index.contiguous(),
                 op, ": relative index ", shape_str(a.rel_index.shape), " ",
                 dtype_name(a.rel_index.dtype), " must be contiguous int64 [", Lq, ", ", Lk, "]");
-  if (!g) return;
+  if (!g) return {op, q.dtype};
   PELAB_CHECK(grad_out != nullptr, op, ": no grad_out");
   rows_view(*grad_out, q.shape, "grad_out");
   rows_view(g->q, q.shape, "grad q");
@@ -442,6 +497,7 @@ void check_attention(const char* op, const AttentionArgs& a, const View* grad_ou
               op, ": a relative-table gradient without its table");
   if (a.rel_keys.data) dense(g->rel_keys, {B * H, R, dh}, "relative keys gradient", true);
   if (a.rel_values.data) dense(g->rel_values, {B * H, R, dh}, "relative values gradient", true);
+  return {op, q.dtype};
 }
 
 }  // namespace pelab

@@ -607,23 +607,21 @@ int64_t cpu::attention_segmented_rows(const int64_t* idx, int64_t Lq, int64_t Lk
 }
 
 void CpuBackend::attention(const AttentionArgs& a) {
-  check_attention("attention", a);
+  const FloatOp op = check_attention(a);
   if (a.out.numel() == 0) return;
   PELAB_CHECK(a.k.shape[2] > 0, "attention: no keys for ", a.q.shape[2], " queries");
   if (a.rel_index.data)  // the kernels index the tables with it unchecked
     cpu::check_indices(static_cast<const int64_t*>(a.rel_index.data), a.rel_index.numel(),
                        (a.rel_keys.data ? a.rel_keys : a.rel_values).shape[1],
                        "attention (relative index)");
-  cpu::dispatch_float(a.q.dtype, "attention", [&](auto tag) { attention_fwd<decltype(tag)>(a); });
+  op.dispatch([&](auto tag) { attention_fwd<decltype(tag)>(a); });
 }
 
 void CpuBackend::attention_backward(const AttentionArgs& a, const View& grad_out,
                                     const AttentionGrads& g) {
-  const char* op = "attention_backward";
-  check_attention(op, a, &grad_out, &g);
+  const FloatOp op = check_attention(a, &grad_out, &g);
   if (a.q.numel() == 0 && a.k.numel() == 0) return;
-  cpu::dispatch_float(a.q.dtype, op,
-                      [&](auto tag) { attention_bwd<decltype(tag)>(a, grad_out, g); });
+  op.dispatch([&](auto tag) { attention_bwd<decltype(tag)>(a, grad_out, g); });
 }
 
 }  // namespace pelab

@@ -14,6 +14,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend_checks.h"  // the ops' shared prologues and dtype dispatch
 #include "pelab/backend.h"
 #include "pelab/parallel.h"
 
@@ -207,32 +208,6 @@ inline bool parallel_any(int64_t n, bool parallel, F&& f) {
     for (int64_t i = 0; i < n; ++i) any = f(i) || any;
   }
   return any;
-}
-
-// Function (not macro) dtype dispatch, so lambda bodies may contain #pragma omp.
-template <class F>
-auto dispatch_float(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
-  switch (dt) {
-    case DType::Float32:
-      return f(float{});
-    case DType::Float64:
-      return f(double{});
-    default:
-      break;
-  }
-  fail(op, ": expected a floating dtype, got ", dtype_name(dt));
-}
-template <class F>
-auto dispatch_all(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
-  switch (dt) {
-    case DType::Float32:
-      return f(float{});
-    case DType::Float64:
-      return f(double{});
-    case DType::Int64:
-      return f(int64_t{});
-  }
-  fail(op, ": bad dtype ", static_cast<int>(dt));
 }
 
 // x[i] = sqrt(x[i]); vectorised explicitly (GCC will not vectorise std::sqrt under -fmath-errno).

@@ -187,7 +187,7 @@ void CpuBackend::gemm(DType dtype, bool transA, bool transB, int64_t M, int64_t 
                       int64_t ldb, int64_t strideB, double beta, void* C, int64_t ldc,
                       int64_t strideC, int64_t batch) {
   if (!check_gemm(transA, transB, M, N, K, lda, ldb, ldc, batch, "BLAS")) return;
-  cpu::dispatch_float(dtype, "gemm", [&](auto tag) {
+  dispatch_float(dtype, "gemm", [&](auto tag) {
     using T = decltype(tag);
     const T* a = static_cast<const T*>(A);
     const T* b = static_cast<const T*>(B);
@@ -263,7 +263,7 @@ void CpuBackend::gemm_group(DType dtype, const GemmItem* items, size_t n) {
     check_gemm(g[i].transA, g[i].transB, g[i].M, g[i].N, g[i].K, g[i].lda, g[i].ldb, g[i].ldc, 1,
                "BLAS");  // non-empty: every product is large
   }
-  cpu::dispatch_float(dtype, "gemm_group", [&](auto tag) {
+  dispatch_float(dtype, "gemm_group", [&](auto tag) {
     using T = decltype(tag);
     // A product whose blocks would take another route than the whole (the small kernel for a
     // block, BLAS for the whole) runs its blocks in turn: the same calls as gemm, the same bits.
@@ -295,7 +295,7 @@ void CpuBackend::gemm_bias(DType dtype, bool transA, bool transB, int64_t M, int
                            const void* A, int64_t lda, const void* B, int64_t ldb,
                            const void* bias, void* C, int64_t ldc) {
   if (!check_gemm(transA, transB, M, N, K, lda, ldb, ldc, 1, "BLAS")) return;
-  cpu::dispatch_float(dtype, "gemm_bias", [&](auto tag) {
+  dispatch_float(dtype, "gemm_bias", [&](auto tag) {
     using T = decltype(tag);
     gemm_threaded<T>(transA, transB, M, N, K, T(1), static_cast<const T*>(A), lda,
                      static_cast<const T*>(B), ldb, T(1), static_cast<T*>(C), ldc,

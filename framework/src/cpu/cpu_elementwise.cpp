@@ -356,13 +356,13 @@ void clamp_backward_impl(const Layout<3>& L, double lo, double hi) {
 }  // namespace
 
 void CpuBackend::fill(const View& out, double value) {
-  cpu::dispatch_all(out.dtype, "fill", [&](auto tag) { fill_impl<decltype(tag)>(out, value); });
+  dispatch_all(out.dtype, "fill", [&](auto tag) { fill_impl<decltype(tag)>(out, value); });
 }
 
 void CpuBackend::copy(const View& out, const View& in) {
-  cpu::dispatch_all(out.dtype, "copy", [&](auto to) {
+  dispatch_all(out.dtype, "copy", [&](auto to) {
     using To = decltype(to);
-    cpu::dispatch_all(in.dtype, "copy", [&](auto ti) {
+    dispatch_all(in.dtype, "copy", [&](auto ti) {
       using Ti = decltype(ti);
       copy_impl<To, Ti>(out, in);
     });
@@ -370,62 +370,60 @@ void CpuBackend::copy(const View& out, const View& in) {
 }
 
 void CpuBackend::unary(UnaryOp op, const View& out, const View& in, double alpha) {
-  check_unary(out, in);
+  const AnyDTypeOp prologue = check_unary(out, in);
   const View* vs[2] = {&out, &in};
-  Layout<2> L = make_layout<2>(out.shape, vs, "unary");
-  cpu::dispatch_all(out.dtype, "unary", [&](auto tag) { unary_impl<decltype(tag)>(op, L, alpha); });
+  Layout<2> L = make_layout<2>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) { unary_impl<decltype(tag)>(op, L, alpha); });
 }
 
 void CpuBackend::binary(BinaryOp op, const View& out, const View& a, const View& b) {
   const bool cmp =
       op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt || op == BinaryOp::Gt;
-  check_binary(out, a, b, cmp);
+  const AnyDTypeOp prologue = check_binary(out, a, b, cmp);
   const View* vs[3] = {&out, &a, &b};
-  Layout<3> L = make_layout<3>(out.shape, vs, "binary");
-  cpu::dispatch_all(a.dtype, "binary", [&](auto tag) {
+  Layout<3> L = make_layout<3>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
     if (out.dtype == a.dtype) {
       binary_impl<T>(op, L);
     } else {
-      cpu::dispatch_all(out.dtype, "binary",
-                        [&](auto to) { binary_compare<T, decltype(to)>(op, L); });
+      prologue.dispatch(out.dtype, [&](auto to) { binary_compare<T, decltype(to)>(op, L); });
     }
   });
 }
 
 void CpuBackend::where(const View& out, const View& cond, const View& a, const View& b) {
-  check_where(out, a, b);
+  const AnyDTypeOp prologue = check_where(out, a, b);
   const View* vs[4] = {&out, &cond, &a, &b};
-  Layout<4> L = make_layout<4>(out.shape, vs, "where");
-  cpu::dispatch_all(out.dtype, "where", [&](auto tag) {
+  Layout<4> L = make_layout<4>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
-    cpu::dispatch_all(cond.dtype, "where", [&](auto tc) { where_impl<T, decltype(tc)>(L); });
+    prologue.dispatch(cond.dtype, [&](auto tc) { where_impl<T, decltype(tc)>(L); });
   });
 }
 
 void CpuBackend::axpy(const View& out, const View& x, double alpha) {
   const View* vs[2] = {&out, &x};
   Layout<2> L = make_layout<2>(out.shape, vs, "axpy");
-  cpu::dispatch_all(out.dtype, "axpy", [&](auto to) {
+  dispatch_all(out.dtype, "axpy", [&](auto to) {
     using To = decltype(to);
-    cpu::dispatch_all(x.dtype, "axpy", [&](auto tx) { axpy_impl<To, decltype(tx)>(L, alpha); });
+    dispatch_all(x.dtype, "axpy", [&](auto tx) { axpy_impl<To, decltype(tx)>(L, alpha); });
   });
 }
 
 void CpuBackend::clamp(const View& out, const View& in, double lo, double hi) {
-  check_clamp(out, in, lo, hi);
+  const FloatOp prologue = check_clamp(out, in, lo, hi);
   const View* vs[2] = {&out, &in};
-  Layout<2> L = make_layout<2>(out.shape, vs, "clamp");
-  cpu::dispatch_float(out.dtype, "clamp", [&](auto tag) { clamp_impl<decltype(tag)>(L, lo, hi); });
+  Layout<2> L = make_layout<2>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) { clamp_impl<decltype(tag)>(L, lo, hi); });
 }
 
 void CpuBackend::clamp_backward(const View& grad_in, const View& grad_out, const View& x,
                                 double lo, double hi) {
-  check_clamp_backward(grad_in, grad_out, x, lo, hi);
+  const FloatOp prologue = check_clamp_backward(grad_in, grad_out, x, lo, hi);
   const View* vs[3] = {&grad_in, &grad_out, &x};
-  Layout<3> L = make_layout<3>(grad_in.shape, vs, "clamp_backward");
-  cpu::dispatch_float(grad_in.dtype, "clamp_backward",
-                      [&](auto tag) { clamp_backward_impl<decltype(tag)>(L, lo, hi); });
+  Layout<3> L = make_layout<3>(grad_in.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) { clamp_backward_impl<decltype(tag)>(L, lo, hi); });
 }
 
 }  // namespace pelab

@@ -1,8 +1,10 @@
 // pelab — CPU fused NN kernels: softmax / log-softmax (+ backward), layer norm (+ backward), fused
 // cross-entropy (+ backward), index_select / index_add / gather / scatter_add, gather_lerp
-// (+ backward), counter-based random fills and dropout masks, and the AdamW / SGD steps. Row statistics of Float32 data accumulate in
-// double. Every cross-row reduction uses blocks fixed by the shape and combines them in order, so
-// results are identical run to run (and across thread counts).
+// (+ backward), counter-based random fills and dropout masks, and the AdamW / SGD steps. Each op's
+// prologue (name, checks, dtype dispatch) is the one the CUDA backend uses (backend_checks.h). Row
+// statistics of Float32 data accumulate in double. Every cross-row reduction uses blocks fixed by
+// the shape and combines them in order, so results are identical run to run (and across thread
+// counts).
 #include <omp.h>
 
 #include <algorithm>
@@ -219,11 +221,10 @@ void cpu::check_indices(const int64_t* idx, int64_t count, int64_t limit, const 
 // =====================================================================================
 void CpuBackend::softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
                          bool log) {
-  const char* op = log ? "log_softmax" : "softmax";
   const int64_t total = outer * n * inner;
-  check_softmax(out, in, outer, n, inner, log);
+  const FloatOp op = check_softmax(out, in, outer, n, inner, log);
   if (total == 0) return;
-  cpu::dispatch_float(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* y = static_cast<T*>(out.data);
     const T* x = static_cast<const T*>(in.data);
@@ -242,11 +243,10 @@ void CpuBackend::softmax(const View& out, const View& in, int64_t outer, int64_t
 
 void CpuBackend::softmax_backward(const View& grad_in, const View& grad_out, const View& y,
                                   int64_t outer, int64_t n, int64_t inner, bool log) {
-  const char* op = log ? "log_softmax_backward" : "softmax_backward";
   const int64_t total = outer * n * inner;
-  check_softmax_backward(grad_in, grad_out, y, outer, n, inner, log);
+  const FloatOp op = check_softmax_backward(grad_in, grad_out, y, outer, n, inner, log);
   if (total == 0) return;
-  cpu::dispatch_float(y.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* gi = static_cast<T*>(grad_in.data);
     const T* g = static_cast<const T*>(grad_out.data);
@@ -303,9 +303,8 @@ inline void ln_bwd_row_sums(const T* gr, const T* xr, const T* w, T m, T k, int6
 void CpuBackend::layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
                             const View& weight, const View& bias, int64_t rows, int64_t n,
                             double eps) {
-  const char* op = "layer_norm";
-  check_layer_norm(y, mean, rstd, x, weight, bias, rows, n);
-  cpu::dispatch_float(x.dtype, op, [&](auto tag) {
+  const FloatOp op = check_layer_norm(y, mean, rstd, x, weight, bias, rows, n);
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data);
     T* yp = static_cast<T*>(y.data);
@@ -351,10 +350,9 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
                                      const View& grad_bias, const View& grad_y, const View& x,
                                      const View& mean, const View& rstd, const View& weight,
                                      int64_t rows, int64_t n) {
-  const char* op = "layer_norm_backward";
-  check_layer_norm_backward(grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight, rows,
-                            n);
-  cpu::dispatch_float(x.dtype, op, [&](auto tag) {
+  const FloatOp op = check_layer_norm_backward(grad_x, grad_weight, grad_bias, grad_y, x, mean,
+                                               rstd, weight, rows, n);
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data);
     const T* gy = static_cast<const T*>(grad_y.data);
@@ -464,14 +462,13 @@ void CpuBackend::layer_norm_backward(const View& grad_x, const View& grad_weight
 void CpuBackend::cross_entropy(const View& loss, const View& count, const View& loss_rows,
                                const View& lse, const View& logits, const View& targets,
                                int64_t rows, int64_t C, int64_t ignore_index, double smoothing) {
-  const char* op = "cross_entropy";
-  check_cross_entropy(loss, count, loss_rows, lse, logits, targets, rows, C);
+  const FloatOp op = check_cross_entropy(loss, count, loss_rows, lse, logits, targets, rows, C);
   const int64_t* tg = static_cast<const int64_t*>(targets.data);
   check_targets(tg, rows, C, ignore_index);
   int64_t kept = 0;
   for (int64_t r = 0; r < rows; ++r) kept += tg[r] != ignore_index;
   *static_cast<double*>(count.data) = static_cast<double>(kept);
-  cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(logits.data);
     T* lp = static_cast<T*>(loss_rows.data);
@@ -520,11 +517,11 @@ void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& log
                                         const View& lse, const View& targets, int64_t rows,
                                         int64_t C, int64_t ignore_index, double smoothing,
                                         const View& grad_loss, const View& count) {
-  const char* op = "cross_entropy_backward";
-  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C, grad_loss, count);
+  const FloatOp op =
+      check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C, grad_loss, count);
   const int64_t* tg = static_cast<const int64_t*>(targets.data);
   check_targets(tg, rows, C, ignore_index);
-  cpu::dispatch_float(logits.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const double scale = static_cast<double>(*static_cast<const T*>(grad_loss.data)) /
                          *static_cast<const double*>(count.data);
@@ -555,10 +552,9 @@ void CpuBackend::cross_entropy_backward(const View& grad_logits, const View& log
 void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
                               int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
                               bool inverse) {
-  const char* op = "rotate_pairs";
-  check_rotate_pairs(out, x, cos, sin, outer, L, D, P);
+  const FloatOp op = check_rotate_pairs(out, x, cos, sin, outer, L, D, P);
   const int64_t rows = outer * L;
-  cpu::dispatch_float(x.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data);
     T* ob = static_cast<T*>(out.data);
@@ -595,13 +591,12 @@ void CpuBackend::rotate_pairs(const View& out, const View& x, const View& cos, c
 // =====================================================================================
 void CpuBackend::index_select(const View& out, const View& in, const View& idx, int64_t outer,
                               int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "index_select";
-  check_index_select(out, in, idx, outer, n_in, n_idx, inner);
+  const AnyDTypeOp op = check_index_select(out, in, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  cpu::check_indices(ix, n_idx, n_in, op);
+  cpu::check_indices(ix, n_idx, n_in, op.name);
   const IndexChunks chunks(outer, n_idx);
   const int64_t jw = chunks.width, nj = chunks.count;
-  cpu::dispatch_all(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
@@ -623,16 +618,15 @@ void CpuBackend::index_select(const View& out, const View& in, const View& idx, 
 
 void CpuBackend::index_add(const View& acc, const View& src, const View& idx, int64_t outer,
                            int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "index_add";
-  check_index_add(acc, src, idx, outer, n_in, n_idx, inner);
+  const AnyDTypeOp op = check_index_add(acc, src, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  cpu::check_indices(ix, n_idx, n_in, op);
+  cpu::check_indices(ix, n_idx, n_in, op.name);
   // parallel over (outer, column chunk) only; j runs in order, so sums are deterministic
   const int nth = omp_get_max_threads();
   const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
   const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
   const int64_t nc = inner == 0 ? 0 : ceil_div(inner, cw);
-  cpu::dispatch_all(acc.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* a = static_cast<T*>(acc.data);
     const T* s = static_cast<const T*>(src.data);
@@ -655,23 +649,21 @@ void CpuBackend::index_add(const View& acc, const View& src, const View& idx, in
 
 void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_t outer,
                         int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "gather";
   const int64_t total = outer * n_idx * inner;
-  // slice o uses block o % P
-  const int64_t P = check_gather(out, in, idx, outer, n_in, n_idx, inner);
+  const BlockIndexOp op = check_gather(out, in, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  cpu::check_indices(ix, P * n_idx * inner, n_in, op);
+  cpu::check_indices(ix, op.blocks * n_idx * inner, n_in, op.name);
   // Tasks are (slice o, chunk of rows j); the slice's index block and base pointers are computed
   // once per task, and the inner == 1 case (gather along the last axis) is a plain indexed copy.
   const IndexChunks chunks(outer, n_idx);
   const int64_t jw = chunks.width, nj = chunks.count;
-  cpu::dispatch_all(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     T* dst = static_cast<T*>(out.data);
     cpu::parallel_for(outer * nj, total > kParallelGrain, [&](int64_t t) {
       const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
-      const int64_t* ib = ix + (o % P) * n_idx * inner;
+      const int64_t* ib = ix + (o % op.blocks) * n_idx * inner;
       const T* sb = src + o * n_in * inner;
       T* db = dst + o * n_idx * inner;
       if (inner == 1) {
@@ -689,17 +681,15 @@ void CpuBackend::gather(const View& out, const View& in, const View& idx, int64_
 
 void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
                              int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "scatter_add";
   const int64_t total = outer * n_idx * inner;
-  // slice o uses block o % P
-  const int64_t P = check_scatter_add(acc, src, idx, outer, n_in, n_idx, inner);
+  const BlockIndexOp op = check_scatter_add(acc, src, idx, outer, n_in, n_idx, inner);
   const int64_t* ix = static_cast<const int64_t*>(idx.data);
-  cpu::check_indices(ix, P * n_idx * inner, n_in, op);
+  cpu::check_indices(ix, op.blocks * n_idx * inner, n_in, op.name);
   const int nth = omp_get_max_threads();
   const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
   const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
   const int64_t nc = inner == 0 ? 0 : ceil_div(inner, cw);
-  cpu::dispatch_all(acc.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* a = static_cast<T*>(acc.data);
     const T* s = static_cast<const T*>(src.data);
@@ -707,7 +697,7 @@ void CpuBackend::scatter_add(const View& acc, const View& src, const View& idx, 
       const int64_t o = t / nc, c = t % nc;
       const int64_t i0 = c * cw, len = std::min(cw, inner - i0);
       T* ab = a + o * n_in * inner;
-      const int64_t* ib = ix + (o % P) * n_idx * inner;
+      const int64_t* ib = ix + (o % op.blocks) * n_idx * inner;
       const T* sb = s + o * n_idx * inner;
       if (inner == 1) {  // scatter along the last axis (Shaw's bins)
         add_runs(ab, sb, ib, n_idx);
@@ -846,26 +836,25 @@ void lerp_backward_rows(T* gi, T* gp, const T* go, const T* src, const T* ps, in
 
 void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
                              int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "gather_lerp";
-  check_gather_lerp(out, in, pos, outer, n_in, n_idx, inner);
+  const FloatOp op = check_gather_lerp(out, in, pos, outer, n_in, n_idx, inner);
   const int64_t total = outer * n_idx * inner;
   if (total == 0) return;
   const IndexChunks chunks(outer, n_idx);
   const int64_t jw = chunks.width, nj = chunks.count;
-  cpu::dispatch_float(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     const T* ps = static_cast<const T*>(pos.data);
     T* dst = static_cast<T*>(out.data);
     // No row to read (the fast path below reads row 0 before it reports a bad position).
-    if (n_in == 0) lerp_position_error(ps, total, n_in, op);
+    if (n_in == 0) lerp_position_error(ps, total, n_in, op.name);
     const T hi = static_cast<T>(n_in - 1);
     const bool small = n_in <= INT32_MAX;
     const int32_t last = small ? static_cast<int32_t>(n_in - 1) : 0;
     if (inner == 1 && small) {
       // Along the last axis: every position checked first (one long pass), then rows without a
       // reduction, branch-free and vectorisable (32-bit row indices, gathers).
-      if (!lerp_positions_ok(ps, total, hi)) lerp_position_error(ps, total, n_in, op);
+      if (!lerp_positions_ok(ps, total, hi)) lerp_position_error(ps, total, n_in, op.name);
       cpu::parallel_for(outer * nj, total > kParallelGrain, [&](int64_t t) {
         const int64_t o = t / nj, j0 = (t % nj) * jw, j1 = std::min(n_idx, j0 + jw);
         const T* sb = src + o * n_in;
@@ -905,15 +894,15 @@ void CpuBackend::gather_lerp(const View& out, const View& in, const View& pos, i
       }
       return task_bad;
     });
-    if (bad) lerp_position_error(ps, total, n_in, op);
+    if (bad) lerp_position_error(ps, total, n_in, op.name);
   });
 }
 
 void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
                                       const View& grad_out, const View& in, const View& pos,
                                       int64_t outer, int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "gather_lerp_backward";
-  check_gather_lerp_backward(grad_in, grad_pos, grad_out, in, pos, outer, n_in, n_idx, inner);
+  const FloatOp op =
+      check_gather_lerp_backward(grad_in, grad_pos, grad_out, in, pos, outer, n_in, n_idx, inner);
   const int64_t total = outer * n_idx * inner;
   // Tasks own whole accumulator columns: (slice o, chunk of the inner columns), j in order, so the
   // sums do not depend on the thread count.
@@ -921,17 +910,17 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
   const int64_t chunks = outer >= nth ? 1 : std::min<int64_t>(ceil_div(nth, outer) * 2, inner);
   const int64_t cw = ceil_div(inner, std::max<int64_t>(chunks, 1));
   const int64_t nc = inner == 0 ? 0 : ceil_div(inner, cw);
-  cpu::dispatch_float(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(in.data);
     const T* ps = static_cast<const T*>(pos.data);
     const T* go = static_cast<const T*>(grad_out.data);
     T* gi = static_cast<T*>(grad_in.data);
     T* gp = static_cast<T*>(grad_pos.data);
-    if (total > 0 && n_in == 0) lerp_position_error(ps, total, n_in, op);  // no row to read
+    if (total > 0 && n_in == 0) lerp_position_error(ps, total, n_in, op.name);  // no row to read
     const T hi = static_cast<T>(n_in - 1);
     if (inner == 1 && n_in <= kLerpRowsInL1) {
-      if (!lerp_positions_ok(ps, total, hi)) lerp_position_error(ps, total, n_in, op);
+      if (!lerp_positions_ok(ps, total, hi)) lerp_position_error(ps, total, n_in, op.name);
       lerp_backward_rows(gi, gp, go, src, ps, outer, n_in, n_idx, total > kParallelGrain);
       return;
     }
@@ -965,16 +954,15 @@ void CpuBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos,
       }
       return task_bad;
     });
-    if (bad) lerp_position_error(ps, total, n_in, op);
+    if (bad) lerp_position_error(ps, total, n_in, op.name);
   });
 }
 
 // =====================================================================================
 void CpuBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) {
-  const char* op = "dropout_mask";
-  check_dropout_mask(mask, p);
+  const FloatOp op = check_dropout_mask(mask, p);
   const int64_t n = mask.numel();
-  cpu::dispatch_float(mask.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* m = static_cast<T*>(mask.data);
     const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
@@ -986,10 +974,9 @@ void CpuBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_
 
 void CpuBackend::random_uniform(const View& out, double lo, double hi, uint64_t seed,
                                 uint64_t offset) {
-  const char* op = "random_uniform";
-  check_random_fill(out, op);
+  const FloatOp op = check_random_uniform(out);
   const int64_t n = out.numel();
-  cpu::dispatch_float(out.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
     const double w = hi - lo;
@@ -1001,10 +988,9 @@ void CpuBackend::random_uniform(const View& out, double lo, double hi, uint64_t 
 
 void CpuBackend::random_normal(const View& out, double mean, double std, uint64_t seed,
                                uint64_t offset) {
-  const char* op = "random_normal";
-  check_random_fill(out, op);
+  const FloatOp op = check_random_normal(out);
   const int64_t n = out.numel();
-  cpu::dispatch_float(out.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
     cpu::parallel_for(n, n > kParallelGrain / 4, [&](int64_t i) {
@@ -1083,13 +1069,14 @@ void adamw_chunks(const Backend::AdamWBuffers* bufs, size_t count, double lr, do
   });
 }
 
-// Runs f(k0, k1, tag) on each run [k0, k1) of consecutive buffers of one dtype (tag: a T{}).
+// Runs f(k0, k1, tag) on each run [k0, k1) of consecutive buffers of one dtype (tag: a T{}),
+// dispatched by op.
 template <class Buf, class F>
-void by_dtype_runs(const std::vector<Buf>& bufs, const char* op, F&& f) {
+void by_dtype_runs(const std::vector<Buf>& bufs, const FloatOp& op, F&& f) {
   for (size_t k0 = 0; k0 < bufs.size();) {
     size_t k1 = k0 + 1;
     while (k1 < bufs.size() && bufs[k1].param.dtype == bufs[k0].param.dtype) ++k1;
-    cpu::dispatch_float(bufs[k0].param.dtype, op, [&](auto tag) { f(k0, k1, tag); });
+    op.dispatch(bufs[k0].param.dtype, [&](auto tag) { f(k0, k1, tag); });
     k0 = k1;
   }
 }
@@ -1155,12 +1142,12 @@ void sgd_impl(const View& param, const View& grad, const View& momentum_buf, dou
   }
 }
 
-// The values of a guarded update's control (Backend::update_control), in host memory here.
+// The values of a guarded update's control (Backend::update_control; checked by the step's
+// check_*_step_guarded first), in host memory here.
 struct Control {
   double scale, update, t;
 };
-Control read_control(const View& control, const char* op) {
-  check_guarded_control(control, op);
+Control read_control(const View& control) {
   const double* c = static_cast<const double*>(control.data);
   return {c[0], c[1], c[2]};
 }
@@ -1170,10 +1157,9 @@ Control read_control(const View& control, const char* op) {
 void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, const View& v,
                             double lr, double beta1, double beta2, double eps, double weight_decay,
                             double bias_correction1, double bias_correction2) {
-  const char* op = "adamw_step";
-  check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
+  const FloatOp op = check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
   const AdamWBuffers b{param, grad, m, v};
-  cpu::dispatch_float(param.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     adamw_chunks<decltype(tag)>(&b, 1, lr, beta1, beta2, eps, weight_decay, bias_correction1,
                                 bias_correction2);
   });
@@ -1185,9 +1171,7 @@ void CpuBackend::adamw_step(const View& param, const View& grad, const View& m, 
 void CpuBackend::adamw_step_many(const std::vector<AdamWBuffers>& bufs, double lr, double beta1,
                                  double beta2, double eps, double weight_decay,
                                  double bias_correction1, double bias_correction2) {
-  const char* op = "adamw_step";
-  for (const AdamWBuffers& b : bufs)
-    check_adamw_step(b.param, b.grad, b.m, b.v, bias_correction1, bias_correction2);
+  const FloatOp op = check_adamw_step_many(bufs, bias_correction1, bias_correction2);
   by_dtype_runs(bufs, op, [&](size_t k0, size_t k1, auto tag) {
     adamw_chunks<decltype(tag)>(bufs.data() + k0, k1 - k0, lr, beta1, beta2, eps, weight_decay,
                                 bias_correction1, bias_correction2);
@@ -1199,11 +1183,11 @@ void CpuBackend::adamw_step_many(const std::vector<AdamWBuffers>& bufs, double l
 void CpuBackend::adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, double lr,
                                     double beta1, double beta2, double eps, double weight_decay,
                                     const View& control) {
-  const char* op = "adamw_step_guarded";
-  const Control c = read_control(control, op);
+  const FloatOp op = check_adamw_step_guarded(control);
+  const Control c = read_control(control);
   if (c.update == 0.0) return;
   const double bc1 = 1.0 - std::pow(beta1, c.t), bc2 = 1.0 - std::pow(beta2, c.t);
-  for (const AdamWBuffers& b : bufs) check_adamw_step(b.param, b.grad, b.m, b.v, bc1, bc2);
+  check_adamw_step_many(bufs, bc1, bc2);
   by_dtype_runs(bufs, op, [&](size_t k0, size_t k1, auto tag) {
     adamw_chunks<decltype(tag)>(bufs.data() + k0, k1 - k0, lr, beta1, beta2, eps, weight_decay,
                                 bc1, bc2, c.scale);
@@ -1213,9 +1197,8 @@ void CpuBackend::adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, doubl
 void CpuBackend::sgd_step(const View& param, const View& grad, const View& momentum_buf, double lr,
                           double momentum, double dampening, double weight_decay, bool nesterov,
                           bool first_step) {
-  const char* op = "sgd_step";
-  check_sgd_step(param, grad, momentum_buf, momentum != 0.0);
-  cpu::dispatch_float(param.dtype, op, [&](auto tag) {
+  const FloatOp op = check_sgd_step(param, grad, momentum_buf, momentum != 0.0);
+  op.dispatch([&](auto tag) {
     sgd_impl<decltype(tag)>(param, grad, momentum_buf, lr, momentum, dampening, weight_decay,
                             nesterov, first_step, 1.0);
   });
@@ -1224,12 +1207,12 @@ void CpuBackend::sgd_step(const View& param, const View& grad, const View& momen
 void CpuBackend::sgd_step_guarded(const std::vector<SGDBuffers>& bufs, double lr, double momentum,
                                   double dampening, double weight_decay, bool nesterov,
                                   const View& control) {
-  const char* op = "sgd_step_guarded";
-  const Control c = read_control(control, op);
+  const FloatOp op = check_sgd_step_guarded(control);
+  const Control c = read_control(control);
   if (c.update == 0.0) return;
-  for (const SGDBuffers& b : bufs) check_sgd_step(b.param, b.grad, b.momentum_buf, momentum != 0.0);
+  check_sgd_step_many(bufs, momentum != 0.0);
   for (const SGDBuffers& b : bufs)
-    cpu::dispatch_float(b.param.dtype, op, [&](auto tag) {
+    op.dispatch(b.param.dtype, [&](auto tag) {
       sgd_impl<decltype(tag)>(b.param, b.grad, b.momentum_buf, lr, momentum, dampening,
                               weight_decay, nesterov, c.t == 1.0, c.scale);
     });

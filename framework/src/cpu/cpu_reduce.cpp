@@ -229,9 +229,9 @@ double sum_squares_impl(const T* x, int64_t total) {
 
 void CpuBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& in, int64_t outer,
                         int64_t n, int64_t inner) {
-  check_reduce(op, out, in, outer, n, inner);
+  const AnyDTypeOp prologue = check_reduce(op, out, in, outer, n, inner);
   if (outer * inner == 0) return;
-  cpu::dispatch_all(in.dtype, "reduce", [&](auto tag) {
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
     const T* x = static_cast<const T*>(in.data);
@@ -250,9 +250,9 @@ void CpuBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& 
 
 void CpuBackend::cumsum(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
                         bool reverse) {
-  check_cumsum(out, in, outer, n, inner);
+  const FloatOp op = check_cumsum(out, in, outer, n, inner);
   if (outer * n * inner == 0) return;
-  cpu::dispatch_float(in.dtype, "cumsum", [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     cumsum_impl<T>(static_cast<T*>(out.data), static_cast<const T*>(in.data), outer, n, inner,
                    reverse);
@@ -260,10 +260,10 @@ void CpuBackend::cumsum(const View& out, const View& in, int64_t outer, int64_t 
 }
 
 double CpuBackend::sum_squares(const View& in) {
-  check_sum_squares(in);
+  const FloatOp op = check_sum_squares(in);
   const int64_t total = in.numel();
   if (total == 0) return 0.0;
-  return cpu::dispatch_float(in.dtype, "sum_squares", [&](auto tag) {
+  return op.dispatch([&](auto tag) {
     return sum_squares_impl(static_cast<const decltype(tag)*>(in.data), total);
   });
 }
@@ -271,12 +271,12 @@ double CpuBackend::sum_squares(const View& in) {
 // Each input's sum as sum_squares computes it, added in order (as a host loop over sum_squares
 // would).
 void CpuBackend::sum_squares_many(const View& out, const std::vector<View>& ins) {
-  check_sum_squares_many(out, ins);
+  const FloatOp op = check_sum_squares_many(out, ins);
   double total = 0.0;
   for (const View& in : ins) {
     const int64_t n = in.numel();
     if (n == 0) continue;
-    total += cpu::dispatch_float(in.dtype, "sum_squares_many", [&](auto tag) {
+    total += op.dispatch(in.dtype, [&](auto tag) {
       return sum_squares_impl(static_cast<const decltype(tag)*>(in.data), n);
     });
   }

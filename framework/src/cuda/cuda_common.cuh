@@ -1,7 +1,8 @@
-// pelab — CUDA backend internals shared by the .cu files: checked CUDA calls, dtype dispatch, launch
-// sizes, the strided-layout struct passed to elementwise kernels by value (up to 8 collapsed dims),
+// pelab — CUDA backend internals shared by the .cu files: checked CUDA calls, launch sizes, the
+// strided-layout struct passed to elementwise kernels by value (up to 8 collapsed dims),
 // fixed-order block reductions, the device error record for index bounds, temporary device buffers
-// and the float/double math wrappers. Only included by .cu files.
+// and the float/double math wrappers. Only included by .cu files. The ops' prologues (names,
+// checks, dtype dispatch) are the CPU backend's too: backend_checks.h.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -38,26 +39,6 @@ inline void check_launch(const char* kernel, const Ctx&... ctx) {
   if (e != cudaSuccess)
     fail("cuda: kernel ", kernel, " failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e),
          ctx...);
-}
-
-// ---------------- dtype dispatch (host) ----------------
-template <class F>
-auto dispatch_float(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
-  switch (dt) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    default: break;
-  }
-  fail(op, ": expected a floating dtype, got ", dtype_name(dt));
-}
-template <class F>
-auto dispatch_all(DType dt, const char* op, F&& f) -> decltype(f(float{})) {
-  switch (dt) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::Int64: return f(int64_t{});
-  }
-  fail(op, ": bad dtype ", static_cast<int>(dt));
 }
 
 // Accumulator type: double for floating types, int64 for Int64 (as on the CPU).

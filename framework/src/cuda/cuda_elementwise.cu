@@ -217,7 +217,7 @@ std::string layout_ctx(const View* const (&vs)[N]) {
 void CudaBackend::fill(const View& out, double value) {
   const View* vs[1] = {&out};
   HostLayout<1> L = cuda::make_layout<1>(out.shape, vs, "fill");
-  cuda::dispatch_all(out.dtype, "fill", [&](auto tag) {
+  dispatch_all(out.dtype, "fill", [&](auto tag) {
     using T = decltype(tag);
     cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<1>& S) {
       fill_kernel<T><<<grid_for(S.numel), kThreads>>>(S, static_cast<T>(value));
@@ -229,9 +229,9 @@ void CudaBackend::fill(const View& out, double value) {
 void CudaBackend::copy(const View& out, const View& in) {
   const View* vs[2] = {&out, &in};
   HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, "copy");
-  cuda::dispatch_all(out.dtype, "copy", [&](auto to) {
+  dispatch_all(out.dtype, "copy", [&](auto to) {
     using To = decltype(to);
-    cuda::dispatch_all(in.dtype, "copy", [&](auto ti) {
+    dispatch_all(in.dtype, "copy", [&](auto ti) {
       using Ti = decltype(ti);
       cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<2>& S) {
         copy_kernel<To, Ti><<<grid_for(S.numel), kThreads>>>(S);
@@ -242,14 +242,14 @@ void CudaBackend::copy(const View& out, const View& in) {
 }
 
 void CudaBackend::unary(UnaryOp op, const View& out, const View& in, double alpha) {
-  check_unary(out, in);
+  const AnyDTypeOp prologue = check_unary(out, in);
   const View* vs[2] = {&out, &in};
-  HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, "unary");
-  cuda::dispatch_all(out.dtype, "unary", [&](auto tag) {
+  HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
     cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<2>& S) {
       unary_kernel<T><<<grid_for(S.numel), kThreads>>>(op, S, alpha);
-      cuda::check_launch("unary", layout_ctx(vs), " op ", static_cast<int>(op));
+      cuda::check_launch(prologue.name, layout_ctx(vs), " op ", static_cast<int>(op));
     });
   });
 }
@@ -257,32 +257,32 @@ void CudaBackend::unary(UnaryOp op, const View& out, const View& in, double alph
 void CudaBackend::binary(BinaryOp op, const View& out, const View& a, const View& b) {
   const bool cmp = op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt ||
                    op == BinaryOp::Gt;
-  check_binary(out, a, b, cmp);
+  const AnyDTypeOp prologue = check_binary(out, a, b, cmp);
   const View* vs[3] = {&out, &a, &b};
-  HostLayout<3> L = cuda::make_layout<3>(out.shape, vs, "binary");
-  cuda::dispatch_all(a.dtype, "binary", [&](auto ti) {
+  HostLayout<3> L = cuda::make_layout<3>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto ti) {
     using Ti = decltype(ti);
-    cuda::dispatch_all(out.dtype, "binary", [&](auto to) {
+    prologue.dispatch(out.dtype, [&](auto to) {
       using To = decltype(to);
       cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<3>& S) {
         binary_kernel<Ti, To><<<grid_for(S.numel), kThreads>>>(op, S);
-        cuda::check_launch("binary", layout_ctx(vs), " op ", static_cast<int>(op));
+        cuda::check_launch(prologue.name, layout_ctx(vs), " op ", static_cast<int>(op));
       });
     });
   });
 }
 
 void CudaBackend::where(const View& out, const View& cond, const View& a, const View& b) {
-  check_where(out, a, b);
+  const AnyDTypeOp prologue = check_where(out, a, b);
   const View* vs[4] = {&out, &cond, &a, &b};
-  HostLayout<4> L = cuda::make_layout<4>(out.shape, vs, "where");
-  cuda::dispatch_all(out.dtype, "where", [&](auto tag) {
+  HostLayout<4> L = cuda::make_layout<4>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
-    cuda::dispatch_all(cond.dtype, "where", [&](auto tc) {
+    prologue.dispatch(cond.dtype, [&](auto tc) {
       using Tc = decltype(tc);
       cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<4>& S) {
         where_kernel<T, Tc><<<grid_for(S.numel), kThreads>>>(S);
-        cuda::check_launch("where", layout_ctx(vs));
+        cuda::check_launch(prologue.name, layout_ctx(vs));
       });
     });
   });
@@ -291,9 +291,9 @@ void CudaBackend::where(const View& out, const View& cond, const View& a, const 
 void CudaBackend::axpy(const View& out, const View& x, double alpha) {
   const View* vs[2] = {&out, &x};
   HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, "axpy");
-  cuda::dispatch_all(out.dtype, "axpy", [&](auto to) {
+  dispatch_all(out.dtype, "axpy", [&](auto to) {
     using To = decltype(to);
-    cuda::dispatch_all(x.dtype, "axpy", [&](auto tx) {
+    dispatch_all(x.dtype, "axpy", [&](auto tx) {
       using Tx = decltype(tx);
       cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<2>& S) {
         axpy_kernel<To, Tx><<<grid_for(S.numel), kThreads>>>(S, static_cast<To>(alpha));
@@ -304,29 +304,29 @@ void CudaBackend::axpy(const View& out, const View& x, double alpha) {
 }
 
 void CudaBackend::clamp(const View& out, const View& in, double lo, double hi) {
-  check_clamp(out, in, lo, hi);
+  const FloatOp prologue = check_clamp(out, in, lo, hi);
   const View* vs[2] = {&out, &in};
-  HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, "clamp");
-  cuda::dispatch_float(out.dtype, "clamp", [&](auto tag) {
+  HostLayout<2> L = cuda::make_layout<2>(out.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
     cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<2>& S) {
       clamp_kernel<T><<<grid_for(S.numel), kThreads>>>(S, static_cast<T>(lo), static_cast<T>(hi));
-      cuda::check_launch("clamp", layout_ctx(vs));
+      cuda::check_launch(prologue.name, layout_ctx(vs));
     });
   });
 }
 
 void CudaBackend::clamp_backward(const View& grad_in, const View& grad_out, const View& x,
                                  double lo, double hi) {
-  check_clamp_backward(grad_in, grad_out, x, lo, hi);
+  const FloatOp prologue = check_clamp_backward(grad_in, grad_out, x, lo, hi);
   const View* vs[3] = {&grad_in, &grad_out, &x};
-  HostLayout<3> L = cuda::make_layout<3>(grad_in.shape, vs, "clamp_backward");
-  cuda::dispatch_float(grad_in.dtype, "clamp_backward", [&](auto tag) {
+  HostLayout<3> L = cuda::make_layout<3>(grad_in.shape, vs, prologue.name);
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
     cuda::for_each_launch(L, elem_sizes(vs).data(), [&](const Strided<3>& S) {
       clamp_backward_kernel<T><<<grid_for(S.numel), kThreads>>>(S, static_cast<T>(lo),
                                                                 static_cast<T>(hi));
-      cuda::check_launch("clamp_backward", layout_ctx(vs));
+      cuda::check_launch(prologue.name, layout_ctx(vs));
     });
   });
 }
@@ -562,10 +562,10 @@ std::string reduce_ctx(const View& in, int64_t outer, int64_t n, int64_t inner) 
 
 void CudaBackend::reduce(ReduceOp op, const View& out, void* argmax, const View& in, int64_t outer,
                          int64_t n, int64_t inner) {
-  check_reduce(op, out, in, outer, n, inner);
+  const AnyDTypeOp prologue = check_reduce(op, out, in, outer, n, inner);
   if (outer * inner == 0) return;
   const std::string ctx = reduce_ctx(in, outer, n, inner);
-  cuda::dispatch_all(in.dtype, "reduce", [&](auto tag) {
+  prologue.dispatch([&](auto tag) {
     using T = decltype(tag);
     using A = typename Acc<T>::type;
     T* o = static_cast<T*>(out.data);
@@ -626,29 +626,29 @@ void CudaBackend::reduce(ReduceOp op, const View& out, void* argmax, const View&
 
 void CudaBackend::cumsum(const View& out, const View& in, int64_t outer, int64_t n,
                          int64_t inner, bool reverse) {
-  check_cumsum(out, in, outer, n, inner);
+  const FloatOp op = check_cumsum(out, in, outer, n, inner);
   if (outer * n * inner == 0) return;
-  cuda::dispatch_float(in.dtype, "cumsum", [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     cumsum_cols<T, typename Acc<T>::type><<<grid_for(outer * inner), kThreads>>>(
         static_cast<T*>(out.data), static_cast<const T*>(in.data), outer, n, inner, reverse);
-    cuda::check_launch("cumsum", reduce_ctx(in, outer, n, inner));
+    cuda::check_launch(op.name, reduce_ctx(in, outer, n, inner));
   });
 }
 
 double CudaBackend::sum_squares(const View& in) {
-  check_sum_squares(in);
+  const FloatOp op = check_sum_squares(in);
   const int64_t total = in.numel();
   if (total == 0) return 0.0;
-  return cuda::dispatch_float(in.dtype, "sum_squares", [&](auto tag) {
+  return op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const int64_t nb = ceil_div(total, kRowChunk);
     cuda::DeviceBuffer part(sizeof(double) * (nb + 1));
     double* p = part.as<double>();
     sumsq_blocks<T><<<grid_for(nb, 1), kThreads>>>(p + 1, static_cast<const T*>(in.data), total, nb);
-    cuda::check_launch("sum_squares", " (", total, " elements)");
+    cuda::check_launch(op.name, " (", total, " elements)");
     sum_single_block<<<1, kThreads>>>(p, p + 1, nb);
-    cuda::check_launch("sum_squares", " (", total, " elements)");
+    cuda::check_launch(op.name, " (", total, " elements)");
     double result = 0.0;
     PELAB_CUDA_CALL(cudaMemcpy(&result, p, sizeof(double), cudaMemcpyDeviceToHost),
                     " (sum_squares result)");
@@ -660,8 +660,7 @@ double CudaBackend::sum_squares(const View& in) {
 // Every chunk's partial in one pass (a launch per kMultiTensors buffers), then one block sums all
 // partials in a fixed order into out: two launches for a model's gradients, nothing read back.
 void CudaBackend::sum_squares_many(const View& out, const std::vector<View>& ins) {
-  check_sum_squares_many(out, ins);
-  const char* op = "sum_squares_many";
+  const FloatOp op = check_sum_squares_many(out, ins);
   int64_t total_blocks = 0;
   for (const View& in : ins) total_blocks += ceil_div(in.numel(), cuda::kMultiChunk);
   cuda::DeviceBuffer part(sizeof(double) * std::max<int64_t>(total_blocks, 1));
@@ -671,15 +670,15 @@ void CudaBackend::sum_squares_many(const View& out, const std::vector<View>& ins
       ins.size(), [&](size_t i) { return std::array<void*, 1>{ins[i].data}; },
       [&](size_t i) { return ins[i].numel(); }, [&](size_t i) { return ins[i].dtype; },
       [&](const cuda::MultiTable<1>& tab, int64_t blocks, DType dt) {
-        cuda::dispatch_float(dt, op, [&](auto tag) {
+        op.dispatch(dt, [&](auto tag) {
           using T = decltype(tag);
           sumsq_multi<T><<<static_cast<unsigned>(blocks), kThreads>>>(tab, p + base);
-          cuda::check_launch(op, " (", tab.count, " buffers, ", blocks, " blocks)");
+          cuda::check_launch(op.name, " (", tab.count, " buffers, ", blocks, " blocks)");
         });
         base += blocks;
       });
   sum_single_block<<<1, kThreads>>>(static_cast<double*>(out.data), p, base);
-  cuda::check_launch(op, " (", ins.size(), " buffers)");
+  cuda::check_launch(op.name, " (", ins.size(), " buffers)");
 }
 
 }  // namespace pelab

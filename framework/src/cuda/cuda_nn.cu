@@ -644,21 +644,20 @@ __global__ void rotate_pairs_tail(T* out, const T* x, int64_t rows, int64_t D, i
 void CudaBackend::rotate_pairs(const View& out, const View& x, const View& cos, const View& sin,
                                int64_t outer, int64_t L, int64_t D, int64_t P, bool interleaved,
                                bool inverse) {
-  const char* op = "rotate_pairs";
-  check_rotate_pairs(out, x, cos, sin, outer, L, D, P);
+  const FloatOp op = check_rotate_pairs(out, x, cos, sin, outer, L, D, P);
   const int64_t rows = outer * L;
   if (rows == 0) return;
-  cuda::dispatch_float(x.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data);
     const T* xp = static_cast<const T*>(x.data);
     rotate_pairs_kernel<T><<<grid_for(rows * P), kThreads>>>(
         o, xp, static_cast<const T*>(cos.data), static_cast<const T*>(sin.data), rows, L, D, P,
         interleaved, inverse ? T(-1) : T(1));
-    cuda::check_launch(op, rows_ctx(outer, L, D, x.dtype));
+    cuda::check_launch(op.name, rows_ctx(outer, L, D, x.dtype));
     if (2 * P < D && out.data != x.data) {
       rotate_pairs_tail<T><<<grid_for(rows * (D - 2 * P)), kThreads>>>(o, xp, rows, D, P);
-      cuda::check_launch(op, rows_ctx(outer, L, D, x.dtype));
+      cuda::check_launch(op.name, rows_ctx(outer, L, D, x.dtype));
     }
   });
 }
@@ -666,11 +665,10 @@ void CudaBackend::rotate_pairs(const View& out, const View& x, const View& cos, 
 // =====================================================================================
 void CudaBackend::softmax(const View& out, const View& in, int64_t outer, int64_t n, int64_t inner,
                           bool log) {
-  const char* op = log ? "log_softmax" : "softmax";
   const int64_t total = outer * n * inner;
-  check_softmax(out, in, outer, n, inner, log);
+  const FloatOp op = check_softmax(out, in, outer, n, inner, log);
   if (total == 0) return;
-  cuda::dispatch_float(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* y = static_cast<T*>(out.data);
     const T* x = static_cast<const T*>(in.data);
@@ -679,17 +677,16 @@ void CudaBackend::softmax(const View& out, const View& in, int64_t outer, int64_
     } else {
       softmax_cols<T><<<grid_for(outer * inner), kThreads>>>(y, x, outer, n, inner, log);
     }
-    cuda::check_launch(op, rows_ctx(outer, n, inner, in.dtype));
+    cuda::check_launch(op.name, rows_ctx(outer, n, inner, in.dtype));
   });
 }
 
 void CudaBackend::softmax_backward(const View& grad_in, const View& grad_out, const View& y,
                                    int64_t outer, int64_t n, int64_t inner, bool log) {
-  const char* op = log ? "log_softmax_backward" : "softmax_backward";
   const int64_t total = outer * n * inner;
-  check_softmax_backward(grad_in, grad_out, y, outer, n, inner, log);
+  const FloatOp op = check_softmax_backward(grad_in, grad_out, y, outer, n, inner, log);
   if (total == 0) return;
-  cuda::dispatch_float(y.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     T* gi = static_cast<T*>(grad_in.data);
     const T* g = static_cast<const T*>(grad_out.data);
@@ -699,7 +696,7 @@ void CudaBackend::softmax_backward(const View& grad_in, const View& grad_out, co
     } else {
       softmax_bwd_cols<T><<<grid_for(outer * inner), kThreads>>>(gi, g, yy, outer, n, inner, log);
     }
-    cuda::check_launch(op, rows_ctx(outer, n, inner, y.dtype));
+    cuda::check_launch(op.name, rows_ctx(outer, n, inner, y.dtype));
   });
 }
 
@@ -707,16 +704,15 @@ void CudaBackend::softmax_backward(const View& grad_in, const View& grad_out, co
 void CudaBackend::layer_norm(const View& y, const View& mean, const View& rstd, const View& x,
                              const View& weight, const View& bias, int64_t rows, int64_t n,
                              double eps) {
-  const char* op = "layer_norm";
-  check_layer_norm(y, mean, rstd, x, weight, bias, rows, n);
+  const FloatOp op = check_layer_norm(y, mean, rstd, x, weight, bias, rows, n);
   if (rows == 0) return;
-  cuda::dispatch_float(x.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     layer_norm_rows<T><<<grid_for(rows, 1), row_threads(n)>>>(
         static_cast<T*>(y.data), static_cast<T*>(mean.data), static_cast<T*>(rstd.data),
         static_cast<const T*>(x.data), static_cast<const T*>(weight.data),
         static_cast<const T*>(bias.data), rows, n, eps);
-    cuda::check_launch(op, rows_ctx(rows, n, 1, x.dtype));
+    cuda::check_launch(op.name, rows_ctx(rows, n, 1, x.dtype));
   });
 }
 
@@ -724,11 +720,10 @@ void CudaBackend::layer_norm_backward(const View& grad_x, const View& grad_weigh
                                       const View& grad_bias, const View& grad_y, const View& x,
                                       const View& mean, const View& rstd, const View& weight,
                                       int64_t rows, int64_t n) {
-  const char* op = "layer_norm_backward";
-  check_layer_norm_backward(grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight, rows,
-                            n);
+  const FloatOp op = check_layer_norm_backward(grad_x, grad_weight, grad_bias, grad_y, x, mean,
+                                               rstd, weight, rows, n);
   const std::string ctx = rows_ctx(rows, n, 1, x.dtype);
-  cuda::dispatch_float(x.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data);
     const T* gy = static_cast<const T*>(grad_y.data);
@@ -740,7 +735,7 @@ void CudaBackend::layer_norm_backward(const View& grad_x, const View& grad_weigh
     T* gb = static_cast<T*>(grad_bias.data);
     if (gx && rows > 0) {
       layer_norm_bwd_rows<T><<<grid_for(rows, 1), row_threads(n)>>>(gx, gy, xp, mp, rp, w, rows, n);
-      cuda::check_launch(op, ctx);
+      cuda::check_launch(op.name, ctx);
     }
     if (gw || gb) {
       // row blocks fixed by the shape; each (block, column) writes its own partial sums
@@ -756,9 +751,9 @@ void CudaBackend::layer_norm_backward(const View& grad_x, const View& grad_weigh
       double* pb = pw + nb * n;
       layer_norm_param_partials<T><<<grid_for(nb * n), kThreads>>>(pw, pb, gy, xp, mp, rp, rows,
                                                                     n, nb, rb);
-      cuda::check_launch(op, ctx);
+      cuda::check_launch(op.name, ctx);
       layer_norm_param_final<T><<<grid_for(n), kThreads>>>(gw, gb, pw, pb, n, nb);
-      cuda::check_launch(op, ctx);
+      cuda::check_launch(op.name, ctx);
     }
   });
 }
@@ -767,10 +762,9 @@ void CudaBackend::layer_norm_backward(const View& grad_x, const View& grad_weigh
 void CudaBackend::cross_entropy(const View& loss, const View& count, const View& loss_rows,
                                 const View& lse, const View& logits, const View& targets,
                                 int64_t rows, int64_t C, int64_t ignore_index, double smoothing) {
-  const char* op = "cross_entropy";
-  check_cross_entropy(loss, count, loss_rows, lse, logits, targets, rows, C);
+  const FloatOp op = check_cross_entropy(loss, count, loss_rows, lse, logits, targets, rows, C);
   PELAB_CUDA_CALL(cudaMemsetAsync(count.data, 0, sizeof(double), 0), " (cross_entropy count)");
-  cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     if (rows > 0) {
       cross_entropy_rows<T><<<grid_for(rows, 1), row_threads(C)>>>(
@@ -778,7 +772,7 @@ void CudaBackend::cross_entropy(const View& loss, const View& count, const View&
           static_cast<double*>(count.data), static_cast<const T*>(logits.data),
           static_cast<const int64_t*>(targets.data), rows, C, ignore_index, smoothing,
           cuda::error_sink());
-      cuda::check_launch(op, rows_ctx(rows, C, 1, logits.dtype));
+      cuda::check_launch(op.name, rows_ctx(rows, C, 1, logits.dtype));
     }
     // the rows' sum as reduce(Sum) forms it, then the mean on the device
     cuda::DeviceBuffer total(sizeof(T));
@@ -790,7 +784,7 @@ void CudaBackend::cross_entropy(const View& loss, const View& count, const View&
     reduce(ReduceOp::Sum, tv, nullptr, loss_rows, 1, rows, 1);
     cross_entropy_mean<T><<<1, 1>>>(static_cast<T*>(loss.data), total.as<T>(),
                                     static_cast<const double*>(count.data));
-    cuda::check_launch(op, " (mean)");
+    cuda::check_launch(op.name, " (mean)");
   });
   cuda::after_index_kernel();
 }
@@ -799,92 +793,88 @@ void CudaBackend::cross_entropy_backward(const View& grad_logits, const View& lo
                                          const View& lse, const View& targets, int64_t rows,
                                          int64_t C, int64_t ignore_index, double smoothing,
                                          const View& grad_loss, const View& count) {
-  const char* op = "cross_entropy_backward";
-  check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C, grad_loss, count);
+  const FloatOp op =
+      check_cross_entropy_backward(grad_logits, logits, lse, targets, rows, C, grad_loss, count);
   if (rows == 0) return;
-  cuda::dispatch_float(logits.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     cross_entropy_bwd<T><<<grid_for(rows * C), kThreads>>>(
         static_cast<T*>(grad_logits.data), static_cast<const T*>(logits.data),
         static_cast<const T*>(lse.data), static_cast<const int64_t*>(targets.data), rows, C,
         ignore_index, smoothing, static_cast<const T*>(grad_loss.data),
         static_cast<const double*>(count.data));
-    cuda::check_launch(op, rows_ctx(rows, C, 1, logits.dtype));
+    cuda::check_launch(op.name, rows_ctx(rows, C, 1, logits.dtype));
   });
 }
 
 // =====================================================================================
 void CudaBackend::index_select(const View& out, const View& in, const View& idx, int64_t outer,
                                int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "index_select";
-  check_index_select(out, in, idx, outer, n_in, n_idx, inner);
+  const AnyDTypeOp op = check_index_select(out, in, idx, outer, n_in, n_idx, inner);
   const int64_t total = outer * n_idx * inner;
   if (total == 0) return;
-  cuda::dispatch_all(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     index_select_kernel<T><<<grid_for(total), kThreads>>>(
         static_cast<T*>(out.data), static_cast<const T*>(in.data),
         static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner, cuda::error_sink());
-    cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx, " indices");
+    cuda::check_launch(op.name, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
+                       " indices");
   });
   cuda::after_index_kernel();
 }
 
 void CudaBackend::index_add(const View& acc, const View& src, const View& idx, int64_t outer,
                             int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "index_add";
-  check_index_add(acc, src, idx, outer, n_in, n_idx, inner);
-  cuda::dispatch_all(acc.dtype, op, [&](auto tag) {
+  const AnyDTypeOp op = check_index_add(acc, src, idx, outer, n_in, n_idx, inner);
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     accumulate<T, false>(static_cast<T*>(acc.data), static_cast<const T*>(src.data),
                          static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner,
-                         cuda::kIndexAdd, op);
+                         cuda::kIndexAdd, op.name);
   });
 }
 
 void CudaBackend::gather(const View& out, const View& in, const View& idx, int64_t outer,
                          int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "gather";
   const int64_t total = outer * n_idx * inner;
-  // slice o uses block o % P
-  const int64_t P = check_gather(out, in, idx, outer, n_in, n_idx, inner);
+  const BlockIndexOp op = check_gather(out, in, idx, outer, n_in, n_idx, inner);
   if (total == 0) return;
-  cuda::dispatch_all(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     gather_kernel<T><<<grid_for(total), kThreads>>>(
         static_cast<T*>(out.data), static_cast<const T*>(in.data),
-        static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner, P,
+        static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner, op.blocks,
         cuda::error_sink());
-    cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx, " indices");
+    cuda::check_launch(op.name, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
+                       " indices");
   });
   cuda::after_index_kernel();
 }
 
 void CudaBackend::scatter_add(const View& acc, const View& src, const View& idx, int64_t outer,
                               int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "scatter_add";
-  // slice o uses block o % P
-  const int64_t P = check_scatter_add(acc, src, idx, outer, n_in, n_idx, inner);
-  cuda::dispatch_all(acc.dtype, op, [&](auto tag) {
+  const BlockIndexOp op = check_scatter_add(acc, src, idx, outer, n_in, n_idx, inner);
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     accumulate<T, true>(static_cast<T*>(acc.data), static_cast<const T*>(src.data),
                         static_cast<const int64_t*>(idx.data), outer, n_in, n_idx, inner,
-                        cuda::kScatterAdd, op, P);
+                        cuda::kScatterAdd, op.name, op.blocks);
   });
 }
 
 void CudaBackend::gather_lerp(const View& out, const View& in, const View& pos, int64_t outer,
                               int64_t n_in, int64_t n_idx, int64_t inner) {
-  const char* op = "gather_lerp";
-  check_gather_lerp(out, in, pos, outer, n_in, n_idx, inner);
+  const FloatOp op = check_gather_lerp(out, in, pos, outer, n_in, n_idx, inner);
   const int64_t total = outer * n_idx * inner;
   if (total == 0) return;
-  cuda::dispatch_float(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     gather_lerp_kernel<T><<<grid_for(total), kThreads>>>(
         static_cast<T*>(out.data), static_cast<const T*>(in.data),
         static_cast<const T*>(pos.data), outer, n_in, n_idx, inner, cuda::error_sink());
-    cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx, " positions");
+    cuda::check_launch(op.name, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
+                       " positions");
   });
   cuda::after_index_kernel();
 }
@@ -893,10 +883,10 @@ void CudaBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos
                                        const View& grad_out, const View& in, const View& pos,
                                        int64_t outer, int64_t n_in, int64_t n_idx,
                                        int64_t inner) {
-  const char* op = "gather_lerp_backward";
-  check_gather_lerp_backward(grad_in, grad_pos, grad_out, in, pos, outer, n_in, n_idx, inner);
+  const FloatOp op =
+      check_gather_lerp_backward(grad_in, grad_pos, grad_out, in, pos, outer, n_in, n_idx, inner);
   const int64_t total = outer * n_idx * inner;
-  cuda::dispatch_float(in.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T* go = static_cast<const T*>(grad_out.data);
     const T* p = static_cast<const T*>(pos.data);
@@ -904,13 +894,13 @@ void CudaBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos
       gather_lerp_grad_pos<T><<<grid_for(total), kThreads>>>(
           static_cast<T*>(grad_pos.data), go, static_cast<const T*>(in.data), p, outer, n_in,
           n_idx, inner, cuda::error_sink());
-      cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
+      cuda::check_launch(op.name, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
                          " positions");
     }
     if (grad_in.data && outer * n_in * inner > 0) {
       gather_lerp_grad_in<T><<<grid_for(outer * inner), kThreads>>>(
           static_cast<T*>(grad_in.data), go, p, outer, n_in, n_idx, inner, cuda::error_sink());
-      cuda::check_launch(op, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
+      cuda::check_launch(op.name, rows_ctx(outer, n_in, inner, in.dtype), " with ", n_idx,
                          " positions");
     }
   });
@@ -919,44 +909,41 @@ void CudaBackend::gather_lerp_backward(const View& grad_in, const View& grad_pos
 
 // =====================================================================================
 void CudaBackend::dropout_mask(const View& mask, double p, uint64_t seed, uint64_t offset) {
-  const char* op = "dropout_mask";
-  check_dropout_mask(mask, p);
+  const FloatOp op = check_dropout_mask(mask, p);
   const int64_t n = mask.numel();
   if (n == 0) return;
-  cuda::dispatch_float(mask.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
     dropout_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(mask.data), n, p, keep, seed,
                                                  offset);
-    cuda::check_launch(op, " (", n, " elements)");
+    cuda::check_launch(op.name, " (", n, " elements)");
   });
 }
 
 void CudaBackend::random_uniform(const View& out, double lo, double hi, uint64_t seed,
                                  uint64_t offset) {
-  const char* op = "random_uniform";
-  check_random_fill(out, op);
+  const FloatOp op = check_random_uniform(out);
   const int64_t n = out.numel();
   if (n == 0) return;
-  cuda::dispatch_float(out.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     uniform_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(out.data), n, lo, hi - lo, seed,
                                                  offset);
-    cuda::check_launch(op, " (", n, " elements)");
+    cuda::check_launch(op.name, " (", n, " elements)");
   });
 }
 
 void CudaBackend::random_normal(const View& out, double mean, double std, uint64_t seed,
                                 uint64_t offset) {
-  const char* op = "random_normal";
-  check_random_fill(out, op);
+  const FloatOp op = check_random_normal(out);
   const int64_t n = out.numel();
   if (n == 0) return;
-  cuda::dispatch_float(out.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     normal_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(out.data), n, mean, std, seed,
                                                 offset);
-    cuda::check_launch(op, " (", n, " elements)");
+    cuda::check_launch(op.name, " (", n, " elements)");
   });
 }
 
@@ -964,11 +951,10 @@ void CudaBackend::random_normal(const View& out, double mean, double std, uint64
 void CudaBackend::adamw_step(const View& param, const View& grad, const View& m, const View& v,
                              double lr, double beta1, double beta2, double eps, double weight_decay,
                              double bias_correction1, double bias_correction2) {
-  const char* op = "adamw_step";
   const int64_t n = param.numel();
-  check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
+  const FloatOp op = check_adamw_step(param, grad, m, v, bias_correction1, bias_correction2);
   if (n == 0) return;
-  cuda::dispatch_float(param.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     adamw_kernel<T><<<grid_for(n), kThreads>>>(
         static_cast<T*>(param.data), static_cast<const T*>(grad.data), static_cast<T*>(m.data),
@@ -976,25 +962,24 @@ void CudaBackend::adamw_step(const View& param, const View& grad, const View& m,
         static_cast<T>(beta1), static_cast<T>(1.0 - beta1), static_cast<T>(beta2),
         static_cast<T>(1.0 - beta2), static_cast<T>(lr / bias_correction1),
         static_cast<T>(1.0 / std::sqrt(bias_correction2)), static_cast<T>(eps));
-    cuda::check_launch(op, " (", n, " elements ", dtype_name(param.dtype), ")");
+    cuda::check_launch(op.name, " (", n, " elements ", dtype_name(param.dtype), ")");
   });
 }
 
 void CudaBackend::sgd_step(const View& param, const View& grad, const View& momentum_buf,
                            double lr, double momentum, double dampening, double weight_decay,
                            bool nesterov, bool first_step) {
-  const char* op = "sgd_step";
   const int64_t n = param.numel();
   const bool use_mom = momentum != 0.0;
-  check_sgd_step(param, grad, momentum_buf, use_mom);
+  const FloatOp op = check_sgd_step(param, grad, momentum_buf, use_mom);
   if (n == 0) return;
-  cuda::dispatch_float(param.dtype, op, [&](auto tag) {
+  op.dispatch([&](auto tag) {
     using T = decltype(tag);
     sgd_kernel<T><<<grid_for(n), kThreads>>>(
         static_cast<T*>(param.data), static_cast<const T*>(grad.data),
         static_cast<T*>(momentum_buf.data), n, static_cast<T>(lr), static_cast<T>(weight_decay),
         static_cast<T>(momentum), static_cast<T>(1.0 - dampening), use_mom, first_step, nesterov);
-    cuda::check_launch(op, " (", n, " elements ", dtype_name(param.dtype), ")");
+    cuda::check_launch(op.name, " (", n, " elements ", dtype_name(param.dtype), ")");
   });
 }
 
@@ -1009,10 +994,9 @@ void CudaBackend::update_control(const View& control, const View& step, double m
 void CudaBackend::adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, double lr,
                                      double beta1, double beta2, double eps, double weight_decay,
                                      const View& control) {
-  const char* op = "adamw_step_guarded";
-  check_guarded_control(control, op);
+  const FloatOp op = check_adamw_step_guarded(control);
   // the bias corrections are formed on the device; 1 and 1 stand in for the checks
-  for (const AdamWBuffers& b : bufs) check_adamw_step(b.param, b.grad, b.m, b.v, 1.0, 1.0);
+  check_adamw_step_many(bufs, 1.0, 1.0);
   const double* ctl = static_cast<const double*>(control.data);
   cuda::for_each_multi_launch<4>(
       bufs.size(),
@@ -1022,11 +1006,11 @@ void CudaBackend::adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, doub
       },
       [&](size_t i) { return bufs[i].param.numel(); }, [&](size_t i) { return bufs[i].param.dtype; },
       [&](const cuda::MultiTable<4>& tab, int64_t blocks, DType dt) {
-        cuda::dispatch_float(dt, op, [&](auto tag) {
+        op.dispatch(dt, [&](auto tag) {
           using T = decltype(tag);
           adamw_multi<T><<<static_cast<unsigned>(blocks), kThreads>>>(tab, ctl, lr, beta1, beta2,
                                                                       eps, weight_decay);
-          cuda::check_launch(op, " (", tab.count, " parameters, ", blocks, " blocks)");
+          cuda::check_launch(op.name, " (", tab.count, " parameters, ", blocks, " blocks)");
         });
       });
 }
@@ -1034,10 +1018,9 @@ void CudaBackend::adamw_step_guarded(const std::vector<AdamWBuffers>& bufs, doub
 void CudaBackend::sgd_step_guarded(const std::vector<SGDBuffers>& bufs, double lr,
                                    double momentum, double dampening, double weight_decay,
                                    bool nesterov, const View& control) {
-  const char* op = "sgd_step_guarded";
-  check_guarded_control(control, op);
+  const FloatOp op = check_sgd_step_guarded(control);
   const bool use_mom = momentum != 0.0;
-  for (const SGDBuffers& b : bufs) check_sgd_step(b.param, b.grad, b.momentum_buf, use_mom);
+  check_sgd_step_many(bufs, use_mom);
   const double* ctl = static_cast<const double*>(control.data);
   cuda::for_each_multi_launch<3>(
       bufs.size(),
@@ -1047,12 +1030,12 @@ void CudaBackend::sgd_step_guarded(const std::vector<SGDBuffers>& bufs, double l
       },
       [&](size_t i) { return bufs[i].param.numel(); }, [&](size_t i) { return bufs[i].param.dtype; },
       [&](const cuda::MultiTable<3>& tab, int64_t blocks, DType dt) {
-        cuda::dispatch_float(dt, op, [&](auto tag) {
+        op.dispatch(dt, [&](auto tag) {
           using T = decltype(tag);
           sgd_multi<T><<<static_cast<unsigned>(blocks), kThreads>>>(tab, ctl, lr, momentum,
                                                                     dampening, weight_decay,
                                                                     nesterov);
-          cuda::check_launch(op, " (", tab.count, " parameters, ", blocks, " blocks)");
+          cuda::check_launch(op.name, " (", tab.count, " parameters, ", blocks, " blocks)");
         });
       });
 }
