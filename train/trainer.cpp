@@ -66,6 +66,33 @@ int64_t stored_train_positions(const CheckpointData& ck) {
   return it == ck.counters.end() ? 0 : it->second;
 }
 
+// The wall clock of a run as this process trains it: the throughput since the last training row,
+// the estimated time to train.steps, and the run's elapsed seconds (those trained before a resume
+// included). Timing only: nothing of it decides what is trained.
+struct StepClock {
+  double before = 0;    // seconds trained before this process (a resume restores it)
+  double start = 0;     // when this process began training
+  double now = 0;       // at the end of the last step
+  double last_row = 0;  // at the last training row
+  int64_t tokens = 0;   // trained since the last training row
+  int64_t steps = 0;    // steps trained by this process
+  double tokens_per_s = 0, eta_s = 0;
+
+  void begin() { start = last_row = now = now_s(); }
+  void stepped(int64_t step, int64_t total) {  // after step `step` of `total`
+    ++steps;
+    now = now_s();
+    eta_s = (now - start) / static_cast<double>(steps) * static_cast<double>(total - step);
+    tokens_per_s = static_cast<double>(tokens) / std::max(1e-9, now - last_row);
+  }
+  void row_written() {
+    last_row = now;
+    tokens = 0;
+  }
+  double elapsed_at_step() const { return before + now - start; }  // at the end of the last step
+  double elapsed() const { return before + now_s() - start; }
+};
+
 // ---------------- the trainer ----------------
 
 class Trainer {
@@ -77,6 +104,24 @@ class Trainer {
 
  private:
   bool root() const { return comm_.is_root(); }
+  // run(): the steps around the loop
+  void start();
+  void announce();
+  bool signalled() const;
+  bool eval_due() const;
+  bool checkpoint_due() const;
+  bool train_row_due() const;
+  bool records_needed() const;
+  void train_row();
+  bool validate_and_save();
+  TrainResult finish(bool interrupted);
+  void report_training_end();
+  void refuse_a_run_without_result();
+  TrainResult stopped(TrainResult res);
+  Convergence record_convergence();
+  TrainResult final_evaluation(TrainResult res);
+  std::vector<EvalResult> evaluate_final();
+
   std::string resume_request() const;
   void check_ranks() const;
   void join_run();
@@ -87,6 +132,7 @@ class Trainer {
   void keep_best_of_this_timeline();
   void restore(const CheckpointData& ck, const std::string& path);
   void train_step(int64_t& tokens);
+  void reduce_over_ranks(const Tensor& rec, const View& loss_slot, int64_t& tok, uint64_t ends[2]);
   void settle();
   Tensor micro_loss(int64_t j, int64_t& tokens);
   std::vector<int64_t> positions_for(int64_t L);
@@ -137,8 +183,8 @@ class Trainer {
   Tensor history_;
   int64_t pending_ = 0;        // steps trained since the last settle()
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();  // of the last settled step
-  double elapsed_before_ = 0;  // seconds trained before this process (resume)
-  double t_start_ = 0;
+  StepClock clock_;
+  int64_t stop_at_ = 0;        // train.steps, or --stop-after when it is sooner
   int64_t saved_step_ = -1;    // step of the newest checkpoint on disk
   int64_t train_positions_ = 0;  // what the model was built for (stored in checkpoints)
   std::vector<std::vector<int64_t>> step_positions_;
@@ -366,7 +412,7 @@ void Trainer::restore(const CheckpointData& ck, const std::string& path) {
   best_ = best_step_ >= 0 ? value("best_metric") : std::numeric_limits<double>::quiet_NaN();
   last_lr_ = value("last_lr");
   last_grad_norm_ = value("last_grad_norm");
-  elapsed_before_ = value("elapsed_s");
+  clock_.before = value("elapsed_s");
   stop_.restore(ck);
   auto it = ck.counters.find("validation_pending");
   pending_validation_ = it != ck.counters.end() && it->second != 0;
@@ -518,26 +564,7 @@ void Trainer::train_step(int64_t& tokens) {
   const uint64_t last = (K - 1) * kMicroBatchStride;
   if (ends[0] == drop0 + last) ends[0] = drop0;
   if (ends[1] == pos0 + last) ends[1] = pos0;
-  if (N > 1) {
-    // One reduction besides the gradients' carries the loss, the tokens, whether a rank was
-    // signalled, and the last rank's generator offsets (as exact 32-bit halves).
-    const double t0 = now_s();
-    const bool last_rank = r == N - 1;
-    auto half = [&](uint64_t v, int hi) {
-      return last_rank ? static_cast<double>(hi ? v >> 32 : v & 0xffffffffu) : 0.0;
-    };
-    stop_test_point("reduction", r);
-    std::vector<double> sums = {rec.to_vector()[0], static_cast<double>(tok), stop_signal() ? 1.0 : 0.0,
-                                half(ends[0], 1), half(ends[0], 0), half(ends[1], 1),
-                                half(ends[1], 0)};
-    allreduce_gradients(comm_, optim_->params(), &sums);
-    be.fill(loss_slot, sums[0]);
-    tok = static_cast<int64_t>(sums[1]);
-    peer_signal_ = sums[2] > 0;
-    ends[0] = (static_cast<uint64_t>(sums[3]) << 32) | static_cast<uint64_t>(sums[4]);
-    ends[1] = (static_cast<uint64_t>(sums[5]) << 32) | static_cast<uint64_t>(sums[6]);
-    comm_s_ += now_s() - t0;
-  }
+  if (N > 1) reduce_over_ranks(rec, loss_slot, tok, ends);
   drop.set_state(drop.seed(), ends[0]);
   randpos_.set_state(randpos_.seed(), ends[1]);
   tokens += tok;
@@ -549,6 +576,30 @@ void Trainer::train_step(int64_t& tokens) {
   optim_->zero_grad();
   ++step_;
   ++pending_;
+}
+
+// Under MPI, after each rank's micro-batches: the gradients summed over the ranks in rank order,
+// and one reduction besides that carries the step's loss (into `loss_slot`) and tokens, whether a
+// rank was signalled, and the last rank's generator offsets `ends` (as exact 32-bit halves).
+void Trainer::reduce_over_ranks(const Tensor& rec, const View& loss_slot, int64_t& tok,
+                                uint64_t ends[2]) {
+  const int N = comm_.size(), r = comm_.rank();
+  const double t0 = now_s();
+  const bool last_rank = r == N - 1;
+  auto half = [&](uint64_t v, int hi) {
+    return last_rank ? static_cast<double>(hi ? v >> 32 : v & 0xffffffffu) : 0.0;
+  };
+  stop_test_point("reduction", r);
+  std::vector<double> sums = {rec.to_vector()[0], static_cast<double>(tok), stop_signal() ? 1.0 : 0.0,
+                              half(ends[0], 1), half(ends[0], 0), half(ends[1], 1),
+                              half(ends[1], 0)};
+  allreduce_gradients(comm_, optim_->params(), &sums);
+  backend_for(rec.device()).fill(loss_slot, sums[0]);
+  tok = static_cast<int64_t>(sums[1]);
+  peer_signal_ = sums[2] > 0;
+  ends[0] = (static_cast<uint64_t>(sums[3]) << 32) | static_cast<uint64_t>(sums[4]);
+  ends[1] = (static_cast<uint64_t>(sums[5]) << 32) | static_cast<uint64_t>(sums[6]);
+  comm_s_ += now_s() - t0;
 }
 
 // Reads the records of the steps trained since the last read (one device->host read) and does for
@@ -664,7 +715,7 @@ EvalResult Trainer::validate() {
   row.set("exact_match", r.exact_match);
   if (cfg_.train.stop_when.per_length)
     row.set("worst_length_exact_match", r.worst_length_exact_match());
-  row.set("elapsed_s", elapsed_before_ + now_s() - t_start_);
+  row.set("elapsed_s", clock_.elapsed());
   const std::string metric = effective_best_metric(cfg_);
   const double v = metric_of(r, metric);
   bool best = false;
@@ -720,7 +771,7 @@ void Trainer::save(const std::string& path) {
   d.values["best_metric"] = best_step_ >= 0 ? best_ : 0.0;
   d.values["last_lr"] = last_lr_;
   d.values["last_grad_norm"] = last_grad_norm_;
-  d.values["elapsed_s"] = elapsed_before_ + now_s() - t_start_;
+  d.values["elapsed_s"] = clock_.elapsed();
   // The proof pruning asks for (run_folder.h), noted before the file has its name.
   save_checkpoint(path, d, [&](const std::string& tmp) { note_written_checkpoint(path, tmp); });
 }
@@ -742,18 +793,42 @@ void Trainer::save_step_checkpoint() {
 }
 
 
+// ---------------- the run: set-up, the step loop, the end ----------------
+
+// The step loop. Everything around a step is a named step of the Trainer: start() opens or
+// resumes the run (every MPI rank agreeing), train_step() trains one step on every rank, settle()
+// reads the steps' records where the host needs them (skipped steps, divergence limits),
+// validate_and_save() validates (train.stop_when) and checkpoints, and finish() stops, or
+// evaluates a finished run.
 TrainResult Trainer::run() {
-  // From the start: a signal while the run is being set up stops it before its first step.
-  StopSignalScope signals;
+  StopSignalScope signals;  // from the start: a signal during set-up stops the run before a step
   set_num_threads(cfg_.train.threads);
-  const bool mpi = comm_.size() > 1;
-  // Every rank checks, rank 0 opens the run directory (the others build the same model and write
-  // nothing); a failure anywhere stops every rank here, before any step.
+  start();
+  // A run interrupted during a validation resumes with it (the uninterrupted run did it here).
+  bool interrupted = pending_validation_ && !signalled() && !validate_and_save();
+  while (!interrupted && step_ < stop_at_ && !stop_.ends_training()) {
+    if ((interrupted = signalled())) break;
+    train_step(clock_.tokens);
+    clock_.stepped(step_, cfg_.train.steps);
+    if (records_needed()) settle();
+    progress_->update(step_, last_loss_, last_lr_, clock_.tokens_per_s, clock_.eta_s,
+                      step_ == cfg_.train.steps);  // (the loss of the last step read back)
+    if (train_row_due()) train_row();
+    interrupted = !validate_and_save();
+  }
+  settle();  // the steps since the last read (a stop by signal, --stop-after)
+  return finish(interrupted);
+}
+
+// Every rank checks, rank 0 opens the run directory (the others build the same model and write
+// nothing); a failure anywhere stops every rank here, before any step. Then the progress display,
+// the run's first lines, and (MPI) the ranks' agreement on a signal received meanwhile.
+void Trainer::start() {
   comm_.agreed([&] {
     check_ranks();
     if (root()) open_run();
   });
-  if (mpi) {
+  if (comm_.size() > 1) {
     comm_.broadcast_string(resumed_from_, 0);
     comm_.agreed([&] {
       if (!root()) join_run();
@@ -761,10 +836,24 @@ TrainResult Trainer::run() {
   }
   progress_ = std::make_unique<Progress>(root() ? opt_.progress : 2,
                                          root() ? dir_ + "/train.log" : "", cfg_.train.steps);
-  TrainResult res;
-  res.run_dir = dir_;
+  announce();
+  clock_.begin();
+  stop_at_ = opt_.stop_after >= 0 ? std::min(opt_.stop_after, cfg_.train.steps) : cfg_.train.steps;
+  // Under MPI the ranks agree on a signal received while the run was set up (one reduction); after
+  // that each step's reduction, and each validation's, carries it, so all ranks stop together.
+  if (comm_.size() > 1) {
+    double any = stop_signal() ? 1.0 : 0.0;
+    comm_.allreduce_sum(&any, 1);
+    peer_signal_ = any > 0;
+  }
+}
+
+// The run's first lines: what it trains (or where it resumes), the BLAS kernels, the notes of
+// the command line, the ranks, the data's unknown symbols, and the criterion.
+void Trainer::announce() {
   const int64_t total = cfg_.train.steps;
-  if (step_ == 0 && rows_.empty())
+  const bool fresh = step_ == 0 && rows_.empty();
+  if (fresh)
     progress_->line("pelab train: run " + dir_ + ": task " + cfg_.task.name + ", pe " +
                     cfg_.model.pe.scheme + ", " + count_text(model_->num_parameters(), "parameter") +
                     ", " + count_text(total, "step") + ", " + count_text(num_threads(), "thread"));
@@ -773,7 +862,7 @@ TrainResult Trainer::run() {
                     std::to_string(total));
   progress_->line("pelab train: BLAS: " + blas_kernels_summary());
   for (const auto& note : opt_.notes) progress_->line(note);
-  if (mpi)
+  if (comm_.size() > 1)
     progress_->line("pelab train: data-parallel over " + comm_.describe() + ": " +
                     std::to_string(cfg_.train.batch_size / comm_.size()) +
                     " examples per rank per micro-batch; rank 0 writes the run");
@@ -781,159 +870,207 @@ TrainResult Trainer::run() {
     progress_->line("pelab train: " + std::to_string(data_->train_unknown_symbols()) +
                     " symbols of task.train_file are not in the checkpoint's vocabulary and are "
                     "trained as <unk> (task.unknown_symbols: map_to_unk)");
-  const StopWhen& crit = cfg_.train.stop_when;
-  if (crit.enabled() && step_ == 0 && rows_.empty())
-    progress_->line("pelab train: stop when " + crit.describe() + " (at most " +
+  if (cfg_.train.stop_when.enabled() && fresh)
+    progress_->line("pelab train: stop when " + cfg_.train.stop_when.describe() + " (at most " +
                     std::to_string(total) + " steps)");
   if (stop_.ends_training())
     progress_->line("pelab train: criterion already met at step " +
                     std::to_string(stop_.met_step()) + "; not training further");
-  t_start_ = now_s();
-  double t_log = t_start_, now = t_start_, tps = 0, eta = 0;
-  int64_t tok_log = 0, steps_here = 0;
-  const int64_t stop_at = opt_.stop_after >= 0 ? std::min(opt_.stop_after, total) : total;
+}
+
+// A stop signal, as every rank sees it (under MPI: as the last reduction carried it).
+bool Trainer::signalled() const { return comm_.size() > 1 ? peer_signal_ : stop_signal() != 0; }
+
+bool Trainer::eval_due() const {
   const TrainConfig& t = cfg_.train;
-  auto train_row = [&] {
-    const double mean = log_loss_sum_ / static_cast<double>(log_loss_count_);
-    MetricRow row;
-    row.set("type", "train").set("step", step_).set("loss", mean).set("lr", last_lr_);
-    row.set("grad_norm", last_grad_norm_).set("tokens_per_s", tps);
-    row.set("elapsed_s", elapsed_before_ + now - t_start_);
-    add_row(row);
-    progress_->train_line("step " + std::to_string(step_) + "/" + std::to_string(total) +
-                          " loss " + format_metric(mean, 4) + " lr " + printf_number("%.3e", last_lr_) +
-                          " grad_norm " + format_metric(last_grad_norm_, 3) + " tok/s " +
-                          printf_number("%.0f", tps) + " elapsed " +
-                          Progress::format_duration(elapsed_before_ + now - t_start_) +
-                          " eta " + Progress::format_duration(eta));
-    log_loss_sum_ = 0;
-    log_loss_count_ = 0;
-    t_log = now;
-    tok_log = 0;
-  };
-  // What follows a step's training: its validation, then its checkpoint. False when a signal
-  // interrupted the validation (pending_validation_: the checkpoint written then says so).
-  auto validate_and_save = [&] {
-    if ((t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == total)
-      if (!validate_everywhere()) return false;
-    // A run stopped by its criterion logs the steps since the last training row, as the last
-    // step of train.steps does (after the validation that decided it).
-    if (stop_.ends_at(step_) && log_loss_count_ > 0) train_row();
-    if ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == total ||
-        stop_.ends_at(step_))
-      save_step_checkpoint();
-    return true;
-  };
-  // Under MPI the ranks agree on a signal received while the run was set up (one reduction); after
-  // that each step's reduction, and each validation's, carries it, so all ranks stop together.
-  if (mpi) {
-    double any = stop_signal() ? 1.0 : 0.0;
-    comm_.allreduce_sum(&any, 1);
-    peer_signal_ = any > 0;
-  }
-  auto signalled = [&] { return mpi ? peer_signal_ : stop_signal() != 0; };
-  // A run interrupted during a validation resumes with it (the uninterrupted run did it here).
-  if (pending_validation_ && !signalled() && !validate_and_save()) res.interrupted = true;
-  while (!res.interrupted && step_ < stop_at && !stop_.ends_training()) {
-    if (signalled()) {
-      res.interrupted = true;
-      break;
-    }
-    train_step(tok_log);
-    ++steps_here;
-    now = now_s();
-    eta = (now - t_start_) / static_cast<double>(steps_here) * static_cast<double>(total - step_);
-    tps = static_cast<double>(tok_log) / std::max(1e-9, now - t_log);
-    // The steps' records are read where the host needs them: a training row, a validation, a
-    // checkpoint, the end of training (the loop's end), a full window; the other steps read
-    // nothing back and wait for nothing.
-    const bool log = step_ % t.log_every == 0 || step_ == total;
-    if (log || pending_ == history_.size(0) || (t.eval_every > 0 && step_ % t.eval_every == 0) ||
-        (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0))
-      settle();
-    // (the bar shows the loss of the last step read back)
-    progress_->update(step_, last_loss_, last_lr_, tps, eta, step_ == total);
-    if (log) train_row();
-    if (!validate_and_save()) {
-      res.interrupted = true;
-      break;
-    }
-  }
-  settle();  // the steps since the last read (a stop by signal, --stop-after)
+  return (t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == t.steps;
+}
+
+bool Trainer::checkpoint_due() const {
+  const TrainConfig& t = cfg_.train;
+  return (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == t.steps ||
+         stop_.ends_at(step_);
+}
+
+bool Trainer::train_row_due() const {
+  return step_ % cfg_.train.log_every == 0 || step_ == cfg_.train.steps;
+}
+
+// The steps' records are read where the host needs them: a training row, a validation, a
+// checkpoint, a full window (and the end of training, after the loop); the other steps read
+// nothing back and wait for nothing.
+bool Trainer::records_needed() const {
+  const TrainConfig& t = cfg_.train;
+  return train_row_due() || pending_ == history_.size(0) ||
+         (t.eval_every > 0 && step_ % t.eval_every == 0) ||
+         (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0);
+}
+
+// The training row of the steps since the last one: their mean loss, the last lr and gradient
+// norm, the throughput; in metrics.jsonl/.csv and as a progress line.
+void Trainer::train_row() {
+  const int64_t total = cfg_.train.steps;
+  const double mean = log_loss_sum_ / static_cast<double>(log_loss_count_);
+  MetricRow row;
+  row.set("type", "train").set("step", step_).set("loss", mean).set("lr", last_lr_);
+  row.set("grad_norm", last_grad_norm_).set("tokens_per_s", clock_.tokens_per_s);
+  row.set("elapsed_s", clock_.elapsed_at_step());
+  add_row(row);
+  progress_->train_line("step " + std::to_string(step_) + "/" + std::to_string(total) + " loss " +
+                        format_metric(mean, 4) + " lr " + printf_number("%.3e", last_lr_) +
+                        " grad_norm " + format_metric(last_grad_norm_, 3) + " tok/s " +
+                        printf_number("%.0f", clock_.tokens_per_s) + " elapsed " +
+                        Progress::format_duration(clock_.elapsed_at_step()) + " eta " +
+                        Progress::format_duration(clock_.eta_s));
+  log_loss_sum_ = 0;
+  log_loss_count_ = 0;
+  clock_.row_written();
+}
+
+// What follows a step's training: its validation, then its checkpoint. False when a signal
+// interrupted the validation (pending_validation_: the checkpoint written then says so).
+bool Trainer::validate_and_save() {
+  if (eval_due() && !validate_everywhere()) return false;
+  // A run stopped by its criterion logs the steps since the last training row, as the last
+  // step of train.steps does (after the validation that decided it).
+  if (stop_.ends_at(step_) && log_loss_count_ > 0) train_row();
+  if (checkpoint_due()) save_step_checkpoint();
+  return true;
+}
+
+// After the loop: the run's closing lines, then a stopped run's checkpoint, or a finished run's
+// final evaluation (finished by reaching train.steps or by meeting train.stop_when, possibly
+// already on resume).
+TrainResult Trainer::finish(bool interrupted) {
   progress_->finish();
-  if (mpi && steps_here > 0)
-    progress_->line("pelab train: " + printf_number("%.3f", comm_s_) + " s of " +
-                    printf_number("%.3f", now_s() - t_start_) + " s in the gradient/loss reductions (" +
-                    printf_number("%.1f", 100 * comm_s_ / std::max(1e-9, now_s() - t_start_)) +
-                    " %, rank 0, waiting for the other ranks included)");
+  report_training_end();
+  refuse_a_run_without_result();
+  TrainResult res;
+  res.run_dir = dir_;
+  res.interrupted = interrupted;
   res.skipped_steps = skipped_steps_;
-  if (skipped_steps_ > 0)
-    progress_->line("pelab train: " + std::to_string(skipped_steps_) + " of " +
-                    count_text(step_, "step") +
-                    " skipped for a non-finite loss or gradient norm (no update)");
-  // A run that ends with parameters that are not finite, or that never updated its model (every
-  // step skipped: e.g. an initialisation whose loss overflows), has no result: an error, not exit 0
-  // (the skip limits catch this in a long run; this catches it in a short one).
-  if (steps_here > 0 && !healthy()) {
-    if (!all_finite(model_->parameters()))
-      diverged(step_, "the parameters are not finite after the last update (learning rate too large?)");
-    if (consecutive_skipped_ >= step_)
-      diverged(step_, "all " + count_text(step_, "step") +
-               " skipped for a non-finite loss or gradient norm: the model never updated (check "
-               "model.init_std and the pe.* initial values)");
-  }
-  res.criterion_set = crit.enabled();
+  res.criterion_set = cfg_.train.stop_when.enabled();
   res.criterion_met = stop_.met();
   res.criterion_step = stop_.met_step();
-  auto stop_here = [&] {
-    // Rank 0 writes the checkpoint while the others wait for it here: no rank ends (which makes
-    // mpirun end the job) before it is on disk, and a failed write is every rank's error.
-    comm_.agreed([&] {
-      if (saved_step_ != step_) save_step_checkpoint();
-    });
-    res.step = step_;
-    res.last_checkpoint = latest_checkpoint(dir_);
-    // Shown in every progress mode: it says how to continue.
-    if (root())
-      progress_->notice(std::string("pelab train: ") + (res.interrupted ? "interrupted" : "stopped") +
-                        " at step " + std::to_string(step_) +
-                        (pending_validation_ ? " during its validation" : "") +
-                        "; continue with --resume " + dir_);
-    return res;
-  };
-  if (res.interrupted || (step_ < total && !stop_.ends_training())) return stop_here();
-  // Finished (possibly already on resume), by reaching train.steps or by meeting train.stop_when:
-  // valid + every test split with the final parameters.
-  if (total == 0 && saved_step_ != 0) {
+  if (interrupted || (step_ < cfg_.train.steps && !stop_.ends_training())) return stopped(res);
+  if (cfg_.train.steps == 0 && saved_step_ != 0) {  // a run of 0 steps: its step 0, validated
     if (!validate_everywhere()) {
       res.interrupted = true;
-      return stop_here();
+      return stopped(res);
     }
     save_step_checkpoint();
     res.criterion_met = stop_.met();
     res.criterion_step = stop_.met_step();
   }
+  res.step = step_;
   if (!root()) {  // the final evaluation and its files are rank 0's
-    res.step = step_;
     res.finished = true;
     return res;
   }
+  return final_evaluation(res);
+}
+
+// The lines that close the training: the time in the MPI reductions, the skipped steps.
+void Trainer::report_training_end() {
+  const double seconds = now_s() - clock_.start;
+  if (comm_.size() > 1 && clock_.steps > 0)
+    progress_->line("pelab train: " + printf_number("%.3f", comm_s_) + " s of " +
+                    printf_number("%.3f", seconds) + " s in the gradient/loss reductions (" +
+                    printf_number("%.1f", 100 * comm_s_ / std::max(1e-9, seconds)) +
+                    " %, rank 0, waiting for the other ranks included)");
+  if (skipped_steps_ > 0)
+    progress_->line("pelab train: " + std::to_string(skipped_steps_) + " of " +
+                    count_text(step_, "step") +
+                    " skipped for a non-finite loss or gradient norm (no update)");
+}
+
+// A run that ends with parameters that are not finite, or that never updated its model (every
+// step skipped: e.g. an initialisation whose loss overflows), has no result: an error, not exit 0
+// (the skip limits catch this in a long run; this catches it in a short one).
+void Trainer::refuse_a_run_without_result() {
+  if (clock_.steps == 0 || healthy()) return;
+  if (!all_finite(model_->parameters()))
+    diverged(step_, "the parameters are not finite after the last update (learning rate too large?)");
+  if (consecutive_skipped_ >= step_)
+    diverged(step_, "all " + count_text(step_, "step") +
+             " skipped for a non-finite loss or gradient norm: the model never updated (check "
+             "model.init_std and the pe.* initial values)");
+}
+
+// A run stopped before its end (a signal, --stop-after): its checkpoint, and how to continue.
+TrainResult Trainer::stopped(TrainResult res) {
+  // Rank 0 writes the checkpoint while the others wait for it here: no rank ends (which makes
+  // mpirun end the job) before it is on disk, and a failed write is every rank's error.
+  comm_.agreed([&] {
+    if (saved_step_ != step_) save_step_checkpoint();
+  });
+  res.step = step_;
+  res.last_checkpoint = latest_checkpoint(dir_);
+  // Shown in every progress mode: it says how to continue.
+  if (root())
+    progress_->notice(std::string("pelab train: ") + (res.interrupted ? "interrupted" : "stopped") +
+                      " at step " + std::to_string(step_) +
+                      (pending_validation_ ? " during its validation" : "") +
+                      "; continue with --resume " + dir_);
+  return res;
+}
+
+// The run's record of its criterion (a "convergence" row, and a line when it was not met).
+Convergence Trainer::record_convergence() {
+  const StopWhen& crit = cfg_.train.stop_when;
   const Convergence conv = convergence();
-  if (conv.has_criterion) {
-    // The run's record of its criterion; a resumed finished run restored its rows from the
-    // final checkpoint, which was written before this row, so the row appears once.
-    MetricRow row;
-    row.set("type", "convergence").set("step", step_).set("split", crit.split);
-    row.set(crit.metric, conv.value).set("criterion", conv.criterion);
-    row.set("met", int64_t{conv.met ? 1 : 0});
-    row.set("criterion_step", conv.met ? MetricValue::of(conv.step) : MetricValue::null());
-    add_row(row);
-    if (!conv.met)
-      progress_->line("criterion not met by the cap of " + std::to_string(total) +
-                      " steps: " + crit.metric + " on " + crit.split + " " +
-                      printf_number("%.6g", conv.value) + " at the last validation (wanted " +
-                      conv.criterion + ")");
+  if (!conv.has_criterion) return conv;
+  // A resumed finished run restored its rows from the final checkpoint, which was written
+  // before this row, so the row appears once.
+  MetricRow row;
+  row.set("type", "convergence").set("step", step_).set("split", crit.split);
+  row.set(crit.metric, conv.value).set("criterion", conv.criterion);
+  row.set("met", int64_t{conv.met ? 1 : 0});
+  row.set("criterion_step", conv.met ? MetricValue::of(conv.step) : MetricValue::null());
+  add_row(row);
+  if (!conv.met)
+    progress_->line("criterion not met by the cap of " + std::to_string(cfg_.train.steps) +
+                    " steps: " + crit.metric + " on " + crit.split + " " +
+                    printf_number("%.6g", conv.value) + " at the last validation (wanted " +
+                    conv.criterion + ")");
+  return conv;
+}
+
+// A finished run (rank 0): valid + every test split with the final parameters, in eval.json/.csv
+// (with the convergence record) and train.log.
+TrainResult Trainer::final_evaluation(TrainResult res) {
+  const Convergence conv = record_convergence();
+  std::vector<EvalResult> results = evaluate_final();
+  res.last_checkpoint = latest_checkpoint(dir_);
+  if (results.back().interrupted) {
+    // The checkpoint of this step is on disk; a resume of the finished run evaluates it.
+    res.interrupted = true;
+    progress_->notice("pelab train: interrupted at step " + std::to_string(step_) +
+                      " during the final evaluation; continue with --resume " + dir_ +
+                      " (it runs the final evaluation)");
+    return res;
   }
+  write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_),
+                   convergence_json(conv));
+  if (cfg_.eval.save_predictions) write_prediction_files(dir_, results);
+  // The table goes to train.log; `pelab train` prints it on stdout (on a terminal, stdout and
+  // stderr are the same screen: printed on both it would show twice).
+  std::istringstream table(eval_table(results));
+  std::string line;
+  progress_->log_only("final evaluation at step " + std::to_string(step_) +
+                      (conv.met ? " (criterion met)" : "") + ":");
+  while (std::getline(table, line)) progress_->log_only("  " + line);
+  // What this process held at its peak, next to the estimate it was admitted by.
+  progress_->log_only("memory: peak resident " + gigabytes(peak_resident_bytes()) + "; estimated " +
+                      run_memory_text(cfg_, training_memory_use(cfg_), data_.get()));
+  res.finished = true;
+  res.final_eval = std::move(results);
+  return res;
+}
+
+// The final evaluation's results: valid (the final step's validation when it ran and no
+// predictions are kept), then every test split; the last is interrupted when a signal stopped it.
+std::vector<EvalResult> Trainer::evaluate_final() {
   const bool keep = cfg_.eval.save_predictions;
   EvalOptions eo;
   eo.keep_predictions = keep;
@@ -951,34 +1088,7 @@ TrainResult Trainer::run() {
     if (results.back().interrupted) break;
     results.push_back(evaluate_set(*model_, *data_, s, cfg_, eo));
   }
-  if (results.back().interrupted) {
-    // The checkpoint of this step is on disk; a resume of the finished run evaluates it.
-    res.interrupted = true;
-    res.step = step_;
-    res.last_checkpoint = latest_checkpoint(dir_);
-    progress_->notice("pelab train: interrupted at step " + std::to_string(step_) +
-                      " during the final evaluation; continue with --resume " + dir_ +
-                      " (it runs the final evaluation)");
-    return res;
-  }
-  write_eval_files(dir_, results, step_, "checkpoints/" + checkpoint_name(step_),
-                   convergence_json(conv));
-  if (keep) write_prediction_files(dir_, results);
-  // The table goes to train.log; `pelab train` prints it on stdout (on a terminal, stdout and
-  // stderr are the same screen: printed on both it would show twice).
-  std::istringstream table(eval_table(results));
-  std::string line;
-  progress_->log_only("final evaluation at step " + std::to_string(step_) +
-                      (conv.met ? " (criterion met)" : "") + ":");
-  while (std::getline(table, line)) progress_->log_only("  " + line);
-  // What this process held at its peak, next to the estimate it was admitted by.
-  progress_->log_only("memory: peak resident " + gigabytes(peak_resident_bytes()) + "; estimated " +
-                      run_memory_text(cfg_, training_memory_use(cfg_), data_.get()));
-  res.step = step_;
-  res.finished = true;
-  res.final_eval = std::move(results);
-  res.last_checkpoint = latest_checkpoint(dir_);
-  return res;
+  return results;
 }
 
 }  // namespace
