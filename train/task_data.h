@@ -74,6 +74,16 @@ class TaskData {
   std::vector<int64_t> encode_line(const std::string& line) const;
 
  private:
+  // The constructor's parts, by task: lm, textfile, synthetic; then the training stream.
+  void load_corpus(const std::vector<std::string>& vocab_tokens);
+  void load_text_files(const std::vector<std::string>& vocab_tokens,
+                       std::vector<int64_t>& train_lines);
+  std::vector<data::Example> load_text_file(const std::string& path, int64_t* unknown,
+                                            bool checkpoint_vocab,
+                                            std::vector<int64_t>* lines = nullptr) const;
+  void make_task_splits(const std::vector<std::string>& vocab_tokens);
+  void open_training_stream(const std::vector<int64_t>& train_lines);
+
   const Config cfg_;
   bool lm_ = false, decoder_ = false;
   std::unique_ptr<data::Task> task_;
