@@ -128,6 +128,177 @@ MetricRow EvalResult::row() const {
   return r;
 }
 
+namespace {
+
+// One evaluation of a split, batch by batch: the positions drawn for each batch (random positions,
+// or the task's IDs), teacher-forced scoring (loss, token accuracy), greedy decoding (exact match,
+// per length, predictions) and the result they add up to.
+class SetEvaluation {
+ public:
+  SetEvaluation(models::Transformer& model, const TaskData& data, const EvalSet& set,
+                const Config& cfg, const EvalOptions& opt, int64_t max_pos, EvalResult& r)
+      : model_(model), data_(data), set_(set), cfg_(cfg), opt_(opt), max_pos_(max_pos), r_(r),
+        dev_(model.parameters().front().device()),
+        by_length_(set.example_lengths.size() == set.examples.size()) {}
+
+  // A stop signal (opt.stop) before the next batch: the result is then interrupted.
+  bool stopped() {
+    if (opt_.stop && opt_.stop()) r_.interrupted = true;
+    return r_.interrupted;
+  }
+  void score_windows(size_t begin, size_t end);
+  // One batch of examples (rows of the set): scored, and decoded when opt.decode. False when a
+  // stop signal interrupted its decoding.
+  bool run_batch(const std::vector<size_t>& rows);
+  void finish();
+
+ private:
+  // One stack's positions: a random subset with random positions, else null (0..L-1).
+  const models::Positions* positions(models::Positions& into, int64_t L) {
+    if (!opt_.random_positions) return nullptr;
+    into = random_positions(*opt_.random_positions, L, opt_.random_max_position);
+    return &into;
+  }
+  models::GreedyResult seq2seq_batch(const std::vector<data::Example>& batch, int64_t budget);
+  models::GreedyResult decoder_batch(const std::vector<data::Example>& batch, int64_t budget);
+  void count_decoded(const std::vector<data::Example>& batch, const std::vector<size_t>& rows,
+                     const models::GreedyResult& g);
+
+  models::Transformer& model_;
+  const TaskData& data_;
+  const EvalSet& set_;
+  const Config& cfg_;
+  const EvalOptions& opt_;
+  const int64_t max_pos_;  // 0 = no limit
+  EvalResult& r_;
+  const Device dev_;
+  const bool by_length_;
+  models::Positions drawn_;  // the lm windows' positions
+  double loss_sum_ = 0;
+  int64_t tokens_ = 0, correct_ = 0, exact_ = 0;
+  std::map<int64_t, std::pair<int64_t, int64_t>> per_length_;  // length -> (right, examples)
+};
+
+void SetEvaluation::score_windows(size_t begin, size_t end) {
+  std::vector<data::LmWindow> w(set_.windows.begin() + begin, set_.windows.begin() + end);
+  data::LmBatch b = data::make_lm_batch(w);
+  Tensor logits = model_.forward_decoder(ids_tensor(b.input, b.B, b.L, dev_), Tensor(),
+                                         positions(drawn_, b.L));
+  score(logits, ids_tensor(b.target, b.B, b.L, dev_), loss_sum_, tokens_, correct_);
+}
+
+bool SetEvaluation::run_batch(const std::vector<size_t>& rows) {
+  std::vector<data::Example> batch;
+  for (size_t i : rows) batch.push_back(set_.examples[i]);
+  int64_t longest_src = 0;
+  for (const auto& ex : batch)
+    longest_src = std::max<int64_t>(longest_src, static_cast<int64_t>(ex.src.size()));
+  const int64_t budget = decode_budget(cfg_, set_.length > 0 ? set_.length : longest_src);
+  const models::GreedyResult g =
+      data_.is_decoder() ? decoder_batch(batch, budget) : seq2seq_batch(batch, budget);
+  if (!opt_.decode) return true;
+  if (g.stopped) {
+    r_.interrupted = true;
+    return false;
+  }
+  count_decoded(batch, rows, g);
+  return true;
+}
+
+models::GreedyResult SetEvaluation::seq2seq_batch(const std::vector<data::Example>& batch,
+                                                  int64_t budget) {
+  models::GreedyPositions gp;  // used with random positions only
+  data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
+  const models::Positions* sp = positions(gp.src, b.S);
+  const models::Positions* tp = positions(gp.tgt, b.T);
+  Tensor src = ids_tensor(b.src, b.B, b.S, dev_), src_mask = mask_tensor(b.src_mask, b.B, b.S, dev_);
+  Tensor logits = model_.forward_seq2seq(src, src_mask, ids_tensor(b.tgt_in, b.B, b.T, dev_),
+                                         mask_tensor(b.tgt_mask, b.B, b.T, dev_), sp, tp);
+  score(logits, targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, dev_), loss_sum_, tokens_,
+        correct_);
+  if (!opt_.decode) return {};
+  const bool rgen = opt_.random_positions != nullptr;
+  if (max_pos_ > 0) budget = std::min(budget, max_pos_);
+  if (rgen) budget = b.T;  // one decoded token per drawn target position
+  return models::greedy_decode(model_, src, src_mask, budget, opt_.use_cache, {},
+                               rgen ? &gp : nullptr, opt_.stop);
+}
+
+models::GreedyResult SetEvaluation::decoder_batch(const std::vector<data::Example>& batch,
+                                                  int64_t budget) {
+  models::GreedyPositions gp;  // used with random positions or task IDs only
+  data::DecoderBatch b = data::make_decoder_batch(batch);
+  const models::Positions* pos = positions(gp.tgt, b.L);
+  models::Positions task_pos;  // the task's IDs (one row per example), if it gives them
+  const bool task_ids = !b.pos.empty();
+  if (task_ids) {
+    task_pos = models::Positions(b.B, b.L, b.pos);
+    pos = &task_pos;
+  }
+  Tensor logits = model_.forward_decoder(ids_tensor(b.input, b.B, b.L, dev_),
+                                         mask_tensor(b.mask, b.B, b.L, dev_), pos);
+  score(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev_), loss_sum_, tokens_,
+        correct_);
+  if (!opt_.decode) return {};
+  const bool rgen = opt_.random_positions != nullptr;
+  std::vector<std::vector<int64_t>> prompts;
+  int64_t longest_prompt = 0;
+  for (const auto& ex : batch) {
+    prompts.push_back(data::decoder_prompt(ex.src));
+    longest_prompt = std::max<int64_t>(longest_prompt, prompts.back().size());
+  }
+  // Task IDs bound the IDs, not the sequence (every decoded token's ID is the task's).
+  if (max_pos_ > 0 && !task_ids) budget = std::min(budget, max_pos_ - longest_prompt + 1);
+  // The drawn positions cover prompt + target: the prompt's, then one per decoded token.
+  if (rgen) budget = b.L - longest_prompt + 1;
+  if (task_ids) {
+    // Row i: its prompt's IDs, then the task's ID of every token it may generate.
+    const int64_t cols = longest_prompt + budget;
+    std::vector<int64_t> ids;
+    ids.reserve(static_cast<size_t>(b.B * cols));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<int64_t> row = data::decoder_position_ids(
+          batch[i], cols - static_cast<int64_t>(prompts[i].size()));
+      ids.insert(ids.end(), row.begin(), row.end());
+    }
+    gp.tgt = models::Positions(b.B, cols, std::move(ids));
+  }
+  return models::greedy_decode(model_, prompts, budget, opt_.use_cache, {},
+                               rgen || task_ids ? &gp : nullptr, opt_.stop);
+}
+
+void SetEvaluation::count_decoded(const std::vector<data::Example>& batch,
+                                  const std::vector<size_t>& rows, const models::GreedyResult& g) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const bool ok = g.finished[i] && g.tokens[i] == batch[i].tgt;
+    exact_ += ok;
+    if (by_length_) {
+      auto& pl = per_length_[set_.example_lengths[rows[i]]];
+      pl.first += ok, ++pl.second;
+    }
+    if (opt_.keep_predictions)
+      r_.predictions.push_back({data_.render(batch[i].src), data_.render(batch[i].tgt),
+                                data_.render(g.tokens[i]), ok});
+  }
+}
+
+void SetEvaluation::finish() {
+  r_.tokens = tokens_;
+  if (tokens_ > 0) {
+    r_.loss = loss_sum_ / static_cast<double>(tokens_);
+    r_.perplexity = std::exp(r_.loss);
+    r_.token_accuracy = static_cast<double>(correct_) / static_cast<double>(tokens_);
+    // A loss that overflowed (inf logits, NaN parameters) is no result: never status "ok".
+    if (!std::isfinite(r_.loss)) r_.status = kNonFiniteLoss;
+  }
+  if (!data_.is_lm() && opt_.decode)
+    r_.exact_match = static_cast<double>(exact_) / static_cast<double>(r_.examples);
+  for (const auto& [len, pl] : per_length_)
+    r_.exact_by_length.emplace_back(len, static_cast<double>(pl.first) / static_cast<double>(pl.second));
+}
+
+}  // namespace
+
 EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const EvalSet& set,
                         const Config& cfg, const EvalOptions& opt) {
   EvalResult r;
@@ -143,16 +314,8 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
   const int64_t maxp = opt.random_max_position;
   PELAB_CHECK(!rgen || maxp >= 1,
               "evaluate_set: random positions need random_max_position >= 1, got ", maxp);
-  // Draws one stack's positions: a random subset with random positions, else null (0..L-1).
-  models::Positions drawn;
-  auto positions = [&](models::Positions& into, int64_t L) -> const models::Positions* {
-    if (!rgen) return nullptr;
-    into = random_positions(*rgen, L, maxp);
-    return &into;
-  };
-  const models::ModelConfig& mc = model.config();
   // 0 = no limit (random positions stay below random_max_position, checked instead).
-  const int64_t max_pos = rgen ? 0 : models::pe_max_positions(mc.pe);
+  const int64_t max_pos = rgen ? 0 : models::pe_max_positions(model.config().pe);
   if (rgen && positions_needed(set, data.is_decoder()) > maxp) {
     r.status = kNaRandomMaxPosition;
     return r;
@@ -163,125 +326,20 @@ EvalResult evaluate_set(models::Transformer& model, const TaskData& data, const 
   }
   NoGradGuard ng;
   EvalModeGuard mode(model);
-  const Device dev = model.parameters().front().device();
-  const int64_t EB = cfg.eval.batch_size;
-  double loss_sum = 0;
-  int64_t tokens = 0, correct = 0, exact = 0;
-  const bool by_length = set.example_lengths.size() == set.examples.size();
-  std::map<int64_t, std::pair<int64_t, int64_t>> per_length;  // length -> (right, examples)
-
-  auto stopped = [&] {
-    if (opt.stop && opt.stop()) r.interrupted = true;
-    return r.interrupted;
-  };
+  SetEvaluation ev(model, data, set, cfg, opt, max_pos, r);
+  const size_t EB = static_cast<size_t>(cfg.eval.batch_size);
   if (data.is_lm()) {
-    for (size_t i = 0; i < set.windows.size(); i += static_cast<size_t>(EB)) {
-      if (stopped()) return r;
-      const size_t end = std::min(set.windows.size(), i + static_cast<size_t>(EB));
-      std::vector<data::LmWindow> w(set.windows.begin() + i, set.windows.begin() + end);
-      data::LmBatch b = data::make_lm_batch(w);
-      Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev), Tensor(),
-                                            positions(drawn, b.L));
-      score(logits, ids_tensor(b.target, b.B, b.L, dev), loss_sum, tokens, correct);
+    for (size_t i = 0; i < set.windows.size(); i += EB) {
+      if (ev.stopped()) return r;
+      ev.score_windows(i, std::min(set.windows.size(), i + EB));
     }
   } else {
     // With random positions a batch's rows share one source length: decoder-only prompts are
     // not padded and the drawn positions are shared by the batch.
-    for (const auto& rows : example_batches(set, EB, rgen != nullptr)) {
-      if (stopped()) return r;
-      std::vector<data::Example> batch;
-      for (size_t i : rows) batch.push_back(set.examples[i]);
-      int64_t longest_src = 0;
-      for (const auto& ex : batch)
-        longest_src = std::max<int64_t>(longest_src, static_cast<int64_t>(ex.src.size()));
-      int64_t budget = decode_budget(cfg, set.length > 0 ? set.length : longest_src);
-      models::GreedyResult g;
-      models::GreedyPositions gp;  // used with random positions only
-      if (!data.is_decoder()) {
-        data::Seq2SeqBatch b = data::make_seq2seq_batch(batch);
-        const models::Positions* sp = positions(gp.src, b.S);
-        const models::Positions* tp = positions(gp.tgt, b.T);
-        Tensor src = ids_tensor(b.src, b.B, b.S, dev), src_mask = mask_tensor(b.src_mask, b.B, b.S, dev);
-        Tensor logits = model.forward_seq2seq(src, src_mask, ids_tensor(b.tgt_in, b.B, b.T, dev),
-                                              mask_tensor(b.tgt_mask, b.B, b.T, dev), sp, tp);
-        score(logits, targets_tensor(b.tgt_out, b.tgt_mask, b.B, b.T, dev), loss_sum, tokens,
-              correct);
-        if (opt.decode) {
-          if (max_pos > 0) budget = std::min(budget, max_pos);
-          if (rgen) budget = b.T;  // one decoded token per drawn target position
-          g = models::greedy_decode(model, src, src_mask, budget, opt.use_cache, {},
-                                    rgen ? &gp : nullptr, opt.stop);
-        }
-      } else {
-        data::DecoderBatch b = data::make_decoder_batch(batch);
-        const models::Positions* pos = positions(gp.tgt, b.L);
-        models::Positions task_pos;  // the task's IDs (one row per example), if it gives them
-        const bool task_ids = !b.pos.empty();
-        if (task_ids) {
-          task_pos = models::Positions(b.B, b.L, b.pos);
-          pos = &task_pos;
-        }
-        Tensor logits = model.forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
-                                              mask_tensor(b.mask, b.B, b.L, dev), pos);
-        score(logits, targets_tensor(b.target, b.loss_mask, b.B, b.L, dev), loss_sum, tokens,
-              correct);
-        if (opt.decode) {
-          std::vector<std::vector<int64_t>> prompts;
-          int64_t longest_prompt = 0;
-          for (const auto& ex : batch) {
-            prompts.push_back(data::decoder_prompt(ex.src));
-            longest_prompt = std::max<int64_t>(longest_prompt, prompts.back().size());
-          }
-          // Task IDs bound the IDs, not the sequence (every decoded token's ID is the task's).
-          if (max_pos > 0 && !task_ids) budget = std::min(budget, max_pos - longest_prompt + 1);
-          // The drawn positions cover prompt + target: the prompt's, then one per decoded token.
-          if (rgen) budget = b.L - longest_prompt + 1;
-          if (task_ids) {
-            // Row i: its prompt's IDs, then the task's ID of every token it may generate.
-            const int64_t cols = longest_prompt + budget;
-            std::vector<int64_t> ids;
-            ids.reserve(static_cast<size_t>(b.B * cols));
-            for (size_t i = 0; i < batch.size(); ++i) {
-              const std::vector<int64_t> row = data::decoder_position_ids(
-                  batch[i], cols - static_cast<int64_t>(prompts[i].size()));
-              ids.insert(ids.end(), row.begin(), row.end());
-            }
-            gp.tgt = models::Positions(b.B, cols, std::move(ids));
-          }
-          g = models::greedy_decode(model, prompts, budget, opt.use_cache, {},
-                                    rgen || task_ids ? &gp : nullptr, opt.stop);
-        }
-      }
-      if (!opt.decode) continue;
-      if (g.stopped) {
-        r.interrupted = true;
-        return r;
-      }
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const bool ok = g.finished[i] && g.tokens[i] == batch[i].tgt;
-        exact += ok;
-        if (by_length) {
-          auto& pl = per_length[set.example_lengths[rows[i]]];
-          pl.first += ok, ++pl.second;
-        }
-        if (opt.keep_predictions)
-          r.predictions.push_back({data.render(batch[i].src), data.render(batch[i].tgt),
-                                   data.render(g.tokens[i]), ok});
-      }
-    }
+    for (const auto& rows : example_batches(set, cfg.eval.batch_size, rgen != nullptr))
+      if (ev.stopped() || !ev.run_batch(rows)) return r;
   }
-  r.tokens = tokens;
-  if (tokens > 0) {
-    r.loss = loss_sum / static_cast<double>(tokens);
-    r.perplexity = std::exp(r.loss);
-    r.token_accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
-    // A loss that overflowed (inf logits, NaN parameters) is no result: never status "ok".
-    if (!std::isfinite(r.loss)) r.status = kNonFiniteLoss;
-  }
-  if (!data.is_lm() && opt.decode)
-    r.exact_match = static_cast<double>(exact) / static_cast<double>(r.examples);
-  for (const auto& [len, pl] : per_length)
-    r.exact_by_length.emplace_back(len, static_cast<double>(pl.first) / static_cast<double>(pl.second));
+  ev.finish();
   return r;
 }
 
