@@ -50,61 +50,74 @@ std::string n_text(int64_t lo, int64_t hi) {
 
 namespace report_detail {
 
-// metric vs length: one series per label, points with their clipped 95 % t-intervals at the
-// measured lengths only (no connecting lines), series offset horizontally so that none hides
-// another, cells with runs that missed their stop criterion as open points of their own key
-// entry, the training range shaded (its key entry names it).
-void plot_metric(const std::string& dir, const ReportInput& in, const std::string& metric,
-                 const std::vector<Column>& cols, PlotResult& pr, bool make_png) {
-  const std::string stem = metric + "_vs_length";
-  const double scale = is_percent_metric(metric) ? 100.0 : 1.0;
+namespace {
+
+// Where the points of a metric-vs-length plot go: the measured lengths, the series (labels with
+// a point), and the horizontal jitter that keeps the series apart: they spread over 30 % of the
+// smallest gap between measured lengths (in log2 units on a log axis).
+struct MetricLayout {
   std::vector<int64_t> lengths;
-  for (const auto& c : cols)
-    if (c.length > 0) lengths.push_back(c.length);
-  std::sort(lengths.begin(), lengths.end());
-  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
-  // Jitter: the series spread over 30 % of the smallest gap between measured lengths (in log2
-  // units on a log axis).
-  double gap = 1.0;
-  for (size_t i = 1; i < lengths.size(); ++i) {
-    const double g = in.log_x ? std::log2(static_cast<double>(lengths[i]) / lengths[i - 1])
-                              : static_cast<double>(lengths[i] - lengths[i - 1]);
-    gap = i == 1 ? g : std::min(gap, g);
-  }
   std::vector<std::string> series;
+  double gap = 1.0, spread = 0.0;
+  double offset(size_t i) const {
+    return series.size() > 1 ? (static_cast<double>(i) / (series.size() - 1) - 0.5) * spread : 0.0;
+  }
+};
+
+MetricLayout metric_layout(const ReportInput& in, const std::string& metric,
+                           const std::vector<Column>& cols) {
+  MetricLayout m;
+  for (const auto& c : cols)
+    if (c.length > 0) m.lengths.push_back(c.length);
+  std::sort(m.lengths.begin(), m.lengths.end());
+  m.lengths.erase(std::unique(m.lengths.begin(), m.lengths.end()), m.lengths.end());
+  for (size_t i = 1; i < m.lengths.size(); ++i) {
+    const double g = in.log_x ? std::log2(static_cast<double>(m.lengths[i]) / m.lengths[i - 1])
+                              : static_cast<double>(m.lengths[i] - m.lengths[i - 1]);
+    m.gap = i == 1 ? g : std::min(m.gap, g);
+  }
   for (const auto& label : in.labels)
     for (const auto& c : cols)
       if (c.length > 0 && aggregate(in.rows, label, c.split, metric, excludes(in, label)).n > 0) {
-        series.push_back(label);
+        m.series.push_back(label);
         break;
       }
-  const double spread = series.size() > 1 ? 0.3 * gap : 0.0;
-  auto offset = [&](size_t i) {
-    return series.size() > 1 ? (static_cast<double>(i) / (series.size() - 1) - 0.5) * spread
-                             : 0.0;
-  };
+  m.spread = m.series.size() > 1 ? 0.3 * m.gap : 0.0;
+  return m;
+}
 
-  std::string dat = "# " + metric_title(metric) + " vs " + in.length_name +
-                    ": plotted x (length with jitter), mean, 95 % t-interval low, high (clipped), "
-                    "n, length; two blocks per series: converged cells, cells with runs that "
-                    "missed their stop criterion\n";
-  std::string csv = "series,split,length,mean,ci_low,ci_high,n,n_converged,n_unconverged,x_plotted\n";
+// The data of a metric-vs-length plot as written: two blocks per series in the .dat (converged
+// cells, cells with runs that missed their criterion), the seeds' n and the plotted x range.
+struct MetricPoints {
   struct Block {
     size_t series, index;
     bool open;
   };
   std::vector<Block> blocks;
-  size_t index = 0;
   int64_t nmin = std::numeric_limits<int64_t>::max(), nmax = 0;
   double xmin = 1e300, xmax = -1e300;
-  for (size_t i = 0; i < series.size(); ++i) {
+};
+
+MetricPoints write_metric_data(const std::string& dir, const std::string& stem,
+                               const ReportInput& in, const std::string& metric,
+                               const std::vector<Column>& cols, const MetricLayout& m,
+                               PlotResult& pr) {
+  const double scale = is_percent_metric(metric) ? 100.0 : 1.0;
+  std::string dat = "# " + metric_title(metric) + " vs " + in.length_name +
+                    ": plotted x (length with jitter), mean, 95 % t-interval low, high (clipped), "
+                    "n, length; two blocks per series: converged cells, cells with runs that "
+                    "missed their stop criterion\n";
+  std::string csv = "series,split,length,mean,ci_low,ci_high,n,n_converged,n_unconverged,x_plotted\n";
+  MetricPoints p;
+  size_t index = 0;
+  for (size_t i = 0; i < m.series.size(); ++i) {
     std::string part[2];
     for (const auto& c : cols) {
       if (c.length <= 0) continue;
-      const Stat s = aggregate(in.rows, series[i], c.split, metric, excludes(in, series[i]));
+      const Stat s = aggregate(in.rows, m.series[i], c.split, metric, excludes(in, m.series[i]));
       if (s.n == 0) continue;
       const double len = static_cast<double>(c.length);
-      const double x = in.log_x ? len * std::exp2(offset(i)) : len + offset(i);
+      const double x = in.log_x ? len * std::exp2(m.offset(i)) : len + m.offset(i);
       const double lo = s.n > 1 ? s.ci_low : s.mean, hi = s.n > 1 ? s.ci_high : s.mean;
       part[s.n_unconverged > 0 ? 1 : 0] += format_double(x, 8) + " " +
                                            format_double(s.mean * scale, 8) + " " +
@@ -112,43 +125,48 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
                                            format_double(hi * scale, 8) + " " +
                                            std::to_string(s.n) + " " + std::to_string(c.length) +
                                            "\n";
-      csv += csv_cell(series[i]) + "," + csv_cell(c.split) + "," + std::to_string(c.length) + "," +
-             format_double(s.mean, 10) + "," + format_double(lo, 10) + "," +
+      csv += csv_cell(m.series[i]) + "," + csv_cell(c.split) + "," + std::to_string(c.length) +
+             "," + format_double(s.mean, 10) + "," + format_double(lo, 10) + "," +
              format_double(hi, 10) + "," + std::to_string(s.n) + "," +
              (s.any_criterion ? std::to_string(s.n_converged) : "") + "," +
              std::to_string(s.n_unconverged) + "," + format_double(x, 8) + "\n";
-      nmin = std::min(nmin, s.n);
-      nmax = std::max(nmax, s.n);
-      xmin = std::min(xmin, x);
-      xmax = std::max(xmax, x);
+      p.nmin = std::min(p.nmin, s.n);
+      p.nmax = std::max(p.nmax, s.n);
+      p.xmin = std::min(p.xmin, x);
+      p.xmax = std::max(p.xmax, x);
     }
     for (int k = 0; k < 2; ++k) {
       if (part[k].empty()) continue;
-      dat += "# " + series[i] + (k ? " (not converged)" : "") + "\n" + part[k] + "\n\n";
-      blocks.push_back({i, index++, k == 1});
+      dat += "# " + m.series[i] + (k ? " (not converged)" : "") + "\n" + part[k] + "\n\n";
+      p.blocks.push_back({i, index++, k == 1});
     }
   }
   write_text_file(dir + "/" + stem + ".dat", dat);
   write_text_file(dir + "/" + stem + ".csv", csv);
   pr.data.push_back(dir + "/" + stem + ".dat");
   pr.data.push_back(dir + "/" + stem + ".csv");
-  if (!make_png || blocks.empty()) return;
+  return p;
+}
 
+// The plot's subtitle: what the points are (n, clipping), the jitter, and the rows with no point
+// at all because every run was left out (compare.unconverged: exclude).
+std::string metric_subtitle(const ReportInput& in, const std::string& metric,
+                            const std::vector<Column>& cols, const MetricLayout& m,
+                            const MetricPoints& p) {
   const auto range = metric_range(metric);
   const std::string clip = is_percent_metric(metric)
                                ? "clipped to [0, 100]"
                                : "clipped to >= " + format_double(range.first);
-  std::string sub = "mean and 95 % t-interval, " + n_text(nmin, nmax) + ", " + clip;
+  std::string sub = "mean and 95 % t-interval, " + n_text(p.nmin, p.nmax) + ", " + clip;
   std::string third;
-  if (spread > 0)
-    third = in.log_x ? "points offset by up to ×" + format_double(std::exp2(spread / 2), 3) +
+  if (m.spread > 0)
+    third = in.log_x ? "points offset by up to ×" + format_double(std::exp2(m.spread / 2), 3) +
                            " in x (jitter) so that none hides another"
-                     : "points offset by up to ±" + format_double(spread / 2, 2) +
+                     : "points offset by up to ±" + format_double(m.spread / 2, 2) +
                            " in x (jitter) so that none hides another";
-  // Rows with no point at all because every run was left out (compare.unconverged: exclude).
   std::string absent;
   for (const auto& label : in.labels) {
-    if (std::find(series.begin(), series.end(), label) != series.end()) continue;
+    if (std::find(m.series.begin(), m.series.end(), label) != m.series.end()) continue;
     for (const auto& c : cols)
       if (c.length > 0 && aggregate(in.rows, label, c.split, metric, excludes(in, label))
                                   .n_excluded > 0) {
@@ -160,6 +178,15 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
     third += (third.empty() ? "" : "; ") + std::string("not plotted (every run not converged): ") +
              absent;
   if (!third.empty()) sub += "\n" + third;
+  return sub;
+}
+
+// The gnuplot script: axes over the plotted points, the training range shaded (clamped to the
+// plotted range, wide enough to hold the jittered points of its lengths, named in the key so
+// that no label covers data), one point series per block.
+std::string metric_script(const std::string& stem, const ReportInput& in,
+                          const std::string& metric, const MetricLayout& m, const MetricPoints& p,
+                          const std::string& sub) {
   std::string gp = gnuplot_terminal_line(1200, 700);
   gp += "set title " +
         gnuplot_quote(in.title + ": " + metric_title(metric) + " vs " + in.length_name + "\n" +
@@ -168,28 +195,26 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
   gp += "set xlabel " + gnuplot_quote(in.length_name + " (points at the measured lengths)") +
         "\nset ylabel " + gnuplot_quote(metric_title(metric)) + "\n";
   gp += "set key outside right top\nset grid\n";
-  double lo = xmin, hi = xmax;
+  double lo = p.xmin, hi = p.xmax;
   if (in.log_x) {
     gp += "set logscale x 2\n";
-    lo = xmin / 1.15;
-    hi = xmax * 1.15;
+    lo = p.xmin / 1.15;
+    hi = p.xmax * 1.15;
   } else {
-    const double pad = std::max(0.5, 0.04 * (xmax - xmin));
-    lo = xmin - pad;
-    hi = xmax + pad;
+    const double pad = std::max(0.5, 0.04 * (p.xmax - p.xmin));
+    lo = p.xmin - pad;
+    hi = p.xmax + pad;
   }
   gp += "set xrange [" + format_double(lo) + ":" + format_double(hi) + "]\n";
-  if (lengths.size() <= 24) {
+  if (m.lengths.size() <= 24) {
     gp += "set xtics (";
-    for (size_t i = 0; i < lengths.size(); ++i)
-      gp += (i ? ", " : "") + std::to_string(lengths[i]);
+    for (size_t i = 0; i < m.lengths.size(); ++i)
+      gp += (i ? ", " : "") + std::to_string(m.lengths[i]);
     gp += ")\n";
   }
   if (is_percent_metric(metric)) gp += "set yrange [-2:102]\n";
   if (metric == "perplexity" || metric == "loss") gp += "set logscale y\n";
-  // Training range shaded (clamped to the plotted range) wide enough to hold the jittered points
-  // of its lengths; named in the key, so no label covers data.
-  const double margin = spread / 2 + 0.05 * gap;
+  const double margin = m.spread / 2 + 0.05 * m.gap;
   const double r0 = std::max(lo, in.log_x ? in.train_min * std::exp2(-margin)
                                           : in.train_min - std::max(0.5, margin));
   const double r1 = std::min(hi, in.log_x ? in.train_max * std::exp2(margin)
@@ -203,17 +228,33 @@ void plot_metric(const std::string& dir, const ReportInput& in, const std::strin
   if (shade)
     parts.push_back("  keyentry with boxes fc rgb '#e6e6e6' fs solid 1.0 title " +
                     gnuplot_quote("training range (" + in.train_range_text + ")"));
-  for (const auto& b : blocks)
+  for (const auto& b : p.blocks)
     parts.push_back("  " + gnuplot_quote(stem + ".dat") + " index " + std::to_string(b.index) +
                     " using 1:2:3:4 with yerrorbars " + point_style(b.series, b.open) +
                     " title " +
-                    gnuplot_quote(series[b.series] +
-                                  (in.cannot_learn.count(scheme_of(in, series[b.series]))
+                    gnuplot_quote(m.series[b.series] +
+                                  (in.cannot_learn.count(scheme_of(in, m.series[b.series]))
                                        ? " (cannot learn by construction)"
                                        : "") +
                                   (b.open ? " (not converged)" : "")));
   for (size_t i = 0; i < parts.size(); ++i)
     gp += parts[i] + (i + 1 < parts.size() ? ", \\\n" : "\n");
+  return gp;
+}
+
+}  // namespace
+
+// metric vs length: one series per label, points with their clipped 95 % t-intervals at the
+// measured lengths only (no connecting lines), series offset horizontally so that none hides
+// another, cells with runs that missed their stop criterion as open points of their own key
+// entry, the training range shaded (its key entry names it).
+void plot_metric(const std::string& dir, const ReportInput& in, const std::string& metric,
+                 const std::vector<Column>& cols, PlotResult& pr, bool make_png) {
+  const std::string stem = metric + "_vs_length";
+  const MetricLayout m = metric_layout(in, metric, cols);
+  const MetricPoints p = write_metric_data(dir, stem, in, metric, cols, m, pr);
+  if (!make_png || p.blocks.empty()) return;
+  const std::string gp = metric_script(stem, in, metric, m, p, metric_subtitle(in, metric, cols, m, p));
   std::string err;
   if (run_gnuplot(dir + "/" + stem + ".png", gp, &err))
     pr.pngs.push_back(dir + "/" + stem + ".png");
