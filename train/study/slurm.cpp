@@ -209,109 +209,143 @@ void set_slurm_key(SlurmSettings& s, const std::string& key, const YAML::Node& v
   }
 }
 
-std::map<std::string, std::string> slurm_scripts(const SlurmJob& comparison,
-                                                 const SlurmEmitOptions& opt) {
-  const SlurmSettings& s = comparison.settings;
-  const size_t n = comparison.runs.size();
-  PELAB_CHECK(n > 0, "compare --emit-slurm: the comparison has no runs");
-  // CPUs per task: the setting, else the most threads a run uses.
+namespace {
+
+// CPUs per array task: compare.slurm.cpus_per_task, else the most threads a run uses.
+int64_t cpus_per_task(const SlurmJob& comparison) {
   int64_t threads = 0;
   std::string zero_run;
   for (const auto& r : comparison.runs) {
     threads = std::max<int64_t>(threads, r.threads);
     if (r.threads == 0 && zero_run.empty()) zero_run = r.name;
   }
-  int64_t cpus = s.cpus_per_task;
+  const int64_t cpus = comparison.settings.cpus_per_task;
   if (cpus == 0) {
     if (!zero_run.empty())
       throw ConfigError(comparison.source + ": compare --emit-slurm: run " + zero_run +
                         " has train.threads: 0 (all cores of whatever node it lands on); set "
                         "compare.slurm.cpus_per_task or train.threads to the CPUs each array task "
                         "should get");
-    cpus = threads;
-  } else if (threads > cpus) {
+    return threads;
+  }
+  if (threads > cpus)
     throw ConfigError(comparison.source + ": compare --emit-slurm: compare.slurm.cpus_per_task is " +
                       std::to_string(cpus) + " but the runs use up to train.threads=" +
                       std::to_string(threads) +
                       " threads; raise cpus_per_task or lower train.threads");
-  }
+  return cpus;
+}
+
+// What the three scripts share: the resources, paths and the comparison's command line.
+struct SlurmScriptParts {
+  SlurmSettings settings;
+  int64_t cpus = 0;
+  int64_t parallel = 0;   // array tasks at once
+  size_t n = 0;           // runs (array tasks)
+  std::string runs;       // "N runs"
+  std::string title;      // the comparison's title on one line (for comments)
+  std::string job;        // the job name
+  std::string exe, args;  // the pelab binary and the comparison's arguments (paths absolute)
+  std::string workdir, logs, dir;
+};
+
+SlurmScriptParts script_parts(const SlurmJob& comparison, const SlurmEmitOptions& opt) {
+  SlurmScriptParts p;
+  p.settings = comparison.settings;
+  p.n = comparison.runs.size();
+  PELAB_CHECK(p.n > 0, "compare --emit-slurm: the comparison has no runs");
+  p.cpus = cpus_per_task(comparison);
   if (opt.exe.empty())
     throw Error("compare --emit-slurm: the path of the pelab binary is unknown (run it from the "
                 "pelab executable)");
-  int64_t k = s.max_parallel > 0 ? s.max_parallel : opt.jobs > 0 ? opt.jobs : comparison.jobs;
-  if (k <= 0 || k > static_cast<int64_t>(n)) k = static_cast<int64_t>(n);
+  const SlurmSettings& s = comparison.settings;
+  p.parallel = s.max_parallel > 0 ? s.max_parallel : opt.jobs > 0 ? opt.jobs : comparison.jobs;
+  if (p.parallel <= 0 || p.parallel > static_cast<int64_t>(p.n)) p.parallel = static_cast<int64_t>(p.n);
 
   std::error_code ec;
   const fs::path dir = fs::absolute(opt.dir, ec);
-  const fs::path workdir = opt.workdir.empty() ? fs::current_path() : fs::absolute(opt.workdir);
-  const std::string exe = fs::absolute(opt.exe).lexically_normal().string();
+  p.workdir = (opt.workdir.empty() ? fs::current_path() : fs::absolute(opt.workdir)).string();
+  p.exe = fs::absolute(opt.exe).lexically_normal().string();
   const std::string config = fs::absolute(opt.config).lexically_normal().string();
-  const std::string logs = (dir.lexically_normal() / "logs").string();
-  check_directive_path("the job directory", workdir.string());
-  check_directive_path("the log directory", logs);
+  p.logs = (dir.lexically_normal() / "logs").string();
+  p.dir = dir.lexically_normal().string();
+  check_directive_path("the job directory", p.workdir);
+  check_directive_path("the log directory", p.logs);
 
-  std::string stem = fs::path(opt.config).stem().string();
-  std::string job = "pelab-";
-  for (char c : stem) job += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '_';
-
+  p.job = "pelab-";
+  for (char c : fs::path(opt.config).stem().string())
+    p.job += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '_';
   // The comparison's command line, as the user gave it (paths absolute).
-  std::string args = shell_word(config);
-  if (!opt.out.empty()) args += " --out " + shell_word(opt.out);
-  for (const auto& x : opt.sets) args += " --set " + shell_word(x);
-  if (!opt.progress.empty()) args += " --progress " + shell_word(opt.progress);
+  p.args = shell_word(config);
+  if (!opt.out.empty()) p.args += " --out " + shell_word(opt.out);
+  for (const auto& x : opt.sets) p.args += " --set " + shell_word(x);
+  if (!opt.progress.empty()) p.args += " --progress " + shell_word(opt.progress);
+  p.runs = std::to_string(p.n) + (p.n == 1 ? " run" : " runs");
+  p.title = comparison.title;
+  std::replace_if(p.title.begin(), p.title.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  return p;
+}
 
-  auto resources = [&](std::ostringstream& o) {
-    o << "#SBATCH --cpus-per-task=" << cpus << "\n";
-    if (!s.time.empty()) o << "#SBATCH --time=" << s.time << "\n";
-    if (!s.mem.empty()) o << "#SBATCH --mem=" << s.mem << "\n";
-    if (!s.partition.empty()) o << "#SBATCH --partition=" << s.partition << "\n";
-    o << "#SBATCH --chdir=" << workdir.string() << "\n";
-  };
-  auto extra = [&](std::ostringstream& o) {
-    for (const auto& x : s.options) o << "#SBATCH " << x << "\n";
-  };
-  const std::string runs = std::to_string(n) + (n == 1 ? " run" : " runs");
-  std::string title = comparison.title;  // in comments: one line
-  std::replace_if(title.begin(), title.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+void sbatch_resources(std::ostringstream& o, const SlurmScriptParts& p) {
+  const SlurmSettings& s = p.settings;
+  o << "#SBATCH --cpus-per-task=" << p.cpus << "\n";
+  if (!s.time.empty()) o << "#SBATCH --time=" << s.time << "\n";
+  if (!s.mem.empty()) o << "#SBATCH --mem=" << s.mem << "\n";
+  if (!s.partition.empty()) o << "#SBATCH --partition=" << s.partition << "\n";
+  o << "#SBATCH --chdir=" << p.workdir << "\n";
+}
 
+void sbatch_options(std::ostringstream& o, const SlurmScriptParts& p) {
+  for (const auto& x : p.settings.options) o << "#SBATCH " << x << "\n";
+}
+
+// array.sbatch: one array task per run.
+std::string array_script(const SlurmScriptParts& p) {
   std::ostringstream a;
   a << "#!/bin/bash\n"
-    << "# pelab comparison '" << title << "' on Slurm: one array task per run (" << runs
+    << "# pelab comparison '" << p.title << "' on Slurm: one array task per run (" << p.runs
     << "; `pelab compare CONFIG --plan`\n"
     << "# lists them). Task I trains and evaluates run I (`pelab compare CONFIG --only I`) in\n"
     << "# the comparison's run directory; a finished run is skipped and an interrupted one resumed,\n"
-    << "# so submitting again continues where the last submission stopped. At most " << k
+    << "# so submitting again continues where the last submission stopped. At most " << p.parallel
     << " tasks run\n"
     << "# at once. Written by `pelab compare --emit-slurm`; submit with submit.sh (it also\n"
     << "# submits report.sbatch, which writes the report when every task has ended).\n"
-    << "#SBATCH --job-name=" << job << "\n"
-    << "#SBATCH --array=1-" << n << "%" << k << "\n";
-  resources(a);
-  a << "#SBATCH --output=" << logs << "/run-%a.out\n";
-  extra(a);
-  a << "exec " << shell_word(exe) << " compare " << args << " --only \"$SLURM_ARRAY_TASK_ID\"\n";
+    << "#SBATCH --job-name=" << p.job << "\n"
+    << "#SBATCH --array=1-" << p.n << "%" << p.parallel << "\n";
+  sbatch_resources(a, p);
+  a << "#SBATCH --output=" << p.logs << "/run-%a.out\n";
+  sbatch_options(a, p);
+  a << "exec " << shell_word(p.exe) << " compare " << p.args << " --only \"$SLURM_ARRAY_TASK_ID\"\n";
+  return a.str();
+}
 
+// report.sbatch: the report, once every array task has ended.
+std::string report_script(const SlurmScriptParts& p, bool plots) {
   std::ostringstream r;
   r << "#!/bin/bash\n"
-    << "# pelab comparison '" << title << "': the report job. submit.sh submits it with\n"
+    << "# pelab comparison '" << p.title << "': the report job. submit.sh submits it with\n"
     << "# --dependency=afterany:<array job>, so it starts when every array task has ended\n"
     << "# (finished or not); it writes the report from the finished runs and exits 1 naming the\n"
     << "# runs that are missing (submit again to train them).\n"
-    << "#SBATCH --job-name=" << job << "-report\n";
-  resources(r);
-  r << "#SBATCH --output=" << logs << "/report.out\n";
-  extra(r);
-  r << "exec " << shell_word(exe) << " compare " << args << " --report-only"
-    << (opt.plots ? "" : " --no-plots") << "\n";
+    << "#SBATCH --job-name=" << p.job << "-report\n";
+  sbatch_resources(r, p);
+  r << "#SBATCH --output=" << p.logs << "/report.out\n";
+  sbatch_options(r, p);
+  r << "exec " << shell_word(p.exe) << " compare " << p.args << " --report-only"
+    << (plots ? "" : " --no-plots") << "\n";
+  return r.str();
+}
 
-  const std::string d = shell_word(dir.lexically_normal().string());
+// submit.sh: the array job, then the report job after it (the array cancelled if that fails).
+std::string submit_script(const SlurmScriptParts& p) {
   std::ostringstream sub;
   sub << "#!/bin/sh\n"
-      << "# Submits the comparison '" << title << "' (" << runs
+      << "# Submits the comparison '" << p.title << "' (" << p.runs
       << "): the array job (array.sbatch), then\n"
       << "# the report job (report.sbatch) to start when every array task has ended. Needs Slurm's\n"
       << "# sbatch on PATH. Safe to run again: finished runs are skipped, interrupted ones resumed.\n"
-      << "dir=" << d << "\n"
+      << "dir=" << shell_word(p.dir) << "\n"
       << "if ! command -v sbatch >/dev/null 2>&1; then\n"
       << "  echo \"submit.sh: sbatch not found on PATH: Slurm's client commands are needed (load the "
          "cluster's slurm module or install slurm-client); nothing was submitted\" >&2\n"
@@ -340,10 +374,19 @@ std::map<std::string, std::string> slurm_scripts(const SlurmJob& comparison,
       << "fi\n"
       << "report=$(printf '%s\\n' \"$out\" | tail -n 1)\n"
       << "report=${report%%;*}\n"
-      << "echo \"submitted: array job $array (" << runs << ", at most " << k
+      << "echo \"submitted: array job $array (" << p.runs << ", at most " << p.parallel
       << " at once), report job $report (after the array); logs in $dir/logs\"\n";
+  return sub.str();
+}
 
-  return {{"array.sbatch", a.str()}, {"report.sbatch", r.str()}, {"submit.sh", sub.str()}};
+}  // namespace
+
+std::map<std::string, std::string> slurm_scripts(const SlurmJob& comparison,
+                                                 const SlurmEmitOptions& opt) {
+  const SlurmScriptParts p = script_parts(comparison, opt);
+  return {{"array.sbatch", array_script(p)},
+          {"report.sbatch", report_script(p, opt.plots)},
+          {"submit.sh", submit_script(p)}};
 }
 
 std::vector<std::string> emit_slurm(const SlurmJob& job, const SlurmEmitOptions& opt) {
