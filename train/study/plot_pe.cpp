@@ -523,140 +523,172 @@ void attention_picture(Plotter& p, const std::string& stem, const std::string& t
   p.plot(stem, gp);
 }
 
-void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const PlotPeOptions& opt) {
-  const std::string& input = opt.input;
-  models::Transformer& model = *lm.model;
-  const TaskData& data = *lm.data;
-  const data::Vocab& vocab = data.vocab();
+// The input the attention maps are drawn for: --input, else the first example of the run's
+// longest test length (of the validation split without one; lm: the first validation window's
+// first 48 tokens).
+struct MapsInput {
   std::vector<int64_t> src;
+  // The example whose position IDs the task gives (task.position_ids, task.index_hints), if any.
+  const data::Example* task_ex = nullptr;
+  std::string text;  // "input '...'" (picture titles)
+  std::string what;  // which input sets the length (errors)
+};
+
+MapsInput maps_input(const Config& cfg, const TaskData& data, const std::string& input) {
+  MapsInput in;
   std::string used = input;
   // Position IDs from the task (task.position_ids, task.index_hints: the example carries them) are
   // the positions the model was trained and evaluated on; 0..L-1 would draw another model's
   // attention. They come with the task's examples, so --input (a bare text) is refused then.
-  const data::Example* task_ex = nullptr;
   if (!input.empty()) {
     PELAB_CHECK(cfg.task.position_ids == "sequential" && cfg.task.index_hints == 0,
                 "plot-pe: --input cannot be used with a run whose task gives the positions "
                 "(task.position_ids ", cfg.task.position_ids, ", task.index_hints ",
                 cfg.task.index_hints, "): the IDs come with the task's examples; leave --input "
                 "out to draw the first example of the run's longest test length");
-    src = data.encode_line(input);
+    in.src = data.encode_line(input);
   } else if (!data.is_lm()) {
     const EvalSet* set = data.tests().empty() ? &data.valid() : &data.tests().back();
     PELAB_CHECK(!set->examples.empty(), "plot-pe: the run has no test examples; pass --input");
-    src = set->examples.front().src;
-    if (!set->examples.front().src_pos.empty()) task_ex = &set->examples.front();
-    used = data.render(src);
+    in.src = set->examples.front().src;
+    if (!set->examples.front().src_pos.empty()) in.task_ex = &set->examples.front();
+    used = data.render(in.src);
   } else {
     const EvalSet& set = data.valid();
     PELAB_CHECK(!set.windows.empty(), "plot-pe: the run has no validation windows; pass --input");
-    src = set.windows.front().input;
-    if (src.size() > 48) src.resize(48);
-    used = data.render(src);
+    in.src = set.windows.front().input;
+    if (in.src.size() > 48) in.src.resize(48);
+    used = data.render(in.src);
   }
-  PELAB_CHECK(!src.empty(), "plot-pe: --input is empty");
-  const int64_t max_pos = models::pe_max_positions(cfg.model.pe);  // 0 = no limit (asked of the scheme)
-  const bool limited = max_pos > 0;
-  const std::string max_pos_name = models::pe_max_positions_name(cfg.model.pe);
-  NoGradGuard ng;
-  model.eval();
-  const Device dev = model.parameters().front().device();
-  auto keep = [&](bool on) {
-    if (model.encoder)
-      for (size_t i = 0; i < model.encoder->layers->size(); ++i)
-        model.encoder->layers->at<models::EncoderLayer>(i).self_attn->keep_probs = on;
-    for (size_t i = 0; i < model.decoder->layers->size(); ++i) {
-      auto& l = model.decoder->layers->at<models::DecoderLayer>(i);
-      l.self_attn->keep_probs = on;
-      if (l.cross_attn) l.cross_attn->keep_probs = on;
-    }
-  };
-  std::vector<std::string> stok, ttok;
-  const std::string in_text = "input '" + used + "'";
-  const std::string what =
-      input.empty() ? "the default input (" + std::to_string(src.size()) + " symbols)"
-                    : "--input (" + std::to_string(src.size()) + " symbols)";
-  if (model.is_seq2seq()) {
-    PELAB_CHECK(!limited || static_cast<int64_t>(src.size()) + 1 <= max_pos,
-                "plot-pe: the input needs ", src.size() + 1, " positions > ", max_pos_name, " ",
-                max_pos);
-    data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{src, {}, {}, {}}});
-    check_attention_maps(cfg, opt, b.S, 1, what);  // the source's maps, before decoding
-    Tensor s = ids_tensor(b.src, b.B, b.S, dev), sm = mask_tensor(b.src_mask, b.B, b.S, dev);
-    int64_t budget = decode_budget(cfg, static_cast<int64_t>(src.size()));
-    if (limited) budget = std::min<int64_t>(budget, max_pos - 1);
-    models::GreedyResult g = models::greedy_decode(model, s, sm, budget);
-    std::vector<int64_t> tgt_in = {data::Vocab::kBos};
-    for (int64_t t : g.tokens[0]) tgt_in.push_back(t);
-    for (int64_t id : b.src) stok.push_back(token_label(vocab, id));
-    for (int64_t id : tgt_in) ttok.push_back(token_label(vocab, id));
-    check_attention_maps(cfg, opt, b.S, static_cast<int64_t>(tgt_in.size()), what);
-    keep(true);
-    (void)model.forward_seq2seq(
-        s, sm, ids_tensor(tgt_in, 1, static_cast<int64_t>(tgt_in.size()), dev), Tensor());
-    keep(false);
-    const std::string out_text = data.render(g.tokens[0]);
+  PELAB_CHECK(!in.src.empty(), "plot-pe: --input is empty");
+  in.text = "input '" + used + "'";
+  in.what = input.empty() ? "the default input (" + std::to_string(in.src.size()) + " symbols)"
+                          : "--input (" + std::to_string(in.src.size()) + " symbols)";
+  return in;
+}
+
+// Every attention module keeps (or stops keeping) the probabilities of its last call.
+void keep_attention_probs(models::Transformer& model, bool on) {
+  if (model.encoder)
     for (size_t i = 0; i < model.encoder->layers->size(); ++i)
-      attention_picture(p, "attention_encoder_self_layer" + std::to_string(i),
-                        "encoder self-attention, layer " + std::to_string(i) + " (" +
-                            cfg.model.pe.scheme + "; " + in_text + ")",
-                        model.encoder->layers->at<models::EncoderLayer>(i).self_attn->last_probs,
-                        stok, stok);
-    for (size_t i = 0; i < model.decoder->layers->size(); ++i) {
-      auto& l = model.decoder->layers->at<models::DecoderLayer>(i);
-      attention_picture(p, "attention_decoder_self_layer" + std::to_string(i),
-                        "decoder self-attention, layer " + std::to_string(i) + " (" +
-                            cfg.model.pe.scheme + "; output '" + out_text + "')",
-                        l.self_attn->last_probs, ttok, ttok);
-      attention_picture(p, "attention_decoder_cross_layer" + std::to_string(i),
-                        "cross-attention, layer " + std::to_string(i) + " (" + cfg.model.pe.scheme +
-                            "; " + in_text + " -> '" + out_text + "')",
-                        l.cross_attn->last_probs, ttok, stok);
-    }
-    return;
+      model.encoder->layers->at<models::EncoderLayer>(i).self_attn->keep_probs = on;
+  for (size_t i = 0; i < model.decoder->layers->size(); ++i) {
+    auto& l = model.decoder->layers->at<models::DecoderLayer>(i);
+    l.self_attn->keep_probs = on;
+    if (l.cross_attn) l.cross_attn->keep_probs = on;
   }
-  std::vector<int64_t> seq = data.is_lm() ? src : data::decoder_prompt(src);
-  check_attention_maps(cfg, opt, 0, static_cast<int64_t>(seq.size()), what);  // before decoding
+}
+
+// Encoder-decoder: the input is decoded greedily, then the maps of one teacher-forced pass over
+// input and output: encoder self-attention, decoder self- and cross-attention per layer.
+void seq2seq_attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm,
+                            const PlotPeOptions& opt, const MapsInput& in) {
+  models::Transformer& model = *lm.model;
+  const data::Vocab& vocab = lm.data->vocab();
+  const int64_t max_pos = models::pe_max_positions(cfg.model.pe);  // 0 = no limit
+  const Device dev = model.parameters().front().device();
+  PELAB_CHECK(max_pos <= 0 || static_cast<int64_t>(in.src.size()) + 1 <= max_pos,
+              "plot-pe: the input needs ", in.src.size() + 1, " positions > ",
+              models::pe_max_positions_name(cfg.model.pe), " ", max_pos);
+  data::Seq2SeqBatch b = data::make_seq2seq_batch({data::Example{in.src, {}, {}, {}}});
+  check_attention_maps(cfg, opt, b.S, 1, in.what);  // the source's maps, before decoding
+  Tensor s = ids_tensor(b.src, b.B, b.S, dev), sm = mask_tensor(b.src_mask, b.B, b.S, dev);
+  int64_t budget = decode_budget(cfg, static_cast<int64_t>(in.src.size()));
+  if (max_pos > 0) budget = std::min<int64_t>(budget, max_pos - 1);
+  models::GreedyResult g = models::greedy_decode(model, s, sm, budget);
+  std::vector<int64_t> tgt_in = {data::Vocab::kBos};
+  for (int64_t t : g.tokens[0]) tgt_in.push_back(t);
+  std::vector<std::string> stok, ttok;
+  for (int64_t id : b.src) stok.push_back(token_label(vocab, id));
+  for (int64_t id : tgt_in) ttok.push_back(token_label(vocab, id));
+  check_attention_maps(cfg, opt, b.S, static_cast<int64_t>(tgt_in.size()), in.what);
+  keep_attention_probs(model, true);
+  (void)model.forward_seq2seq(
+      s, sm, ids_tensor(tgt_in, 1, static_cast<int64_t>(tgt_in.size()), dev), Tensor());
+  keep_attention_probs(model, false);
+  const std::string out_text = lm.data->render(g.tokens[0]);
+  for (size_t i = 0; i < model.encoder->layers->size(); ++i)
+    attention_picture(p, "attention_encoder_self_layer" + std::to_string(i),
+                      "encoder self-attention, layer " + std::to_string(i) + " (" +
+                          cfg.model.pe.scheme + "; " + in.text + ")",
+                      model.encoder->layers->at<models::EncoderLayer>(i).self_attn->last_probs,
+                      stok, stok);
+  for (size_t i = 0; i < model.decoder->layers->size(); ++i) {
+    auto& l = model.decoder->layers->at<models::DecoderLayer>(i);
+    attention_picture(p, "attention_decoder_self_layer" + std::to_string(i),
+                      "decoder self-attention, layer " + std::to_string(i) + " (" +
+                          cfg.model.pe.scheme + "; output '" + out_text + "')",
+                      l.self_attn->last_probs, ttok, ttok);
+    attention_picture(p, "attention_decoder_cross_layer" + std::to_string(i),
+                      "cross-attention, layer " + std::to_string(i) + " (" + cfg.model.pe.scheme +
+                          "; " + in.text + " -> '" + out_text + "')",
+                      l.cross_attn->last_probs, ttok, stok);
+  }
+}
+
+// Decoder-only: the prompt is decoded greedily (not for lm), then the self-attention maps of
+// one pass over prompt and output, at the task's position IDs when it gives them.
+void decoder_attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm,
+                            const PlotPeOptions& opt, const MapsInput& in) {
+  models::Transformer& model = *lm.model;
+  const TaskData& data = *lm.data;
+  const int64_t max_pos = models::pe_max_positions(cfg.model.pe);  // 0 = no limit
+  const std::string max_pos_name = models::pe_max_positions_name(cfg.model.pe);
+  std::vector<int64_t> seq = data.is_lm() ? in.src : data::decoder_prompt(in.src);
+  check_attention_maps(cfg, opt, 0, static_cast<int64_t>(seq.size()), in.what);  // before decoding
   std::string out_text;
   if (!data.is_lm()) {
-    int64_t budget = decode_budget(cfg, static_cast<int64_t>(src.size()));
-    if (limited)
+    int64_t budget = decode_budget(cfg, static_cast<int64_t>(in.src.size()));
+    if (max_pos > 0)
       budget = std::min<int64_t>(budget, max_pos - static_cast<int64_t>(seq.size()));
     PELAB_CHECK(budget > 0, "plot-pe: the input is too long for ", max_pos_name, " ",
                 max_pos);
     models::GreedyPositions gp;
-    if (task_ex) {
-      budget = static_cast<int64_t>(task_ex->tgt.size()) + 1;  // the answer and its eos
-      gp.tgt = models::Positions(data::decoder_position_ids(*task_ex, budget));
+    if (in.task_ex) {
+      budget = static_cast<int64_t>(in.task_ex->tgt.size()) + 1;  // the answer and its eos
+      gp.tgt = models::Positions(data::decoder_position_ids(*in.task_ex, budget));
     }
     models::GreedyResult g = models::greedy_decode(model, {seq}, budget, true, {},
-                                                   task_ex ? &gp : nullptr);
+                                                   in.task_ex ? &gp : nullptr);
     for (int64_t t : g.tokens[0]) seq.push_back(t);
     out_text = data.render(g.tokens[0]);
   }
-  PELAB_CHECK(!limited || task_ex || static_cast<int64_t>(seq.size()) <= max_pos,
+  PELAB_CHECK(max_pos <= 0 || in.task_ex || static_cast<int64_t>(seq.size()) <= max_pos,
               "plot-pe: the sequence needs ", seq.size(), " positions > ", max_pos_name, " ",
               max_pos);
-  for (int64_t id : seq) ttok.push_back(token_label(vocab, id));
-  check_attention_maps(cfg, opt, 0, static_cast<int64_t>(seq.size()), what);
-  keep(true);
+  std::vector<std::string> ttok;
+  for (int64_t id : seq) ttok.push_back(token_label(data.vocab(), id));
+  check_attention_maps(cfg, opt, 0, static_cast<int64_t>(seq.size()), in.what);
+  keep_attention_probs(model, true);
   {
     models::Positions pos;
-    if (task_ex) {
+    if (in.task_ex) {
       std::vector<int64_t> ids = data::decoder_position_ids(
-          *task_ex, static_cast<int64_t>(seq.size()) - static_cast<int64_t>(task_ex->src_pos.size()));
+          *in.task_ex,
+          static_cast<int64_t>(seq.size()) - static_cast<int64_t>(in.task_ex->src_pos.size()));
       pos = models::Positions(std::move(ids));
     }
+    const Device dev = model.parameters().front().device();
     (void)model.forward_decoder(ids_tensor(seq, 1, static_cast<int64_t>(seq.size()), dev), Tensor(),
-                                task_ex ? &pos : nullptr);
+                                in.task_ex ? &pos : nullptr);
   }
-  keep(false);
+  keep_attention_probs(model, false);
   for (size_t i = 0; i < model.decoder->layers->size(); ++i)
     attention_picture(p, "attention_decoder_self_layer" + std::to_string(i),
                       "decoder self-attention, layer " + std::to_string(i) + " (" + cfg.model.pe.scheme +
-                          "; " + in_text + (out_text.empty() ? "" : " -> '" + out_text + "'") + ")",
+                          "; " + in.text + (out_text.empty() ? "" : " -> '" + out_text + "'") + ")",
                       model.decoder->layers->at<models::DecoderLayer>(i).self_attn->last_probs,
                       ttok, ttok);
+}
+
+void attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm, const PlotPeOptions& opt) {
+  const MapsInput in = maps_input(cfg, *lm.data, opt.input);
+  NoGradGuard ng;
+  lm.model->eval();
+  if (lm.model->is_seq2seq())
+    seq2seq_attention_maps(p, cfg, lm, opt, in);
+  else
+    decoder_attention_maps(p, cfg, lm, opt, in);
 }
 
 // The length of the attention maps' input from the config alone, before anything is built: a
