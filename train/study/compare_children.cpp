@@ -182,6 +182,165 @@ std::string child_error(const std::string& log_path, std::uintmax_t from) {
   return line;
 }
 
+// The children of a comparison trained in child processes: each started as `exe compare CONFIG
+// --only I` (the same --set overrides and --out; output appended to runs/<run>/compare.log),
+// reaped when it ends, stopped together (SIGTERM) on a signal or a failure, and shown as one
+// progress line per run (a block redrawn on a terminal, else event lines).
+class ChildPool {
+ public:
+  ChildPool(const CompareSpec& spec, const CompareOptions& opt,
+            const std::vector<ComparePlanRun>& plan, const std::string& out_dir, std::ostream& log)
+      : spec_(spec), opt_(opt), plan_(plan), out_dir_(out_dir), log_(log),
+        exe_(opt.exe.empty() ? g_child_binary : opt.exe),
+        tty_(opt.progress == 1 || (opt.progress == -1 && &log == &std::cerr && ::isatty(2) == 1)) {
+    // The config as given (a config loaded from a string: the copy in the report directory).
+    std::error_code ec;
+    config_ = fs::is_regular_file(spec.source, ec) ? spec.source
+                                                   : (fs::path(out_dir) / "compare.yaml").string();
+  }
+  size_t running() const { return running_.size(); }
+  bool stopping() const { return stopping_; }
+  const std::string& failure() const { return failure_; }
+
+  void start(size_t i);
+  void reap();
+  // SIGTERM to every running child (a pelab child stops at a checkpoint); no more are started.
+  void stop_all() {
+    stopping_ = true;
+    for (const auto& c : running_) ::kill(c.pid, SIGTERM);
+  }
+  // A line above the progress block.
+  void event(const std::string& line) {
+    clear_block();
+    log_ << line << "\n" << std::flush;
+  }
+  void show_progress() {
+    if (tty_ && !running_.empty() && now_s() - last_draw_ >= 0.5) draw_block();
+  }
+  void clear_block();
+
+ private:
+  struct Child {
+    size_t index;
+    pid_t pid;
+    std::string log;
+    double t0;
+    std::uintmax_t log_from;  // the log's size when the child started
+  };
+  std::string tag(size_t i) const {
+    return "[" + std::to_string(i + 1) + "/" + std::to_string(plan_.size()) + "] ";
+  }
+  void draw_block();
+  void ended(const Child& c, int status);
+
+  const CompareSpec& spec_;
+  const CompareOptions& opt_;
+  const std::vector<ComparePlanRun>& plan_;
+  const std::string out_dir_;
+  std::ostream& log_;
+  const std::string exe_;
+  const bool tty_;
+  std::string config_;
+  std::vector<Child> running_;
+  bool stopping_ = false;
+  std::string failure_;
+  size_t drawn_ = 0;  // lines of the progress block on the terminal
+  double last_draw_ = 0;
+};
+
+// Starts run i (plan index); a run that cannot start is the pool's failure (every child stopped).
+void ChildPool::start(size_t i) {
+  const ComparePlanRun& run = plan_[i];
+  const fs::path dir = run_directory(run.cfg);
+  std::vector<std::string> args = {
+      "compare", config_,  "--only",     std::to_string(i + 1),
+      "--out",   out_dir_, "--progress", opt_.progress == 2 ? "none" : "lines",
+      "--expect-config", fingerprint(eval_identity(run.cfg))};
+  for (const auto& o : spec_.overrides) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  if (opt_.retrain) args.push_back("--retrain");
+  const std::string lp = (dir / "compare.log").string();
+  try {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
+    ::close(open_for_writing(lp, O_WRONLY | O_CREAT | O_APPEND, 0644));  // a link: one line
+    std::error_code size_ec;
+    const std::uintmax_t from = fs::file_size(lp, size_ec);
+    running_.push_back({i, spawn_child(exe_, args, lp), lp, now_s(), size_ec ? 0 : from});
+  } catch (const std::exception& e) {
+    failure_ = e.what();  // the running children are stopped and waited for first
+    stop_all();
+    return;
+  }
+  event(tag(i) + "started " + run_who(run) + " (" + std::to_string(run.cfg.train.steps) +
+        " steps; log " + lp + ")");
+}
+
+// Collects the children that have ended (without waiting for the others).
+void ChildPool::reap() {
+  for (size_t k = 0; k < running_.size();) {
+    int st = 0;
+    const pid_t w = ::waitpid(running_[k].pid, &st, WNOHANG);
+    if (w != running_[k].pid) {
+      ++k;
+      continue;
+    }
+    const Child c = running_[k];
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(k));
+    ended(c, st);
+  }
+}
+
+// A child ended: finished, stopped (after stop_all), or failed, which stops the others and is the
+// pool's failure (naming the run, how it ended, the reason it logged and its log).
+void ChildPool::ended(const Child& c, int st) {
+  const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  const std::string how = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
+                                        : "killed by signal " + std::to_string(WTERMSIG(st));
+  const ComparePlanRun& run = plan_[c.index];
+  if (ok) {
+    event(tag(c.index) + "finished " + run_who(run) + " (" + elapsed_text(now_s() - c.t0) + ")");
+  } else if (stopping_) {
+    event(tag(c.index) + "stopped " + run_who(run));
+  } else {
+    const std::string why = child_error(c.log, c.log_from);
+    failure_ = "compare: run " + run.cfg.train.run_name + " failed (" + how + ")" +
+               (why.empty() ? "" : ": " + why) + "; see " + c.log;
+    event(tag(c.index) + run_who(run) + " failed (" + how + ")");
+    stop_all();
+  }
+}
+
+void ChildPool::clear_block() {
+  if (drawn_ == 0) return;
+  log_ << "\033[" << drawn_ << "A";
+  for (size_t k = 0; k < drawn_; ++k) log_ << "\033[2K\n";
+  log_ << "\033[" << drawn_ << "A";
+  drawn_ = 0;
+}
+
+// One line per running child: its run, its newest training row and how long it has run.
+void ChildPool::draw_block() {
+  clear_block();
+  for (const auto& c : running_) {
+    const ComparePlanRun& run = plan_[c.index];
+    int64_t step = 0;
+    double loss = 0;
+    std::string state = "starting";
+    if (latest_train_row(run_directory(run.cfg), step, loss))
+      state = "step " + std::to_string(step) + "/" + std::to_string(run.cfg.train.steps) +
+              "  loss " + format_double(loss, 4);
+    log_ << tag(c.index) << run_who(run) << "  " << state << "  " << elapsed_text(now_s() - c.t0)
+         << "\n";
+    ++drawn_;
+  }
+  log_ << std::flush;
+  last_draw_ = now_s();
+}
+
 }  // namespace
 
 namespace compare_detail {
@@ -193,131 +352,26 @@ namespace compare_detail {
 bool train_in_children(const CompareSpec& spec, const CompareOptions& opt,
                        const std::vector<ComparePlanRun>& plan, const std::vector<size_t>& todo,
                        int64_t jobs, const std::string& out_dir, std::ostream& log) {
-  const std::string exe = opt.exe.empty() ? g_child_binary : opt.exe;
-  // The config as given (a config loaded from a string: the copy in the report directory).
-  std::error_code ec;
-  const std::string config = fs::is_regular_file(spec.source, ec)
-                                 ? spec.source
-                                 : (fs::path(out_dir) / "compare.yaml").string();
-  const size_t N = plan.size();
-  struct Child {
-    size_t index;
-    pid_t pid;
-    std::string log;
-    double t0;
-    std::uintmax_t log_from;  // the log's size when the child started
-  };
-  std::vector<Child> running;
-  size_t next = 0;
-  bool stopping = false;
-  std::string failure;
-  // A block of lines redrawn on a terminal (progress bar / auto on a terminal), else plain lines.
-  const bool tty =
-      opt.progress == 1 || (opt.progress == -1 && &log == &std::cerr && ::isatty(2) == 1);
-  size_t drawn = 0;  // lines of the progress block on the terminal
-  double last_draw = 0;
-  auto tag = [&](size_t i) { return "[" + std::to_string(i + 1) + "/" + std::to_string(N) + "] "; };
-  auto clear_block = [&]() {
-    if (drawn == 0) return;
-    log << "\033[" << drawn << "A";
-    for (size_t k = 0; k < drawn; ++k) log << "\033[2K\n";
-    log << "\033[" << drawn << "A";
-    drawn = 0;
-  };
-  auto event = [&](const std::string& line) {
-    clear_block();
-    log << line << "\n" << std::flush;
-  };
-  auto draw_block = [&]() {
-    clear_block();
-    for (const auto& c : running) {
-      const ComparePlanRun& run = plan[c.index];
-      int64_t step = 0;
-      double loss = 0;
-      std::string state = "starting";
-      if (latest_train_row(run_directory(run.cfg), step, loss))
-        state = "step " + std::to_string(step) + "/" + std::to_string(run.cfg.train.steps) +
-                "  loss " + format_double(loss, 4);
-      log << tag(c.index) << run_who(run) << "  " << state << "  " << elapsed_text(now_s() - c.t0)
-          << "\n";
-      ++drawn;
-    }
-    log << std::flush;
-    last_draw = now_s();
-  };
-  auto stop_all = [&]() {
-    stopping = true;
-    for (const auto& c : running) ::kill(c.pid, SIGTERM);
-  };
+  ChildPool pool(spec, opt, plan, out_dir, log);
   log << "pelab compare: " << todo.size() << " runs to train, " << jobs
       << " at once (child processes; each one's output in runs/<run>/compare.log)\n"
       << std::flush;
-  while ((!stopping && next < todo.size()) || !running.empty()) {
-    if (!stopping && stop_signal()) {
-      stop_all();
-      event("pelab compare: stopping " + std::to_string(running.size()) +
-            " running runs (they save a checkpoint) ...");
+  size_t next = 0;
+  while ((!pool.stopping() && next < todo.size()) || pool.running() > 0) {
+    if (!pool.stopping() && stop_signal()) {
+      pool.stop_all();
+      pool.event("pelab compare: stopping " + std::to_string(pool.running()) +
+                 " running runs (they save a checkpoint) ...");
     }
-    while (!stopping && next < todo.size() && static_cast<int64_t>(running.size()) < jobs) {
-      const size_t i = todo[next++];
-      const ComparePlanRun& run = plan[i];
-      const fs::path dir = run_directory(run.cfg);
-      std::vector<std::string> args = {
-          "compare", config,  "--only",     std::to_string(i + 1),
-          "--out",   out_dir, "--progress", opt.progress == 2 ? "none" : "lines",
-          "--expect-config", fingerprint(eval_identity(run.cfg))};
-      for (const auto& o : spec.overrides) {
-        args.push_back("--set");
-        args.push_back(o);
-      }
-      if (opt.retrain) args.push_back("--retrain");
-      const std::string lp = (dir / "compare.log").string();
-      try {
-        fs::create_directories(dir, ec);
-        PELAB_CHECK(!ec, "compare: cannot create ", dir.string(), ": ", ec.message());
-        ::close(open_for_writing(lp, O_WRONLY | O_CREAT | O_APPEND, 0644));  // a link: one line
-        std::error_code size_ec;
-        const std::uintmax_t from = fs::file_size(lp, size_ec);
-        running.push_back({i, spawn_child(exe, args, lp), lp, now_s(), size_ec ? 0 : from});
-      } catch (const std::exception& e) {
-        failure = e.what();  // the running children are stopped and waited for first
-        stop_all();
-        break;
-      }
-      event(tag(i) + "started " + run_who(run) + " (" + std::to_string(run.cfg.train.steps) +
-            " steps; log " + lp + ")");
-    }
-    for (size_t k = 0; k < running.size();) {
-      int st = 0;
-      const pid_t w = ::waitpid(running[k].pid, &st, WNOHANG);
-      if (w != running[k].pid) {
-        ++k;
-        continue;
-      }
-      const Child c = running[k];
-      running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
-      const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-      const std::string how = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
-                                            : "killed by signal " + std::to_string(WTERMSIG(st));
-      if (ok) {
-        event(tag(c.index) + "finished " + run_who(plan[c.index]) + " (" +
-              elapsed_text(now_s() - c.t0) + ")");
-      } else if (stopping) {
-        event(tag(c.index) + "stopped " + run_who(plan[c.index]));
-      } else {
-        const std::string why = child_error(c.log, c.log_from);
-        failure = "compare: run " + plan[c.index].cfg.train.run_name + " failed (" + how + ")" +
-                  (why.empty() ? "" : ": " + why) + "; see " + c.log;
-        event(tag(c.index) + run_who(plan[c.index]) + " failed (" + how + ")");
-        stop_all();
-      }
-    }
-    if (tty && !running.empty() && now_s() - last_draw >= 0.5) draw_block();
-    if (!running.empty()) ::usleep(100000);
+    while (!pool.stopping() && next < todo.size() && static_cast<int64_t>(pool.running()) < jobs)
+      pool.start(todo[next++]);
+    pool.reap();
+    pool.show_progress();
+    if (pool.running() > 0) ::usleep(100000);
   }
-  clear_block();
-  if (!failure.empty()) fail(failure);
-  return !stopping;
+  pool.clear_block();
+  if (!pool.failure().empty()) fail(pool.failure());
+  return !pool.stopping();
 }
 
 }  // namespace compare_detail

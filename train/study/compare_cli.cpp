@@ -133,24 +133,28 @@ int compare_cli(const std::vector<std::string>& a, std::ostream& out, std::ostre
 
 namespace {
 
-int compare_command(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
-  const CommandLine args = parse_command_line(kCompareSpec, a);
-  if (args.help) {
-    out << kCompareHelp;
-    return 0;
-  }
+// The command line of a comparison: its options, checked against each other.
+struct CompareCall {
   CompareOptions opt;
-  std::string command = "pelab";
-  for (const auto& x : a) command += " " + shell_word(x);
-  opt.command = command;
+  bool plan_only = false;
+  std::string suite_tasks;  // --task NAME[,NAME...] (suite configs)
+  std::string emit_dir;     // --emit-slurm DIR
+  std::string progress;     // --progress as given (for the Slurm scripts)
+};
+
+CompareCall compare_call(const CommandLine& args, const std::vector<std::string>& a) {
+  CompareCall c;
+  CompareOptions& opt = c.opt;
+  opt.command = "pelab";
+  for (const auto& x : a) opt.command += " " + shell_word(x);
   opt.out = args.value("--out");
   opt.retrain = args.has("--retrain");
   opt.plots = !args.has("--no-plots");
   opt.report_only = args.has("--report-only");
-  const bool plan_only = args.has("--plan");
-  const std::string suite_tasks = args.value("--task");  // --task NAME[,NAME...] (suite configs)
-  const std::string emit_dir = args.value("--emit-slurm");
-  if (args.has("--emit-slurm") && emit_dir.empty())
+  c.plan_only = args.has("--plan");
+  c.suite_tasks = args.value("--task");
+  c.emit_dir = args.value("--emit-slurm");
+  if (args.has("--emit-slurm") && c.emit_dir.empty())
     throw args.error("--emit-slurm needs a directory");
   opt.jobs = args.integer("--jobs", 1, opt.jobs, "runs trained at once");
   if (args.has("--only")) opt.only = only_option(args);
@@ -158,12 +162,12 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   if (args.has("--expect-config") && opt.only.size() != 1)
     throw args.error("--expect-config needs exactly one --only run");
   opt.progress = args.progress();
-  const std::string progress = args.value("--progress");
+  c.progress = args.value("--progress");
   // --merge DIR...: the folders follow CONFIG.
   if (args.has("--merge")) {
     if (args.positional.size() < 2)
       throw args.error("--merge needs at least one folder: --merge DIR...");
-    if (plan_only || opt.report_only || !opt.only.empty() || !emit_dir.empty() || opt.retrain)
+    if (c.plan_only || opt.report_only || !opt.only.empty() || !c.emit_dir.empty() || opt.retrain)
       throw args.error(
           "--merge excludes --plan, --only, --report-only, --emit-slurm and --retrain");
     for (size_t i = 1; i < args.positional.size(); ++i) {
@@ -176,63 +180,54 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
   } else {
     args.expect_positional(1, "CONFIG");
   }
-  const std::vector<std::string>& positional = args.positional;
-  const std::vector<std::string>& sets = args.sets;
-  if (plan_only + opt.report_only + !opt.only.empty() + !emit_dir.empty() > 1)
+  if (c.plan_only + opt.report_only + !opt.only.empty() + !c.emit_dir.empty() > 1)
     throw args.error("--plan, --only, --report-only and --emit-slurm exclude each other");
   opt.archive = args.has("--archive");
-  if (opt.archive && (plan_only || !opt.only.empty() || !emit_dir.empty()))
+  if (opt.archive && (c.plan_only || !opt.only.empty() || !c.emit_dir.empty()))
     throw args.error("--archive writes the records of a report: it excludes --plan, --only and "
                      "--emit-slurm");
-  if (!emit_dir.empty() && opt.retrain)
+  if (!c.emit_dir.empty() && opt.retrain)
     throw args.error("--retrain cannot go into --emit-slurm scripts (a resubmitted array would "
                      "train every run afresh); remove the runs to retrain instead");
-  if (is_suite_config(positional[0])) {
-    if (!emit_dir.empty())
-      throw args.error("--emit-slurm does not take suite configs (" + positional[0] +
-                       " has a suite: section); emit a plain compare config per task");
-    return suite_cli(positional[0], sets, opt, plan_only, suite_tasks, out, err);
-  }
-  if (!suite_tasks.empty())
-    throw args.error("--task selects tasks of a suite config (one with a suite: section); " +
-                     positional[0] + " has none");
-  const CompareSpec spec = load_compare(positional[0], sets);
-  if (!emit_dir.empty()) {
-    // Validated like a real comparison (the whole plan), then the scripts.
-    const std::vector<ComparePlanRun> plan =
-        compare_plan(spec, opt.out.empty() ? spec.out : opt.out);
-    SlurmEmitOptions eo;
-    eo.dir = emit_dir;
-    eo.exe = opt.exe.empty() ? compare_child_binary() : opt.exe;
-    std::error_code ec;
-    const std::string real = fs::canonical(eo.exe, ec).string();  // /proc/self/exe -> the file
-    if (!eo.exe.empty() && !ec) eo.exe = real;
-    eo.config = positional[0];
-    eo.out = opt.out;
-    eo.sets = sets;
-    eo.progress = progress;
-    eo.plots = opt.plots;
-    eo.jobs = opt.jobs;
-    SlurmJob job;
-    job.source = spec.source;
-    job.title = spec.title;
-    job.settings = spec.slurm;
-    job.jobs = spec.jobs;
-    for (const auto& r : plan) job.runs.push_back({r.cfg.train.run_name, r.cfg.train.threads});
-    const std::vector<std::string> files = emit_slurm(job, eo);
-    out << "compare --emit-slurm: " << plan.size() << (plan.size() == 1 ? " run" : " runs")
-        << " as a Slurm job array; wrote";
-    for (const auto& f : files) out << " " << f;
-    out << "\nsubmit with: sh " << shell_word((fs::path(emit_dir) / "submit.sh").string())
-        << "\n";
-    return 0;
-  }
-  if (plan_only) {
-    out << compare_plan_text(spec, opt.out.empty() ? spec.out : opt.out);
-    return 0;
-  }
-  opt.log = &err;
-  const CompareResult r = run_compare(spec, opt);
+  return c;
+}
+
+// --emit-slurm DIR: the comparison validated like a real one (the whole plan), then its scripts.
+int emit_slurm_command(const CompareSpec& spec, const CompareCall& c, const CommandLine& args,
+                       std::ostream& out) {
+  const CompareOptions& opt = c.opt;
+  const std::vector<ComparePlanRun> plan = compare_plan(spec, opt.out.empty() ? spec.out : opt.out);
+  SlurmEmitOptions eo;
+  eo.dir = c.emit_dir;
+  eo.exe = opt.exe.empty() ? compare_child_binary() : opt.exe;
+  std::error_code ec;
+  const std::string real = fs::canonical(eo.exe, ec).string();  // /proc/self/exe -> the file
+  if (!eo.exe.empty() && !ec) eo.exe = real;
+  eo.config = args.positional[0];
+  eo.out = opt.out;
+  eo.sets = args.sets;
+  eo.progress = c.progress;
+  eo.plots = opt.plots;
+  eo.jobs = opt.jobs;
+  SlurmJob job;
+  job.source = spec.source;
+  job.title = spec.title;
+  job.settings = spec.slurm;
+  job.jobs = spec.jobs;
+  for (const auto& r : plan) job.runs.push_back({r.cfg.train.run_name, r.cfg.train.threads});
+  const std::vector<std::string> files = emit_slurm(job, eo);
+  out << "compare --emit-slurm: " << plan.size() << (plan.size() == 1 ? " run" : " runs")
+      << " as a Slurm job array; wrote";
+  for (const auto& f : files) out << " " << f;
+  out << "\nsubmit with: sh " << shell_word((fs::path(c.emit_dir) / "submit.sh").string())
+      << "\n";
+  return 0;
+}
+
+// The exit status of a comparison that ran, with its closing lines: 130 interrupted, 1 a refused
+// merge, unfinished runs in a report or (compare.unconverged: fail) a missed criterion, else 0.
+int compare_outcome(const CompareSpec& spec, const CompareOptions& opt, const CompareResult& r,
+                    std::ostream& out, std::ostream& err) {
   if (r.interrupted) return 130;
   if (!r.refused.empty()) {
     for (const auto& line : r.refused) err << "pelab: error: compare --merge: " << line << "\n";
@@ -264,6 +259,33 @@ int compare_command(const std::vector<std::string>& a, std::ostream& out, std::o
     return 1;
   }
   return 0;
+}
+
+int compare_command(const std::vector<std::string>& a, std::ostream& out, std::ostream& err) {
+  const CommandLine args = parse_command_line(kCompareSpec, a);
+  if (args.help) {
+    out << kCompareHelp;
+    return 0;
+  }
+  CompareCall c = compare_call(args, a);
+  const std::string& config = args.positional[0];
+  if (is_suite_config(config)) {
+    if (!c.emit_dir.empty())
+      throw args.error("--emit-slurm does not take suite configs (" + config +
+                       " has a suite: section); emit a plain compare config per task");
+    return suite_cli(config, args.sets, c.opt, c.plan_only, c.suite_tasks, out, err);
+  }
+  if (!c.suite_tasks.empty())
+    throw args.error("--task selects tasks of a suite config (one with a suite: section); " +
+                     config + " has none");
+  const CompareSpec spec = load_compare(config, args.sets);
+  if (!c.emit_dir.empty()) return emit_slurm_command(spec, c, args, out);
+  if (c.plan_only) {
+    out << compare_plan_text(spec, c.opt.out.empty() ? spec.out : c.opt.out);
+    return 0;
+  }
+  c.opt.log = &err;
+  return compare_outcome(spec, c.opt, run_compare(spec, c.opt), out, err);
 }
 
 }  // namespace

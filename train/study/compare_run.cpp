@@ -387,6 +387,96 @@ void log_report(const CompareSpec& spec, const CompareResult& res, std::ostream&
   log << std::flush;
 }
 
+// Before anything is trained: OUT created (not inside a merged folder), its runs/ and run folders
+// pelab's own, the runs kept in its records.tar.xz unpacked, the --merge folders gathered
+// (merged_from), the config copied. False when a merge was refused (res.refused says why).
+bool prepare_out(const CompareSpec& spec, const CompareOptions& opt,
+                 const std::vector<ComparePlanRun>& plan, std::ostream& log, CompareResult& res,
+                 std::map<size_t, std::string>& merged_from) {
+  // Before anything is created: the report folder must not lie in a merged folder.
+  res.refused = merge_out_problems(opt.merge, res.out_dir);
+  if (!res.refused.empty()) return false;
+  std::error_code ec;
+  fs::create_directories(res.out_dir, ec);
+  PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
+  // runs/ and each run's folder are pelab's own: a link there (planted in a folder from someone
+  // else) is refused before anything is written, trained or deleted through it.
+  make_own_folder((fs::path(res.out_dir) / "runs").string());
+  // (Only links here: anything else in a run folder's place fails where that run starts.)
+  for (const auto& r : plan)
+    if (fs::is_symlink(run_directory(r.cfg), ec)) own_folder_exists(run_directory(r.cfg));
+  // Runs kept in OUT's records.tar.xz are run folders to this comparison (reused, reported).
+  if (!opt.retrain) unpack_records_archive(plan, res.out_dir, log);
+  if (!opt.merge.empty()) {
+    merge_records(plan, opt.merge, opt.merge_sub, res.out_dir, log, res, merged_from);
+    if (!res.refused.empty()) return false;
+  }
+  if (opt.only.empty())
+    write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
+  return true;
+}
+
+// "2 schemes x 3 seeds = 6 runs of 3000 steps" (with the search candidates when there are).
+std::string runs_text(const CompareSpec& spec, const std::vector<SearchCandidate>& candidates,
+                      const std::vector<ComparePlanRun>& plan) {
+  return count_text(static_cast<int64_t>(spec.schemes.size()), "scheme") + " x " +
+         (spec.search.empty()
+              ? ""
+              : count_text(static_cast<int64_t>(candidates.size()), "search candidate") + " x ") +
+         count_text(static_cast<int64_t>(spec.seeds.size()), "seed") + " = " +
+         count_text(static_cast<int64_t>(plan.size()), "run") + " of " +
+         plan_steps_text(plan, spec.base.train.steps);
+}
+
+// The selected runs that need training (ins: what each selected run's folder holds); with
+// --report-only they are the missing runs (res.missing).
+std::vector<size_t> runs_to_train(const CompareOptions& opt, const std::vector<ComparePlanRun>& plan,
+                                  const std::vector<bool>& selected,
+                                  std::vector<RunInspection>& ins, CompareResult& res) {
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (!selected[i]) continue;
+    ins[i] = opt.retrain && !opt.report_only ? RunInspection{RunState::Stale, "--retrain", 0, {}}
+                                             : inspect_run(run_directory(plan[i].cfg), plan[i].cfg);
+    if (ins[i].state != RunState::Finished) {
+      todo.push_back(i);
+      if (opt.report_only) res.missing.push_back(plan[i].cfg.train.run_name);
+    }
+  }
+  return todo;
+}
+
+// Runs trained at once: --jobs, else compare.jobs, else the cores, at most the runs to train; 1
+// when no pelab binary can be run as a child process (every run then trains in this process).
+int64_t runs_at_once(const CompareSpec& spec, const CompareOptions& opt, size_t todo) {
+  const int64_t jobs = opt.jobs > 0    ? opt.jobs
+                       : spec.jobs > 0 ? spec.jobs
+                                       : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const bool can_spawn = !opt.exe.empty() || !compare_child_binary().empty();
+  return can_spawn ? std::min<int64_t>(jobs, static_cast<int64_t>(todo)) : 1;
+}
+
+// The report's timing note: the machine, its load, the BLAS kernels and threads, and how many
+// runs this invocation trained (with its wall time), or that every run was reused.
+void note_timing(ReportInput& in, const CompareSpec& spec, const CompareResult& res, size_t runs,
+                 int64_t at_once, double t_start, const std::string& load_start) {
+  const std::string threads =
+      std::to_string(spec.base.train.threads) +
+      (spec.base.train.threads == 1 ? " thread per run" : " threads per run");
+  if (res.trained + res.resumed == 0) {
+    in.timing_note = threads + "; every run reused from an earlier invocation";
+    return;
+  }
+  in.total_wall_s = now_s() - t_start;
+  in.timing_note =
+      "machine: " + std::to_string(std::thread::hardware_concurrency()) +
+      " cores, 1-min load average " + load_start + " at the start and " + load_average() +
+      " at the end; BLAS: " + blas_kernels_summary() + "; " + threads + "; " + std::to_string(res.trained + res.resumed) + " of " +
+      std::to_string(runs) + " runs trained in this invocation, the rest reused" +
+      (at_once > 1 ? "; " + std::to_string(at_once) + " runs at once in child processes (--jobs)"
+                   : "");
+}
+
 }  // namespace
 
 CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
@@ -408,59 +498,18 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   PELAB_CHECK(!(opt.report_only && !opt.only.empty()),
               "compare: --only and --report-only cannot be combined");
   check_expected_config(spec, opt, plan);
-  // Before anything is created: the report folder must not lie in a merged folder.
-  res.refused = merge_out_problems(opt.merge, res.out_dir);
-  if (!res.refused.empty()) return res;
-  std::error_code ec;
-  fs::create_directories(res.out_dir, ec);
-  PELAB_CHECK(!ec, "compare: cannot create ", res.out_dir, ": ", ec.message());
-  // runs/ and each run's folder are pelab's own: a link there (planted in a folder from someone
-  // else) is refused before anything is written, trained or deleted through it.
-  make_own_folder((fs::path(res.out_dir) / "runs").string());
-  // (Only links here: anything else in a run folder's place fails where that run starts.)
-  for (const auto& r : plan)
-    if (fs::is_symlink(run_directory(r.cfg), ec)) own_folder_exists(run_directory(r.cfg));
-  // Runs kept in OUT's records.tar.xz are run folders to this comparison (reused, reported).
-  if (!opt.retrain) unpack_records_archive(plan, res.out_dir, log);
   std::map<size_t, std::string> merged_from;  // plan index -> the --merge folder it came from
-  if (!opt.merge.empty()) {
-    merge_records(plan, opt.merge, opt.merge_sub, res.out_dir, log, res, merged_from);
-    if (!res.refused.empty()) return res;
-  }
-  if (opt.only.empty())
-    write_text_file((fs::path(res.out_dir) / "compare.yaml").string(), spec.config_text);
+  if (!prepare_out(spec, opt, plan, log, res, merged_from)) return res;
   const std::vector<SearchCandidate> candidates = search_candidates(spec.search);
-  const std::string runs_text =
-      count_text(static_cast<int64_t>(spec.schemes.size()), "scheme") + " x " +
-      (spec.search.empty()
-           ? ""
-           : count_text(static_cast<int64_t>(candidates.size()), "search candidate") + " x ") +
-      count_text(static_cast<int64_t>(spec.seeds.size()), "seed") + " = " +
-      count_text(static_cast<int64_t>(N), "run") + " of " +
-      plan_steps_text(plan, spec.base.train.steps);
   if (opt.only.empty())
-    log << "pelab compare: " << runs_text << "; report in " << res.out_dir << "\n" << std::flush;
+    log << "pelab compare: " << runs_text(spec, candidates, plan) << "; report in " << res.out_dir
+        << "\n" << std::flush;
 
+  // ---- training: the runs not finished yet, in child processes or in this one ----
   StopSignalScope signals;
-  // Which runs need training.
   std::vector<RunInspection> ins(N);
-  std::vector<size_t> todo;
-  for (size_t i = 0; i < N; ++i) {
-    if (!selected[i]) continue;
-    ins[i] = opt.retrain && !opt.report_only ? RunInspection{RunState::Stale, "--retrain", 0, {}}
-                                             : inspect_run(run_directory(plan[i].cfg), plan[i].cfg);
-    if (ins[i].state != RunState::Finished) {
-      todo.push_back(i);
-      if (opt.report_only) res.missing.push_back(plan[i].cfg.train.run_name);
-    }
-  }
-  const int64_t jobs = opt.jobs > 0    ? opt.jobs
-                       : spec.jobs > 0 ? spec.jobs
-                                       : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  // Child processes need a pelab binary to run (none: every run in this process).
-  const bool can_spawn = !opt.exe.empty() || !compare_child_binary().empty();
-  const int64_t at_once =
-      can_spawn ? std::min<int64_t>(jobs, static_cast<int64_t>(todo.size())) : 1;
+  const std::vector<size_t> todo = runs_to_train(opt, plan, selected, ins, res);
+  const int64_t at_once = runs_at_once(spec, opt, todo.size());
   // Rows evaluated while training (runs that are not search candidates), by plan index.
   std::map<size_t, std::vector<ResultRow>> rows_of;
   if (opt.report_only) {
@@ -501,21 +550,7 @@ CompareResult run_compare(const CompareSpec& spec, const CompareOptions& opt) {
   ReportInput in = report_input(spec, opt, plan, candidates, chosen_run, res, curves, criteria,
                                 search_md, records_md);
   res.unconverged = unconverged_runs(in);
-  const std::string threads =
-      std::to_string(spec.base.train.threads) +
-      (spec.base.train.threads == 1 ? " thread per run" : " threads per run");
-  if (res.trained + res.resumed > 0) {
-    in.total_wall_s = now_s() - t_start;
-    in.timing_note =
-        "machine: " + std::to_string(std::thread::hardware_concurrency()) +
-        " cores, 1-min load average " + load_start + " at the start and " + load_average() +
-        " at the end; BLAS: " + blas_kernels_summary() + "; " + threads + "; " + std::to_string(res.trained + res.resumed) + " of " +
-        std::to_string(N) + " runs trained in this invocation, the rest reused" +
-        (at_once > 1 ? "; " + std::to_string(at_once) + " runs at once in child processes (--jobs)"
-                     : "");
-  } else {
-    in.timing_note = threads + "; every run reused from an earlier invocation";
-  }
+  note_timing(in, spec, res, N, at_once, t_start, load_start);
   res.report = write_report(res.out_dir, in, opt.plots);
   log_report(spec, res, log);
   if (opt.archive) archive_records(plan, finished, res.out_dir, log);
