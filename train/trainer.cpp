@@ -107,6 +107,7 @@ class Trainer {
   // run(): the steps around the loop
   void start();
   void announce();
+  bool catch_up_validation();
   bool signalled() const;
   bool eval_due() const;
   bool checkpoint_due() const;
@@ -128,6 +129,8 @@ class Trainer {
   bool validate_everywhere();
   std::function<bool()> stop_check(const char* point);
   void open_run();
+  void create_run();
+  void resume_run(const std::string& resume);
   void setup_model(const std::vector<std::string>& vocab, int64_t train_positions = 0);
   void keep_best_of_this_timeline();
   void restore(const CheckpointData& ck, const std::string& path);
@@ -254,34 +257,44 @@ bool Trainer::validate_everywhere() {
 
 void Trainer::open_run() {
   const std::string resume = resume_request();
-  std::error_code ec;
-  if (resume.empty()) {
-    setup_model({});  // data and model first: a config or data error leaves no run directory
-    record_data_revision(cfg_);  // the revision of the examples it trains on, in config.yaml
-    const fs::path dir = run_directory(cfg_);
-    fs::create_directories(dir, ec);
-    PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
-    lock_.acquire(dir);
-    clean_temporaries(dir);  // only once the lock is held: no other process is writing
-    if (holds_a_run(dir)) {
-      PELAB_CHECK(opt_.overwrite || run_without_checkpoint(dir), "run directory ", dir.string(),
-                  " already holds a run; continue it with --resume ", dir.string(),
-                  ", start over with --overwrite, or choose another --set train.run_name=NAME");
-      clear_run_files(dir);
-    }
-    make_own_folder((dir / "checkpoints").string());  // (a link there: refused)
-    dir_ = dir.string();
-    Config stored = cfg_;
-    stored.train.resume = "";
-    write_text_file(dir_ + "/config.yaml", "# pelab run config (resolved): " + cfg_.source +
-                                               "\n" + config_to_yaml(stored, true));
-    write_text_file(dir_ + "/metrics.jsonl", "");
-    write_text_file(dir_ + "/metrics.csv", metrics_csv_header() + "\n");
-    return;
-  }
+  if (resume.empty())
+    create_run();
+  else
+    resume_run(resume);
+}
 
-  // Resume: a run directory or a checkpoint file in its checkpoints/. Locked before anything of
-  // the run is read, so a second process cannot pick the same checkpoint.
+// A fresh run: its model, then its run directory (locked; an old run there only with
+// --overwrite), config.yaml and empty metrics files.
+void Trainer::create_run() {
+  std::error_code ec;
+  setup_model({});  // data and model first: a config or data error leaves no run directory
+  record_data_revision(cfg_);  // the revision of the examples it trains on, in config.yaml
+  const fs::path dir = run_directory(cfg_);
+  fs::create_directories(dir, ec);
+  PELAB_CHECK(!ec, "cannot create run directory ", dir.string(), ": ", ec.message());
+  lock_.acquire(dir);
+  clean_temporaries(dir);  // only once the lock is held: no other process is writing
+  if (holds_a_run(dir)) {
+    PELAB_CHECK(opt_.overwrite || run_without_checkpoint(dir), "run directory ", dir.string(),
+                " already holds a run; continue it with --resume ", dir.string(),
+                ", start over with --overwrite, or choose another --set train.run_name=NAME");
+    clear_run_files(dir);
+  }
+  make_own_folder((dir / "checkpoints").string());  // (a link there: refused)
+  dir_ = dir.string();
+  Config stored = cfg_;
+  stored.train.resume = "";
+  write_text_file(dir_ + "/config.yaml", "# pelab run config (resolved): " + cfg_.source +
+                                             "\n" + config_to_yaml(stored, true));
+  write_text_file(dir_ + "/metrics.jsonl", "");
+  write_text_file(dir_ + "/metrics.csv", metrics_csv_header() + "\n");
+}
+
+// A resumed run: `resume` is a run directory or a checkpoint file in its checkpoints/. Locked
+// before anything of the run is read, so a second process cannot pick the same checkpoint; the
+// config must equal the run's (but for resume_may_change()); its state is restored and the files
+// of the discarded future (newer checkpoints, a best.h5 of them) removed.
+void Trainer::resume_run(const std::string& resume) {
   lock_.acquire(resolve_resume(resume).run_dir);
   const ResumeTarget target = resolve_resume(resume);
   const std::string ckpt_path = target.checkpoint;
@@ -804,8 +817,7 @@ TrainResult Trainer::run() {
   StopSignalScope signals;  // from the start: a signal during set-up stops the run before a step
   set_num_threads(cfg_.train.threads);
   start();
-  // A run interrupted during a validation resumes with it (the uninterrupted run did it here).
-  bool interrupted = pending_validation_ && !signalled() && !validate_and_save();
+  bool interrupted = !catch_up_validation();
   while (!interrupted && step_ < stop_at_ && !stop_.ends_training()) {
     if ((interrupted = signalled())) break;
     train_step(clock_.tokens);
@@ -876,6 +888,12 @@ void Trainer::announce() {
   if (stop_.ends_training())
     progress_->line("pelab train: criterion already met at step " +
                     std::to_string(stop_.met_step()) + "; not training further");
+}
+
+// A run interrupted during a validation resumes with it (the uninterrupted run did it here), then
+// its checkpoint. False when a signal interrupted it again.
+bool Trainer::catch_up_validation() {
+  return !pending_validation_ || signalled() || validate_and_save();
 }
 
 // A stop signal, as every rank sees it (under MPI: as the last reduction carried it).
