@@ -249,6 +249,41 @@ TEST(TaskPositions, MultiplicationFormatAndIds) {
   EXPECT_EQ(e.tgt_pos, (std::vector<int64_t>{5, 4, 3, 2, 1}));
 }
 
+// The exact layout of one N x 2 example, 123 * 45 = 5535, token for token and ID for ID, as
+// Cho et al.'s N x M coupled dataset (NxMMultiplicationDatasetWithCoupledPositions, M = 2) writes
+// it: the first operand unpadded, the second zero-padded to 2 digits, the product zero-padded to
+// N + 2 = 5 digits and reversed (05535 -> 5 3 5 5 0); the units digits of both operands and of the
+// product share the largest digit ID (W = 5), '*' and '=' (<sep>) the ID above it, and each
+// higher significance one ID less, down to the product's leading (padding) digit at ID 1.
+TEST(TaskPositions, MultiplicationLayoutOf123Times45) {
+  auto t = make_task(arith("multiplication", "coupled"));
+  const int64_t star = t->vocab().id("*"), d0 = Vocab::kNumSpecial;
+  const std::vector<int64_t> src = {d0 + 1, d0 + 2, d0 + 3, star, d0 + 4, d0 + 5};
+  Example e;
+  int64_t k = 0;
+  for (; k < 3000000; ++k) {  // 1 in 90000 length-3 examples is 123 * 45
+    e = t->example_at(1, k, 3, 3);
+    if (e.src == src) break;
+  }
+  ASSERT_EQ(e.src, src) << "no 123 * 45 among the first " << k << " examples";
+  EXPECT_EQ(e.tgt, (std::vector<int64_t>{d0 + 5, d0 + 3, d0 + 5, d0 + 5, d0 + 0}));
+  //                                    <bos>  1  2  3  *  4  5  <sep>
+  EXPECT_EQ(e.src_pos, (std::vector<int64_t>{0, 3, 4, 5, 6, 4, 5, 6}));
+  EXPECT_EQ(e.tgt_pos, (std::vector<int64_t>{5, 4, 3, 2, 1}));  // 5 3 5 5 0
+  // A one-digit second operand is written with its leading zero: 7 -> 07, and a product that
+  // fills fewer digits is padded: the first example with b < 10 has a 0 as its second-last src
+  // token and the product still has N + 2 digits.
+  bool seen = false;
+  for (int64_t j = 0; j < 1000 && !seen; ++j) {
+    const Example f = t->example_at(1, j, 3, 3);
+    if (f.src[4] != d0) continue;
+    seen = true;
+    EXPECT_EQ(f.src.size(), 6u);
+    EXPECT_EQ(f.tgt.size(), 5u);
+  }
+  EXPECT_TRUE(seen);
+}
+
 // A task without IDs or hints refuses them, naming the tasks that have them.
 TEST(TaskPositions, TasksWithoutIdsRefuseThem) {
   TaskSpec s = arith("copy", "coupled");
