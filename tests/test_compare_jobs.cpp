@@ -638,10 +638,9 @@ void poison_eval_json(const fs::path& run, double valid_em, double test_em) {
 // Replaces the convergence record of a run's eval.json (train.stop_when's outcome).
 void set_convergence(const fs::path& run, bool met, int64_t step) {
   Convergence c;
-  c.has_criterion = true;
+  c.converged = met ? Converged::yes : Converged::no;
   c.criterion = "exact_match on valid >= 0.5";
   c.metric = "exact_match";
-  c.met = met;
   c.step = step;
   c.steps_run = 8;
   c.value = 0.5;
@@ -656,7 +655,7 @@ void set_convergence(const fs::path& run, bool met, int64_t step) {
     first = false;
   }
   std::ofstream(p, std::ios::trunc) << out;
-  ASSERT_EQ(read_convergence(run.string()).met, met);
+  ASSERT_EQ(read_convergence(run.string()).met(), met);
 }
 
 // Two spellings of one number train the same run: refused when the config is read, naming both.

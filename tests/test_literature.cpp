@@ -494,7 +494,7 @@ TEST_F(LiteratureConfig, SuitePerTaskGainsUseWelchAndCountTheTasksWhereWithoutFa
   for (auto& t : ex.tasks) t.spec.unconverged = "exclude";
   std::vector<ResultRow> a2 = a;
   for (auto& r : a2)
-    if (r.scheme == "t5") r.converged = r.seed == 3 ? 0 : 1;
+    if (r.scheme == "t5") r.converged = r.seed == 3 ? Converged::no : Converged::yes;
   const std::string md2 = suite_summary(ex, {a2, b}, {"a.md", "b.md"}, 1.0, "cmd").markdown;
   EXPECT_TRUE(has(md2, "| parity_check | 5.0 | **+55.0 [")) << md2;
 

@@ -361,14 +361,14 @@ TEST(ReportStats, JsonNestedDeeperThanTheLimitIsOneError) {
 TEST(ReportStats, ReadConvergenceFromEvalJson) {
   const fs::path dir = scratch_dir("readconv");
   std::ofstream(dir / "eval.json") << "{\"step\": 40, \"checkpoint\": \"x\", \"results\": [\n]}\n";
-  EXPECT_FALSE(read_convergence(dir.string()).has_criterion);  // no record
+  EXPECT_FALSE(read_convergence(dir.string()).has_criterion());  // no record
   std::ofstream(dir / "eval.json")
       << "{\"step\": 40, \"convergence\": {\"criterion\": \"valid.loss <= 0.1\", \"met\": true, "
          "\"step\": 30, \"steps_run\": 30, \"metric\": \"valid.loss\", \"value\": 0.09}, "
          "\"results\": [\n]}\n";
   Convergence c = read_convergence(dir.string());
-  EXPECT_TRUE(c.has_criterion);
-  EXPECT_TRUE(c.met);
+  EXPECT_TRUE(c.has_criterion());
+  EXPECT_TRUE(c.met());
   EXPECT_EQ(c.step, 30);
   EXPECT_EQ(c.steps_run, 30);
   EXPECT_EQ(c.criterion, "valid.loss <= 0.1");
@@ -378,7 +378,7 @@ TEST(ReportStats, ReadConvergenceFromEvalJson) {
       << "{\"convergence\": {\"criterion\": \"a}b\", \"met\": false, \"step\": null, "
          "\"steps_run\": 50, \"metric\": \"valid.loss\", \"value\": 0.5}}\n";
   c = read_convergence(dir.string());
-  EXPECT_FALSE(c.met);
+  EXPECT_FALSE(c.met());
   EXPECT_EQ(c.step, -1);
   EXPECT_EQ(c.criterion, "a}b");
   std::ofstream(dir / "eval.json") << "{\"convergence\": {\"criterion\": \"x\"}}\n";
@@ -522,7 +522,7 @@ TEST(ReportStats, FailPolicyExitsNonZeroListingUnconvergedRuns) {
       << md;
   EXPECT_NE(md.find(" †"), std::string::npos);
   const auto rows = parse_results_csv(slurp(fs::path(out) / "results.csv"), "results.csv");
-  for (const auto& r : rows) EXPECT_EQ(r.converged, r.seed == 1 ? 1 : 0);
+  for (const auto& r : rows) EXPECT_EQ(r.converged, r.seed == 1 ? Converged::yes : Converged::no);
   // report keeps the exit status 0 and says which runs are marked; a scheme declared unable to
   // learn never fails.
   EXPECT_EQ(run({}, err), 0) << err;

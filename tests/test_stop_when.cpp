@@ -203,7 +203,7 @@ TEST_F(StopWhenTest, StopsAtTheFirstStepWithPatienceConsecutiveHits) {
   const TrainResult base = train(tiny("base"), quiet_train());
   ASSERT_TRUE(base.finished);
   EXPECT_FALSE(base.criterion_set);
-  EXPECT_FALSE(read_convergence(base.run_dir).has_criterion);
+  EXPECT_FALSE(read_convergence(base.run_dir).has_criterion());
   const std::vector<EvalPoint> v = validations(base.run_dir, "token_accuracy");
   ASSERT_EQ(v.size(), 12u);
   const int patience = 2;
@@ -228,8 +228,8 @@ TEST_F(StopWhenTest, StopsAtTheFirstStepWithPatienceConsecutiveHits) {
   expect_same_parameters(ck("crit", want).string(), ck("base", want).string(), false);
 
   const Convergence c = read_convergence(r.run_dir);
-  EXPECT_TRUE(c.has_criterion);
-  EXPECT_TRUE(c.met);
+  EXPECT_TRUE(c.has_criterion());
+  EXPECT_TRUE(c.met());
   EXPECT_EQ(c.step, want);
   EXPECT_EQ(c.steps_run, want);
   EXPECT_EQ(c.metric, "token_accuracy");
@@ -335,7 +335,7 @@ TEST_F(StopWhenTest, RecordOnlyCriterionTrainsToTheCapAndRecordsTheStep) {
   EXPECT_EQ(r.step, 60);
   expect_same_parameters(ck("rec", 60).string(), ck("base", 60).string(), false);
   const Convergence c = read_convergence(r.run_dir);
-  EXPECT_TRUE(c.met);
+  EXPECT_TRUE(c.met());
   EXPECT_EQ(c.step, want);
   EXPECT_EQ(c.steps_run, 60);
   // The config round-trips with the sub-key (written only when false).
@@ -374,8 +374,8 @@ TEST_F(StopWhenTest, CriterionNotMetByTheCapIsRecorded) {
   EXPECT_EQ(r.criterion_step, -1);
   EXPECT_EQ(r.step, 20);
   const Convergence c = read_convergence(r.run_dir);
-  EXPECT_TRUE(c.has_criterion);
-  EXPECT_FALSE(c.met);
+  EXPECT_TRUE(c.has_criterion());
+  EXPECT_FALSE(c.met());
   EXPECT_EQ(c.step, -1);
   EXPECT_EQ(c.steps_run, 20);
   EXPECT_EQ(c.metric, "exact_match");
@@ -397,8 +397,7 @@ TEST_F(StopWhenTest, ConvergenceRecordRoundTripsAndMalformedFilesFail) {
   const std::vector<EvalResult> results = {valid};
 
   Convergence c;
-  c.has_criterion = true;
-  c.met = true;
+  c.converged = Converged::yes;
   c.step = 40;
   c.steps_run = 40;
   c.criterion = "exact_match on valid >= 0.99 for 2 consecutive validations";
@@ -406,8 +405,8 @@ TEST_F(StopWhenTest, ConvergenceRecordRoundTripsAndMalformedFilesFail) {
   c.value = 0.1 + 0.2;  // not exactly representable in few digits: must come back bit for bit
   write_eval_files(d.string(), results, 40, "checkpoints/step_40.h5", convergence_json(c));
   Convergence b = read_convergence(d.string());
-  EXPECT_TRUE(b.has_criterion);
-  EXPECT_TRUE(b.met);
+  EXPECT_TRUE(b.has_criterion());
+  EXPECT_TRUE(b.met());
   EXPECT_EQ(b.step, 40);
   EXPECT_EQ(b.steps_run, 40);
   EXPECT_EQ(b.criterion, c.criterion);
@@ -415,22 +414,22 @@ TEST_F(StopWhenTest, ConvergenceRecordRoundTripsAndMalformedFilesFail) {
   EXPECT_EQ(b.value, c.value);
 
   // Not met, no value yet (NaN is written as null).
-  c.met = false;
+  c.converged = Converged::no;
   c.step = -1;
   c.value = std::numeric_limits<double>::quiet_NaN();
   write_eval_files(d.string(), results, 40, "x", convergence_json(c));
   b = read_convergence(d.string());
-  EXPECT_TRUE(b.has_criterion);
-  EXPECT_FALSE(b.met);
+  EXPECT_TRUE(b.has_criterion());
+  EXPECT_FALSE(b.met());
   EXPECT_EQ(b.step, -1);
   EXPECT_TRUE(std::isnan(b.value));
 
   // No criterion: "convergence": null, or no key at all (pelab eval --out elsewhere).
   EXPECT_EQ(convergence_json(Convergence{}), "null");
   write_eval_files(d.string(), results, 40, "x", convergence_json(Convergence{}));
-  EXPECT_FALSE(read_convergence(d.string()).has_criterion);
+  EXPECT_FALSE(read_convergence(d.string()).has_criterion());
   write_eval_files(d.string(), results, 40, "x");
-  EXPECT_FALSE(read_convergence(d.string()).has_criterion);
+  EXPECT_FALSE(read_convergence(d.string()).has_criterion());
 
   // Malformed files: a pelab::Error naming eval.json.
   auto expect_error = [&](const std::string& text, const std::string& needle) {
@@ -526,7 +525,7 @@ TEST_F(StopWhenTest, CompareReusesARunStoppedByItsCriterion) {
   const CompareResult first = run_compare(spec, o);
   EXPECT_EQ(first.trained, 1);
   const Convergence c = read_convergence((dir_ / "report" / "runs" / "rope_seed1").string());
-  EXPECT_TRUE(c.met);
+  EXPECT_TRUE(c.met());
   EXPECT_EQ(c.step, 4);
   const CompareResult again = run_compare(spec, o);
   EXPECT_EQ(again.trained, 0);
@@ -584,7 +583,7 @@ TEST_F(StopWhenTest, PlateauStopsAtTheFirstValidationWithoutEnoughImprovement) {
     EXPECT_EQ(c.values.at("criterion_value"), at_want);
 
     const Convergence conv = read_convergence(r.run_dir);
-    EXPECT_TRUE(conv.met);
+    EXPECT_TRUE(conv.met());
     EXPECT_EQ(conv.step, want);
     EXPECT_EQ(conv.metric, metric);
     EXPECT_EQ(conv.value, at_want);
@@ -772,5 +771,62 @@ TEST_F(StopWhenTest, BadCriteriaAreOneLineErrorsWithFileAndLineAndTrainNothing) 
     EXPECT_NE(err.find(where + ": "), std::string::npos) << where << " in " << err;
     EXPECT_NE(err.find(c.needle), std::string::npos) << c.needle << " in " << err;
     EXPECT_FALSE(fs::exists(runs)) << "a run directory was created";
+  }
+}
+
+// The tri-state Converged from the criterion's state to its records and back: eval.json's
+// "convergence" (met / missed / none), the convergence row of metrics.jsonl, and the converged
+// cell of results.csv; cells written before the tri-state type ("1" / "0" / "-1" as well as
+// "true" / "false" / "") still read, and any other cell is one error naming the row.
+TEST(ConvergedRecord, TriStateRoundTripsThroughEvalJsonAndResultsCsv) {
+  for (const Converged want : {Converged::yes, Converged::no, Converged::no_criterion}) {
+    Convergence c;
+    c.converged = want;
+    c.step = want == Converged::yes ? 6 : -1;
+    c.steps_run = 8;
+    c.criterion = "exact_match on valid >= 0.5 for 1 consecutive validation";
+    c.metric = "exact_match";
+    c.value = 0.75;
+    const std::string doc = "{\"step\": 8, \"convergence\": " + convergence_json(c) + "}";
+    const Convergence back = parse_convergence(doc, "eval.json");
+    EXPECT_EQ(back.converged, want);
+    EXPECT_EQ(back.met_step(), c.step);
+
+    ResultRow r = pelab::testing::result_row("rope", 1, 8, 1, 0.75);
+    r.converged = back.converged;
+    r.criterion_step = back.met_step();
+    const std::vector<ResultRow> rows = parse_results_csv(results_csv({r}), "results.csv");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].converged, want);
+    EXPECT_EQ(rows[0].criterion_step, c.step);
+  }
+  StopWhen w;
+  w.metric = "exact_match";
+  w.at_least = 0.5;
+  Convergence met;
+  met.converged = Converged::yes, met.step = 6, met.value = 0.75;
+  const MetricRow row = convergence_row(met, w, 8);
+  EXPECT_EQ(row.get("met")->i, 1);
+  EXPECT_EQ(row.get("criterion_step")->i, 6);
+
+  // Older cells: the integers 1 / 0 / -1 read as the three states.
+  EXPECT_EQ(parse_converged_cell("1", "r"), Converged::yes);
+  EXPECT_EQ(parse_converged_cell("0", "r"), Converged::no);
+  EXPECT_EQ(parse_converged_cell("-1", "r"), Converged::no_criterion);
+  EXPECT_EQ(parse_converged_cell("", "r"), Converged::no_criterion);
+  EXPECT_STREQ(converged_cell(Converged::no), "false");
+  const std::string header = results_csv({}).substr(0, results_csv({}).find('\n') + 1);
+  const std::string old_row = "rope,,1,len_8,8,true,ok,0.26,1.3,0.75,0.75,1,1,-1,\n";
+  const std::string ok_row = "rope,,1,len_8,8,true,ok,0.26,1.3,0.75,0.75,1,1,1,6\n";
+  EXPECT_EQ(parse_results_csv(header + old_row, "old.csv")[0].converged, Converged::no_criterion);
+  EXPECT_EQ(parse_results_csv(header + ok_row, "old.csv")[0].converged, Converged::yes);
+  try {
+    parse_results_csv(header + "rope,,1,len_8,8,true,ok,0.26,1.3,0.75,0.75,1,1,maybe,\n", "x.csv");
+    ADD_FAILURE() << "a converged cell 'maybe' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x.csv: row 2: converged must be true, false or empty, "
+                                         "got 'maybe'"),
+              std::string::npos)
+        << e.what();
   }
 }

@@ -151,7 +151,7 @@ TEST_F(PerLengthTest, StopsAtTheFirstValidationWhoseWorstLengthMeetsTheThreshold
   crit << "train.stop_when={metric: exact_match, at_least: " << thr << ", per_length: true}";
   train(tiny("b", {crit.str(), "train.steps=200"}), quiet_train());
   const Convergence c = read_convergence((dir_ / "b").string());
-  EXPECT_TRUE(c.met);
+  EXPECT_TRUE(c.met());
   EXPECT_EQ(c.step, expected);
   EXPECT_GE(c.value, thr);
   EXPECT_NE(c.criterion.find("at every length"), std::string::npos) << c.criterion;

@@ -282,7 +282,7 @@ inline ResultRow result_row(const std::string& scheme, int64_t seed, int64_t len
   r.token_accuracy = em;
   r.loss = 1.0 - em + 0.01;
   r.perplexity = std::exp(r.loss);
-  r.converged = converged;
+  r.converged = static_cast<Converged>(converged);  // 1 / 0 / -1
   r.criterion_step = step;
   return r;
 }

@@ -1,5 +1,5 @@
 // pelab — run configuration (train/config.h): the number formats shared by the config files, the
-// batch-length policy, StopWhen's texts, config equality, head_dim and the run name. The rest is
+// batch-length policy, config equality, head_dim and the run name. The rest is
 // split by concern: config_schema.cpp (the key table), config_rules.cpp (cross-field rules), config_yaml.cpp
 // (YAML reading with file:line errors, --set, writing) and config_reference.cpp (docs/config.md).
 #include "train/config.h"
@@ -105,29 +105,6 @@ std::string mixed_randomized_batches(const std::string& text) {
 }
 
 // ---------------- public API ----------------
-
-bool StopWhen::improves(double v, double best) const {
-  if (std::isnan(v)) return false;
-  if (std::isnan(best)) return true;
-  return higher() ? v - best > min_delta * std::max(std::fabs(best), 1e-12)
-                  : best - v > min_delta * std::fabs(best);
-}
-
-std::string StopWhen::describe() const {
-  if (!enabled()) return "";
-  const std::string n = std::to_string(patience) + " consecutive validation" +
-                        (patience == 1 ? "" : "s");
-  if (plateau())
-  {
-    char pct[32];  // the percentage to 10 digits: 0.07 gives "7 %", not 7.000000000000001
-    std::snprintf(pct, sizeof pct, "%.10g", min_delta * 100);
-    return metric + " on " + split + " improved by <= " + pct + " % for " + n +
-           (stop ? "" : " (then training continues to train.steps)");
-  }
-  return metric + " on " + split + (higher() ? " >= " : " <= ") + fmt_num(threshold()) +
-         (per_length ? " at every length" : "") + " for " + n +
-         (stop ? "" : " (then training continues to train.steps)");
-}
 
 bool operator==(const Config& a, const Config& b) {
   for (const auto& e : entries())

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "train/stop_criterion.h"
+
 #include "data/tasks.h"
 #include "models/model_config.h"
 
@@ -66,42 +68,7 @@ struct TaskConfig {
   int data_revision = 1;
 };
 
-// train.stop_when: train until a validation metric meets a criterion for `patience` consecutive
-// validations (docs/training.md). An empty metric = off. Exactly one of at_least / at_most /
-// min_delta is set (the others are NaN): at_least for exact_match / token_accuracy, at_most for
-// loss / perplexity (a threshold), or min_delta for either (a plateau: the validation did not
-// improve on the best value so far by more than min_delta, relative).
-struct StopWhen {
-  std::string metric;            // "" = off; exact_match|token_accuracy|loss|perplexity
-  std::string split = "valid";   // the split whose validation decides (only valid exists today)
-  double at_least = std::numeric_limits<double>::quiet_NaN();
-  double at_most = std::numeric_limits<double>::quiet_NaN();
-  double min_delta = std::numeric_limits<double>::quiet_NaN();  // in (0, 1): 0.01 = 1 %
-  int patience = 1;              // consecutive validations that must meet the criterion
-  // Threshold on exact_match met at every task length of the validation split (its worst length
-  // decides) instead of over the split as a whole.
-  bool per_length = false;
-  // What meeting the criterion does: true = training stops there (train.steps is the cap);
-  // false = the step it was first met at is recorded and training goes on to train.steps (a
-  // fixed budget for every run, the criterion certifying that each learned its training lengths).
-  bool stop = true;
-  bool enabled() const { return !metric.empty(); }
-  bool plateau() const { return !std::isnan(min_delta); }
-  // Larger is better: the accuracies (the parser keeps at_least / at_most in this direction).
-  bool higher() const { return metric == "exact_match" || metric == "token_accuracy"; }
-  double threshold() const { return higher() ? at_least : at_most; }  // threshold form only
-  // Threshold form: does a validation value meet the threshold? (NaN never does.)
-  bool meets(double v) const { return higher() ? v >= at_least : v <= at_most; }
-  // Plateau form: does v improve on the best value so far by more than min_delta (relative:
-  // best - v > min_delta*|best| for loss / perplexity, v - best > min_delta*max(|best|, 1e-12)
-  // for the accuracies)? The first finite value (best NaN) counts as an improvement; NaN never is.
-  bool improves(double v, double best) const;
-  // "exact_match on valid >= 0.99 for 2 consecutive validations", "exact_match on valid >= 0.99
-  // at every length for 2 consecutive validations",
-  // "loss on valid improved by <= 1 % for 3 consecutive validations"; with stop false the text
-  // ends "(then training continues to train.steps)".
-  std::string describe() const;
-};
+// train.stop_when: struct StopWhen, train/stop_criterion.h (its parse, state, record and table).
 
 struct TrainConfig {
   int64_t steps = 2000;

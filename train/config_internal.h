@@ -39,6 +39,7 @@ std::string describe(const YAML::Node& n);
 bool parse_int(const std::string& s0, int64_t& out);
 bool parse_float(const std::string& s0, double& out);
 bool parse_bool(const std::string& s, bool& out);
+bool in_range(double v, const ConfigRange& r);
 
 template <class T>
 struct is_int_type

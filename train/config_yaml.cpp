@@ -74,13 +74,13 @@ bool parse_bool(const std::string& s, bool& out) {
   return false;
 }
 
-namespace {
-
 bool in_range(double v, const ConfigRange& r) {
   if (r.has_min && (r.min_exclusive ? !(v > r.min) : !(v >= r.min))) return false;
   if (r.has_max && (r.max_exclusive ? !(v < r.max) : !(v <= r.max))) return false;
   return true;
 }
+
+namespace {
 
 std::string choices_text(const std::vector<std::string>& c) { return join(c, ", "); }
 
@@ -103,131 +103,6 @@ int64_t get_int(const YAML::Node& n, const std::string& what, const ConfigRange&
     fail(where, what + ": " + std::to_string(v) + " does not fit in a " +
                     std::to_string(8 * sizeof(T)) + "-bit integer");
   return v;
-}
-
-// The sub-keys of train.stop_when, in the order they are written and documented.
-const std::vector<std::string>& stop_when_fields() {
-  static const std::vector<std::string> f = {"metric",    "split",    "at_least",  "at_most",
-                                                "min_delta", "patience", "per_length",
-                                                "stop"};
-  return f;
-}
-
-// train.stop_when: {} / empty = off, else a mapping of the sub-keys above. Errors name the line
-// of the offending sub-key.
-StopWhen parse_stop_when(const YAML::Node& n, const std::string& what, const Ctx& c) {
-  StopWhen sw;
-  const std::string where = c.at(n);
-  if (n.IsNull() || !n.IsDefined()) return sw;
-  if (!n.IsMap())
-    fail(where, what + ": expected a mapping like {metric: exact_match, split: valid, "
-                       "at_least: 0.99, patience: 2}, got " + describe(n));
-  if (n.size() == 0) return sw;
-  std::map<std::string, YAML::Node> sub;
-  for (auto it = n.begin(); it != n.end(); ++it) {
-    const YAML::Node k = it->first;
-    if (!k.IsScalar()) fail(c.at(k), what + ": sub-keys must be plain words, got " + describe(k));
-    const std::string name = k.Scalar();
-    const auto& f = stop_when_fields();
-    if (std::find(f.begin(), f.end(), name) == f.end()) {
-      std::string msg = what + ": unknown sub-key '" + name + "'";
-      const std::string near = nearest_name(name, f);
-      if (!near.empty()) msg += "; did you mean '" + near + "'?";
-      fail(c.at(k), msg + " (sub-keys: " + join(f, ", ") + ")");
-    }
-    if (sub.count(name)) fail(c.at(k), what + "." + name + " appears twice");
-    sub[name] = it->second;
-    if (it->second.IsNull() || !it->second.IsScalar())
-      fail(c.at(it->second.IsNull() ? k : it->second),
-           what + "." + name + ": expected a plain value, got " + describe(it->second));
-  }
-  auto at = [&](const std::string& name) { return c.at(sub.at(name)); };
-  // metric
-  static const std::vector<std::string> metrics = {"exact_match", "token_accuracy", "loss",
-                                                   "perplexity"};
-  if (!sub.count("metric"))
-    fail(where, what + ": metric is missing (one of " + join(metrics, ", ") + ")");
-  sw.metric = sub.at("metric").Scalar();
-  if (std::find(metrics.begin(), metrics.end(), sw.metric) == metrics.end()) {
-    std::string msg = what + ".metric: '" + sw.metric + "' is not one of " + join(metrics, ", ");
-    const std::string near = nearest_name(sw.metric, metrics);
-    if (!near.empty()) msg += "; did you mean '" + near + "'?";
-    fail(at("metric"), msg);
-  }
-  // split: only the validation split may decide when to stop.
-  if (sub.count("split")) {
-    const std::string split = sub.at("split").Scalar();
-    if (lower(split).rfind("test", 0) == 0)
-      fail(at("split"), what + ".split: '" + split +
-                            "' is a test split; selecting on test data is forbidden (use valid)");
-    if (split != "valid")
-      fail(at("split"), what + ".split: unknown split '" + split +
-                            "'; the only split a criterion can use is valid");
-    sw.split = split;
-  }
-  // criterion: exactly one of at_least / at_most (a threshold, in the metric's direction) and
-  // min_delta (a plateau, either direction).
-  const bool higher = sw.higher();
-  const bool least = sub.count("at_least") > 0, most = sub.count("at_most") > 0,
-             delta = sub.count("min_delta") > 0;
-  if (least + most + delta > 1) {
-    std::vector<std::string> given;
-    for (const char* k : {"at_least", "at_most", "min_delta"})
-      if (sub.count(k)) given.push_back(k);
-    fail(at(given.back()), what + ": give one of at_least / at_most / min_delta, not " +
-                               join(given, " and "));
-  }
-  if (!least && !most && !delta)
-    fail(where, what + ": a criterion is missing: " +
-                    (higher ? "at_least: X (" + sw.metric + " is higher-is-better)"
-                            : "at_most: X (" + sw.metric + " is lower-is-better)") +
-                    " or min_delta: R (stop on a plateau: improvement below R relative)");
-  const std::string tk = least ? "at_least" : most ? "at_most" : "min_delta";
-  if (!delta && least != higher)
-    fail(at(tk), what + "." + tk + ": " + sw.metric + " is " +
-                     (higher ? "higher" : "lower") + "-is-better; write " +
-                     (higher ? "at_least" : "at_most") + " instead");
-  double thr = 0;
-  if (!parse_float(sub.at(tk).Scalar(), thr))
-    fail(at(tk), what + "." + tk + ": expected a finite number, got " + describe(sub.at(tk)));
-  ConfigRange r;
-  if (delta) {
-    r.has_min = r.has_max = r.min_exclusive = r.max_exclusive = true;
-    r.min = 0, r.max = 1;
-    if (!in_range(thr, r))
-      fail(at(tk), what + ".min_delta: " + fmt_num(thr) + " is out of range " + r.str() +
-                       " (a relative improvement: 0.01 = 1 %)");
-    sw.min_delta = thr;
-  } else {
-    r.has_min = true;
-    r.min = sw.metric == "perplexity" ? 1 : 0;
-    if (higher) r.has_max = true, r.max = 1;
-    if (!in_range(thr, r))
-      fail(at(tk), what + "." + tk + ": " + fmt_num(thr) + " is out of range " + r.str() +
-                       " for " + sw.metric);
-    (least ? sw.at_least : sw.at_most) = thr;
-  }
-  // patience
-  if (sub.count("patience")) {
-    ConfigRange pr;
-    pr.has_min = true, pr.min = 1;
-    sw.patience = static_cast<int>(
-        get_int<int>(sub.at("patience"), what + ".patience", pr, at("patience")));
-  }
-  // per_length: the threshold holds at every task length of the validation split.
-  if (sub.count("per_length")) {
-    if (!parse_bool(sub.at("per_length").Scalar(), sw.per_length))
-      fail(at("per_length"),
-           what + ".per_length: expected true or false, got " + describe(sub.at("per_length")));
-    if (sw.per_length && (delta || sw.metric != "exact_match"))
-      fail(at("per_length"), what + ".per_length: only a threshold on exact_match is scored per "
-                                    "length (got " + sw.metric + (delta ? " with min_delta" : "") +
-                                    "); use {metric: exact_match, at_least: X, per_length: true}");
-  }
-  // stop: whether meeting the criterion ends training (false: record the step, train on).
-  if (sub.count("stop") && !parse_bool(sub.at("stop").Scalar(), sw.stop))
-    fail(at("stop"), what + ".stop: expected true or false, got " + describe(sub.at("stop")));
-  return sw;
 }
 
 }  // namespace
@@ -327,20 +202,7 @@ void emit_value(YAML::Emitter& e, const T& v) {
     for (const auto& x : v) e << x;
     e << YAML::EndSeq;
   } else if constexpr (std::is_same<T, StopWhen>::value) {
-    e << YAML::Flow << YAML::BeginMap;
-    if (v.enabled()) {
-      e << YAML::Key << "metric" << YAML::Value << v.metric;
-      e << YAML::Key << "split" << YAML::Value << v.split;
-      if (v.plateau())
-        e << YAML::Key << "min_delta" << YAML::Value << fmt_float_yaml(v.min_delta);
-      else
-        e << YAML::Key << (v.higher() ? "at_least" : "at_most") << YAML::Value
-          << fmt_float_yaml(v.threshold());
-      e << YAML::Key << "patience" << YAML::Value << v.patience;
-      if (v.per_length) e << YAML::Key << "per_length" << YAML::Value << true;
-      if (!v.stop) e << YAML::Key << "stop" << YAML::Value << false;  // written only when off
-    }
-    e << YAML::EndMap;
+    emit_stop_when(e, v);
   } else {
     e << YAML::Flow << YAML::BeginMap;
     for (const auto& kv : v) e << YAML::Key << kv.first << YAML::Value << kv.second;

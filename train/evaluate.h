@@ -118,7 +118,7 @@ int64_t decode_budget(const Config& cfg, int64_t length);
 
 // Writes results as eval.json ({"step": N, "checkpoint": ..., "convergence": ..., "results":
 // [...]}; eval.json atomically) and eval.csv. `convergence` is the JSON text of the run's
-// train.stop_when record (trainer.h convergence_json); "" leaves the key out.
+// train.stop_when record (train/stop_criterion.h); "" leaves the key out.
 void write_eval_files(const std::string& dir, const std::vector<EvalResult>& results, int64_t step,
                       const std::string& checkpoint, const std::string& convergence = "");
 // An eval.json as write_eval_files wrote it: the checkpoint it evaluated ("checkpoints/step_N.h5")

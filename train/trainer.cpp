@@ -1037,20 +1037,11 @@ TrainResult Trainer::stopped(TrainResult res) {
 Convergence Trainer::record_convergence() {
   const StopWhen& crit = cfg_.train.stop_when;
   const Convergence conv = convergence();
-  if (!conv.has_criterion) return conv;
+  if (!conv.has_criterion()) return conv;
   // A resumed finished run restored its rows from the final checkpoint, which was written
   // before this row, so the row appears once.
-  MetricRow row;
-  row.set("type", "convergence").set("step", step_).set("split", crit.split);
-  row.set(crit.metric, conv.value).set("criterion", conv.criterion);
-  row.set("met", int64_t{conv.met ? 1 : 0});
-  row.set("criterion_step", conv.met ? MetricValue::of(conv.step) : MetricValue::null());
-  add_row(row);
-  if (!conv.met)
-    progress_->line("criterion not met by the cap of " + std::to_string(cfg_.train.steps) +
-                    " steps: " + crit.metric + " on " + crit.split + " " +
-                    printf_number("%.6g", conv.value) + " at the last validation (wanted " +
-                    conv.criterion + ")");
+  add_row(convergence_row(conv, crit, step_));
+  if (!conv.met()) progress_->line(stop_.not_met_line(cfg_.train.steps));
   return conv;
 }
 
@@ -1076,7 +1067,7 @@ TrainResult Trainer::final_evaluation(TrainResult res) {
   std::istringstream table(eval_table(results));
   std::string line;
   progress_->log_only("final evaluation at step " + std::to_string(step_) +
-                      (conv.met ? " (criterion met)" : "") + ":");
+                      (conv.met() ? " (criterion met)" : "") + ":");
   while (std::getline(table, line)) progress_->log_only("  " + line);
   // What this process held at its peak, next to the estimate it was admitted by.
   progress_->log_only("memory: peak resident " + gigabytes(peak_resident_bytes()) + "; estimated " +

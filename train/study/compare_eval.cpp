@@ -308,8 +308,8 @@ bool accept_cached_evaluation(const std::string& text, const std::string& where,
 // Marks a run's result rows with the outcome of its stop criterion.
 void set_convergence(std::vector<ResultRow>& rows, const Convergence& c) {
   for (auto& r : rows) {
-    r.converged = c.has_criterion ? (c.met ? 1 : 0) : -1;
-    r.criterion_step = c.has_criterion && c.met ? c.step : -1;
+    r.converged = c.converged;
+    r.criterion_step = c.met_step();
   }
 }
 

@@ -62,11 +62,11 @@ std::string record_problem(const ComparePlanRun& run, RecordFiles& rf, const std
               ": missing: the run's final evaluation is not in its record; finish the run where it "
               "trained (pelab compare CONFIG --only I there) and merge again");
   const Convergence c = parse_convergence(*eval_text, eval_path);
-  const bool finished = rec.step == run.cfg.train.steps || (c.met && c.step == rec.step);
+  const bool finished = rec.step == run.cfg.train.steps || (c.met() && c.step == rec.step);
   if (rec.step > run.cfg.train.steps || !finished)
     return src + ": step " + std::to_string(rec.step) + " is not the end of a run of " +
            std::to_string(run.cfg.train.steps) + " steps or of its stop criterion";
-  if (c.has_criterion && (c.criterion.size() > 300 || c.step > rec.step ||
+  if (c.has_criterion() && (c.criterion.size() > 300 || c.step > rec.step ||
                           c.criterion.find_first_of("|`\n\r\t") != std::string::npos))
     return eval_path + ": its convergence record does not fit step " + std::to_string(rec.step) +
            " or its criterion text is not plain";

@@ -250,7 +250,7 @@ RunInspection inspect_run(const std::string& dir, const Config& want) {
     } else {
       try {
         const Convergence c = read_convergence(dir);
-        finished = want.train.stop_when.stop && c.met && c.step == r.step;
+        finished = want.train.stop_when.stop && c.met() && c.step == r.step;
       } catch (const std::exception&) {
         finished = false;  // an unreadable eval.json: resuming rewrites it
       }

@@ -245,7 +245,7 @@ bool collect_results(const std::vector<ComparePlanRun>& plan, const std::vector<
       }
     }
     const Convergence conv = read_convergence(dir);
-    if (conv.has_criterion) criteria[run.scheme] = conv.criterion;
+    if (conv.has_criterion()) criteria[run.scheme] = conv.criterion;
     set_convergence(rows, conv);
     res.rows.insert(res.rows.end(), rows.begin(), rows.end());
   }

@@ -80,7 +80,7 @@ std::string choose_candidates(const CompareSpec& spec, const std::vector<Compare
         if (finished[i]) {
           try {
             const Convergence conv = read_convergence(run_directory(run.cfg));
-            if (conv.met) {
+            if (conv.met()) {
               ++met[run.candidate_index];
               met_steps[run.candidate_index] += conv.step;
             }

@@ -343,7 +343,7 @@ std::vector<RunMean> kept_runs(const std::vector<ResultRow>& rows, const std::st
   std::vector<RunMean> runs = run_means(rows, label, 0, metric, length);
   if (drop_unconverged)
     runs.erase(std::remove_if(runs.begin(), runs.end(),
-                              [](const RunMean& r) { return r.converged == 0; }),
+                              [](const RunMean& r) { return r.converged == Converged::no; }),
                runs.end());
   return runs;
 }
@@ -362,7 +362,7 @@ void per_task_gains_section(const LiteratureEntry& e, const std::vector<Literatu
     bool flagged = false;
     for (const auto& r : kept_runs(t.rows, label, m, excluded(t, label))) {
       v.push_back(k.scale * r.value);
-      flagged = flagged || r.converged == 0;
+      flagged = flagged || r.converged == Converged::no;
     }
     return std::make_pair(v, flagged);
   };
@@ -888,7 +888,7 @@ LiteratureSection literature_for_report(const std::vector<LiteratureEntry>& entr
           auto it = rb.find(r.seed);
           if (it == rb.end()) continue;
           p.diff[std::to_string(r.seed)] = k.scale * (r.value - it->second.value);
-          p.flagged = p.flagged || r.converged == 0 || it->second.converged == 0;
+          p.flagged = p.flagged || r.converged == Converged::no || it->second.converged == Converged::no;
         }
         pairs.push_back(p);
       }
@@ -1022,14 +1022,16 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
         o.name = th.first;
         // seed -> (sum over tasks, tasks, converged)
         std::map<int64_t, std::pair<double, size_t>> acc;
-        std::map<int64_t, int> conv;
+        std::map<int64_t, Converged> conv;
         for (const auto& t : tasks) {
           o.cannot_learn = o.cannot_learn || t.cannot_learn.count(scheme_of(t, th.first));
           for (const auto& r : kept_runs(t.rows, th.first, m, excluded(t, th.first))) {
             acc[r.seed].first += r.value;
             ++acc[r.seed].second;
-            int& c = conv.emplace(r.seed, -1).first->second;
-            if (r.converged == 0 || (r.converged == 1 && c == -1)) c = r.converged;
+            Converged& c = conv.emplace(r.seed, Converged::no_criterion).first->second;
+            if (r.converged == Converged::no ||
+                (r.converged == Converged::yes && c == Converged::no_criterion))
+              c = r.converged;
           }
         }
         std::vector<RunMean> runs;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "train/metrics.h"
+#include "train/stop_criterion.h"
 #include "train/text_file.h"
 
 namespace pelab {
@@ -32,8 +33,8 @@ struct ResultRow {
   double exact_match = std::numeric_limits<double>::quiet_NaN();
   double train_wall_s = std::numeric_limits<double>::quiet_NaN();
   double eval_wall_s = std::numeric_limits<double>::quiet_NaN();  // this run+variant, all splits
-  // The run's training stop criterion (train.stop_when): 1 met, 0 missed, -1 no criterion.
-  int converged = -1;
+  // The run's training stop criterion (train.stop_when): met, missed, or none.
+  Converged converged = Converged::no_criterion;
   int64_t criterion_step = -1;  // the step at which it was met; -1 when not met / no criterion
   bool available() const { return status == "ok"; }
   // "rope" or "rope+pi"
@@ -121,11 +122,11 @@ struct Stat {
 Stat stat_of(const std::vector<double>& values, const std::string& metric);
 // The same with the interval clipped to [lo, hi] (e.g. -inf, inf for differences of a metric).
 Stat stat_of_range(const std::vector<double>& values, double lo, double hi);
-// One run's value (seed, value, converged: 1 / 0 / -1 as ResultRow::converged).
+// One run's value (seed, value, converged as ResultRow::converged).
 struct RunMean {
   int64_t seed = 0;
   double value = std::numeric_limits<double>::quiet_NaN();
-  int converged = -1;
+  Converged converged = Converged::no_criterion;
 };
 // Each run's mean of `metric` over the columns (splits) of `label` with in_distribution ==
 // `in_distribution` — or, with length > 0, over its columns at that length only —, by seed; a run
@@ -135,7 +136,7 @@ std::vector<RunMean> run_means(const std::vector<ResultRow>& rows, const std::st
                                int in_distribution, const std::string& metric, int64_t length = 0,
                                std::string* status = nullptr);
 // The statistic of run values as the report's tables compute it (exclude_unconverged leaves out
-// runs with converged == 0, counted in n_excluded).
+// runs with converged == Converged::no, counted in n_excluded).
 Stat stat_of_run_means(const std::vector<RunMean>& runs, const std::string& metric,
                        bool exclude_unconverged, const std::string& status = "");
 // Statistic of `metric` over the rows of `label` on `split`; exclude_unconverged leaves out rows

@@ -214,9 +214,7 @@ std::string results_csv(const std::vector<ResultRow>& rows) {
            "," + csv_cell(r.status) + "," + num_cell(r.loss) + "," + num_cell(r.perplexity) + "," +
            num_cell(r.token_accuracy) + "," + num_cell(r.exact_match) + "," +
            num_cell(r.train_wall_s) + "," + num_cell(r.eval_wall_s) + "," +
-           (r.converged == 1   ? "true"
-            : r.converged == 0 ? "false"
-                               : "") +
+           converged_cell(r.converged) +
            "," + (r.criterion_step >= 0 ? std::to_string(r.criterion_step) : "") + "\n";
   }
   return out;
@@ -256,10 +254,7 @@ std::vector<ResultRow> parse_results_csv(const std::string& text, const std::str
     r.exact_match = parse_num(get("exact_match"), at);
     r.train_wall_s = parse_num(get("train_wall_s"), at);
     r.eval_wall_s = parse_num(get("eval_wall_s"), at);
-    const std::string conv = get("converged");
-    PELAB_CHECK(conv.empty() || conv == "true" || conv == "false", at,
-                ": converged must be true, false or empty, got '", conv, "'");
-    r.converged = conv == "true" ? 1 : conv == "false" ? 0 : -1;
+    r.converged = parse_converged_cell(get("converged"), at);
     const double cs = parse_num(get("criterion_step"), at);
     r.criterion_step = std::isfinite(cs) ? static_cast<int64_t>(cs) : -1;
     rows.push_back(r);

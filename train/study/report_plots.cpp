@@ -302,7 +302,7 @@ void plot_loss(const std::string& dir, const ReportInput& in, PlotResult& pr, bo
     for (const auto& r : in.rows)
       if (r.scheme == s && r.variant.empty()) {
         all.insert(r.seed);
-        if (r.converged == 0) missed.insert(r.seed);
+        if (r.converged == Converged::no) missed.insert(r.seed);
       }
     titles.push_back(missed.empty() ? s
                                     : s + " (" + std::to_string(missed.size()) + "/" +

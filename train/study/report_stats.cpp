@@ -137,14 +137,14 @@ Stat stat_of_run_means(const std::vector<RunMean>& runs, const std::string& metr
   int64_t conv = 0, unconv = 0, excluded = 0;
   bool any_criterion = false;
   for (const auto& r : runs) {
-    any_criterion = any_criterion || r.converged >= 0;
-    if (r.converged == 0 && exclude_unconverged) {
+    any_criterion = any_criterion || r.converged != Converged::no_criterion;
+    if (r.converged == Converged::no && exclude_unconverged) {
       ++excluded;
       continue;
     }
     v.push_back(r.value);
-    conv += r.converged == 1;
-    unconv += r.converged == 0;
+    conv += r.converged == Converged::yes;
+    unconv += r.converged == Converged::no;
   }
   Stat s = stat_of(v, metric);
   s.n_converged = conv;
@@ -182,7 +182,7 @@ std::vector<RunMean> run_means(const std::vector<ResultRow>& rows, const std::st
     double sum = 0;
     size_t n = 0;
     bool missing = false;
-    int converged = -1;
+    Converged converged = Converged::no_criterion;
   };
   std::map<int64_t, Acc> by_seed;
   for (const auto& r : rows) {

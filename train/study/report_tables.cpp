@@ -126,7 +126,7 @@ std::vector<std::string> unconverged_runs(const ReportInput& in) {
   std::vector<std::string> out;
   std::set<std::pair<std::string, int64_t>> seen;
   for (const auto& r : in.rows) {
-    if (r.converged != 0 || in.cannot_learn.count(r.scheme)) continue;
+    if (r.converged != Converged::no || in.cannot_learn.count(r.scheme)) continue;
     if (seen.insert({r.scheme, r.seed}).second)
       out.push_back(r.scheme + " seed " + std::to_string(r.seed));
   }
@@ -241,7 +241,7 @@ std::string worst_training_length(const ReportInput& in, const std::string& labe
   std::string out = printf_number(number_format(metric, wv * k), wv * k) + " (";
   out += worst->length > 0 ? "len " + std::to_string(worst->length) : md_text(worst->split);
   out += ", seed " + std::to_string(worst->seed) + ")";
-  if (worst->converged == 0) out += " †";
+  if (worst->converged == Converged::no) out += " †";
   return out;
 }
 
@@ -255,35 +255,21 @@ std::string convergence_table_markdown(const ReportInput& in) {
     bool trained = false;
     for (const auto& r : in.rows) trained = trained || (r.label() == label && r.variant.empty());
     if (!trained) continue;  // eval-time variants share their scheme's runs
-    std::map<int64_t, std::pair<int, int64_t>> runs;  // seed -> (converged, step)
+    std::map<int64_t, Convergence> by_seed;
     for (const auto& r : in.rows)
-      if (r.label() == label) runs[r.seed] = {r.converged, r.criterion_step};
-    int64_t with = 0, met = 0, nsteps = 0, smin = 0, smax = 0;
-    double ssum = 0;
-    for (const auto& [seed, cs] : runs) {
-      if (cs.first < 0) continue;
-      ++with;
-      if (cs.first != 1) continue;
-      ++met;
-      if (cs.second < 0) continue;  // met, step unknown
-      smin = nsteps ? std::min(smin, cs.second) : cs.second;
-      smax = nsteps ? std::max(smax, cs.second) : cs.second;
-      ssum += static_cast<double>(cs.second);
-      ++nsteps;
-    }
+      if (r.label() == label) {
+        Convergence& c = by_seed[r.seed];
+        c.converged = r.converged;
+        c.step = r.criterion_step;
+      }
+    std::vector<Convergence> runs;
+    for (const auto& kv : by_seed) runs.push_back(kv.second);
+    const ConvergenceCells cells = convergence_cells(runs);
     auto crit = in.criteria.find(label);
     const std::string criterion =
         crit != in.criteria.end() && !crit->second.empty() ? md_code(crit->second) : "—";
-    std::string conv = with ? std::to_string(met) + "/" + std::to_string(with) : "—";
-    std::string steps = "—";
-    if (nsteps)
-      steps = printf_number("%.0f", ssum / static_cast<double>(nsteps)) + " [" + std::to_string(smin) +
-              "–" + std::to_string(smax) + "]" +
-              (nsteps < met ? " (n = " + std::to_string(nsteps) + ")" : "");
-    else if (met)
-      steps = "unknown";
-    else if (with)
-      steps = "not reached";
+    const std::string& conv = cells.converged;
+    const std::string& steps = cells.steps;
     const Stat ind = aggregate_runs(in.rows, label, 1, in.primary_metric, excludes(in, label));
     auto cl = in.cannot_learn.find(label);
     const std::string note =
