@@ -305,7 +305,8 @@ TEST_F(LiteratureConfig, BadEntriesAreOneLineWithFileAndLine) {
         "'exact_match'?");
   // An unknown key.
   check("  - paper: P\n    setting: S\n    figure: F\n    higher_better: false\n", 3,
-        "unknown key 'higher_better'; did you mean 'higher_is_better'?");
+        "unknown key 'literature[0].higher_better'; did you mean "
+        "'literature[0].higher_is_better'?");
   // The ranking form needs the direction; the gains form needs pairs; suites-only keys.
   check("  - paper: P\n    setting: S\n    figure: F\n    theirs: {rope: 1, t5: 2}\n", 0,
         "higher_is_better is missing");
@@ -508,7 +509,8 @@ TEST_F(LiteratureConfig, SuitePerTaskGainsUseWelchAndCountTheTasksWhereWithoutFa
     EXPECT_EQ(e.rfind("suite.yaml:", 0), 0u) << e;
     EXPECT_TRUE(has(e, needle)) << e;
   };
-  bad("theirs: 12.0, pairs: {rope: t5}, fails_below: 150", "expected a number in [0, 100]");
+  bad("theirs: 12.0, pairs: {rope: t5}, fails_below: 150",
+      "literature[0].fails_below: 150 is out of range [0, 100]");
   bad("higher_is_better: true, theirs: {rope: 1, t5: 2}, fails_below: 50",
       "fails_below is for suites with pairs");
   bad("theirs: 12.0, pairs: {rope: t5}, metric: loss, fails_below: 50",

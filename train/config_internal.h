@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/config_schema.h"
 
 namespace pelab::config_detail {
 
@@ -18,22 +19,8 @@ namespace pelab::config_detail {
 std::string fmt_num(double v);
 std::string fmt_float_yaml(double v);
 
-// ---------------- where an error is ----------------
-
-struct Ctx {
-  std::string file;     // file name, or "" in --set / validate mode
-  std::string prefix;   // used instead of file:line when non-empty ("--set a.b=c", "config")
-  int key_line = -1;    // 0-based line of the key, for values without a mark (empty values)
-  std::string at(const YAML::Node& n) const {
-    if (!prefix.empty()) return prefix;
-    int line = key_line;
-    if (n.IsDefined() && !n.IsNull() && n.Mark().line >= 0) line = n.Mark().line;
-    return line >= 0 ? file + ":" + std::to_string(line + 1) : file;
-  }
-};
-
-// config_yaml.cpp: throws ConfigError "where: msg"; an error's text for a node ("a list", '5').
-[[noreturn]] void fail(const std::string& where, const std::string& msg);
+// Ctx, fail, parse_into, type_of, make_key: train/config_schema.h (shared with the sections above).
+// config_yaml.cpp: an error's text for a node ("a list", '5').
 std::string describe(const YAML::Node& n);
 // A number as config files write it; false when it is not one (or not finite).
 bool parse_int(const std::string& s0, int64_t& out);
@@ -41,14 +28,7 @@ bool parse_float(const std::string& s0, double& out);
 bool parse_bool(const std::string& s, bool& out);
 bool in_range(double v, const ConfigRange& r);
 
-template <class T>
-struct is_int_type
-    : std::integral_constant<bool, std::is_integral<T>::value && !std::is_same<T, bool>::value> {};
-
-// Reads one key's value into a config member, checked against the key (type, range, choices);
-// writes a member as YAML. Instantiated in config_yaml.cpp for the member types of Config.
-template <class T>
-void parse_into(T& out, const YAML::Node& n, const ConfigKey& k, const Ctx& c);
+// Writes a member as YAML. Instantiated in config_yaml.cpp for the member types of Config.
 template <class T>
 void emit_value(YAML::Emitter& e, const T& v);
 

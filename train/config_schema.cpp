@@ -19,18 +19,6 @@ namespace pelab {
 namespace config_detail {
 namespace {
 
-template <class T>
-ConfigType type_of(bool has_choices) {
-  if constexpr (std::is_same<T, bool>::value) return ConfigType::Bool;
-  if constexpr (is_int_type<T>::value) return ConfigType::Int;
-  if constexpr (std::is_same<T, double>::value) return ConfigType::Float;
-  if constexpr (std::is_same<T, std::string>::value)
-    return has_choices ? ConfigType::Enum : ConfigType::String;
-  if constexpr (std::is_same<T, std::vector<int>>::value) return ConfigType::IntList;
-  if constexpr (std::is_same<T, std::vector<std::string>>::value) return ConfigType::StringList;
-  return ConfigType::Map;
-}
-
 // "[0, 1)", "(0, inf)", "[2, 65536]".
 ConfigRange parse_interval(const std::string& spec) {
   auto bad = [&]() -> ConfigRange {
@@ -67,26 +55,8 @@ struct Section {
   template <class T>
   void operator()(const char* name, T S::*field, const std::string& spec, const char* doc) const {
     Entry e;
-    ConfigKey& k = e.key;
-    k.section = section;
-    k.name = name;
-    k.doc = doc;
-    const std::string sp = trim(spec);
-    const bool interval = !sp.empty() && (sp[0] == '[' || sp[0] == '(');
-    const bool choices = !sp.empty() && !interval;
-    k.type = type_of<T>(choices);
-    if (choices) {
-      if (k.type != ConfigType::Enum)
-        throw std::logic_error("config schema: choices on non-string key " + k.full_name());
-      std::stringstream ss(sp);
-      std::string c;
-      while (std::getline(ss, c, '|')) k.choices.push_back(trim(c));
-    } else if (interval) {
-      if (k.type != ConfigType::Int && k.type != ConfigType::Float &&
-          k.type != ConfigType::IntList)
-        throw std::logic_error("config schema: range on non-numeric key " + k.full_name());
-      k.range = parse_interval(sp);
-    }
+    e.key = make_key(section, name, spec, doc, &type_of<T>);
+    const ConfigKey& k = e.key;
     auto g = get;
     e.set = [g, field, k](Config& c, const YAML::Node& n, const Ctx& ctx) {
       parse_into(g(c).*field, n, k, ctx);
@@ -414,6 +384,38 @@ std::string unknown_section_msg(const std::string& s) {
   std::string near = nearest_name(s, section_names());
   if (!near.empty()) msg += "; did you mean '" + near + "'?";
   return msg + " (sections: " + join(section_names(), ", ") + ")";
+}
+
+ConfigKey make_key(const std::string& section, const std::string& name, const std::string& spec,
+                   const std::string& doc, ConfigType (*type)(bool)) {
+  ConfigKey k;
+  k.section = section;
+  k.name = name;
+  k.doc = doc;
+  const std::string sp = trim(spec);
+  const bool interval = !sp.empty() && (sp[0] == '[' || sp[0] == '(');
+  const bool choices = !sp.empty() && !interval;
+  k.type = type(choices);
+  if (choices) {
+    if (k.type != ConfigType::Enum)
+      throw std::logic_error("config schema: choices on non-string key " + k.full_name());
+    std::stringstream ss(sp);
+    std::string c;
+    while (std::getline(ss, c, '|')) k.choices.push_back(trim(c));
+  } else if (interval) {
+    if (k.type != ConfigType::Int && k.type != ConfigType::Float && k.type != ConfigType::IntList)
+      throw std::logic_error("config schema: range on non-numeric key " + k.full_name());
+    k.range = parse_interval(sp);
+  }
+  return k;
+}
+
+std::string unknown_key_in(const std::string& section, const std::string& name,
+                           const std::vector<std::string>& valid) {
+  std::string msg = "unknown key '" + section + "." + name + "'";
+  const std::string near = nearest_name(name, valid);
+  if (!near.empty()) msg += "; did you mean '" + section + "." + near + "'?";
+  return msg + " (valid: " + join(valid, ", ") + ")";
 }
 
 std::string unknown_key_msg(const std::string& section, const std::string& name) {

@@ -23,6 +23,7 @@
 #include "train/study/compare.h"
 #include "train/study/literature.h"
 #include "train/study/plot_pe.h"
+#include "train/study/suite.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
@@ -466,7 +467,8 @@ int cmd_config_reference(const std::vector<std::string>& a, std::ostream& out) {
     return 0;
   }
   args.expect_positional(0, "");
-  out << config_reference_markdown({literature_reference_section()});
+  out << config_reference_markdown(
+      {compare_reference_section(), suite_reference_section(), literature_reference_section()});
   return 0;
 }
 

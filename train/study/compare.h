@@ -265,6 +265,10 @@ std::vector<std::string> parse_config_set_map(const YAML::Node& n, const std::st
                                               const std::string& what);
 bool safe_run_name(const std::string& s);
 
+// The `compare:` section's keys for docs/config.md (`pelab config-reference`), as compare_spec.cpp
+// declares and reads them (train/config_schema.h).
+ConfigReferenceSection compare_reference_section();
+
 // `pelab compare` (train/study/compare_cli.cpp; args: argv[1..], args[0] is the verb; parsed by
 // train/command_line.h). Returns the exit status; usage errors print "pelab: error: ..." and
 // return 2, other errors are thrown.

@@ -13,12 +13,14 @@
 #include "pelab/strings.h"
 #include "train/study/compare_internal.h"
 #include "train/study/config_block.h"
+#include "train/config_schema.h"
 #include "train/text_file.h"
 
 namespace fs = std::filesystem;
 
 namespace pelab {
 using namespace compare_detail;
+using config_detail::Ctx;
 
 namespace {
 
@@ -167,177 +169,199 @@ std::vector<CompareSearchKey> parse_search(const YAML::Node& n, const std::strin
   return out;
 }
 
-std::string parse_unconverged(const std::string& v, const std::string& where) {
-  if (v != "report" && v != "exclude" && v != "fail")
-    fail_at(where, "compare.unconverged: expected report, exclude or fail, got '" + v + "'");
-  return v;
+// compare.schemes[i]: a scheme name, or {name, set, expect, why}.
+void add_scheme(CompareSpec& spec, const YAML::Node& e, size_t i, const std::string& source) {
+    const std::string what = "compare.schemes[" + std::to_string(i) + "]";
+    CompareScheme s;
+    if (e.IsScalar()) {
+      s.name = e.Scalar();
+      s.sets.push_back("pe.scheme=" + s.name);
+    } else if (e.IsMap()) {
+      for (auto f = e.begin(); f != e.end(); ++f) {
+        const std::string fk = f->first.Scalar();
+        if (fk != "name" && fk != "set" && fk != "expect" && fk != "why")
+          fail_at(yaml_where(source, f->first),
+                  what + ": unknown key '" + fk + "' (valid: name, set, expect, why)");
+      }
+      if (!e["name"] || !e["name"].IsScalar())
+        fail_at(yaml_where(source, e), what + " needs a name");
+      s.name = e["name"].Scalar();
+      s.sets = parse_set_map(e["set"], source, what);
+      if (e["expect"]) {
+        const std::string x = value_text(e["expect"]);
+        if (x != "cannot_learn" && x != "learn")
+          fail_at(yaml_where(source, e["expect"]),
+                  what + " (" + s.name + ").expect: expected cannot_learn or learn, got '" + x +
+                      "'");
+        s.cannot_learn = x == "cannot_learn";
+      }
+      if (e["why"]) {
+        if (!e["why"].IsScalar() || trim(e["why"].Scalar()).empty())
+          fail_at(yaml_where(source, e["why"]),
+                  what + " (" + s.name + ").why must be a non-empty text");
+        if (!s.cannot_learn)
+          fail_at(yaml_where(source, e["why"]), what + " (" + s.name +
+                                                    ").why explains expect: cannot_learn; add "
+                                                    "expect: cannot_learn or remove why");
+        s.why = trim(e["why"].Scalar());
+      }
+      if (s.cannot_learn && s.why.empty())
+        fail_at(yaml_where(source, e["expect"]),
+                what + " (" + s.name + "): expect: cannot_learn needs why: \"<reason>\"");
+    } else {
+      fail_at(yaml_where(source, e), what + " must be a scheme name or {name, set}");
+    }
+    s.where = yaml_where(source, e);
+    if (!safe_name(s.name))
+      fail_at(yaml_where(source, e),
+              what + ": name '" + s.name + "' must use only letters, digits, _ - + .");
+    for (const auto& set : s.sets)
+      if (managed_key(key_of(set)))
+        fail_at(yaml_where(source, e), what + " (" + s.name + "): " + key_of(set) +
+                                           " is set by the comparison (use compare.seeds / "
+                                           "compare.out)");
+    for (const auto& o : spec.schemes)
+      if (o.name == s.name)
+        fail_at(yaml_where(source, e), what + ": scheme name '" + s.name + "' appears twice");
+    spec.schemes.push_back(s);
+}
+
+// compare.variants[i]: a scheme's shorthand variant, randpos, or {name, set, schemes, positions}.
+void add_variant(CompareSpec& spec, const YAML::Node& e, size_t i, const std::string& source) {
+    const std::string what = "compare.variants[" + std::to_string(i) + "]";
+    CompareVariant var;
+    if (e.IsScalar() && e.Scalar() == "randpos") {
+      var.name = "randpos";
+      var.positions = "random";
+    } else if (e.IsScalar()) {
+      var.name = e.Scalar();
+      var.sets = models::pe_variant_sets(var.name);
+      if (var.sets.empty()) {
+        std::string names;
+        for (const auto& n : models::pe_variant_names()) names += (names.empty() ? "" : ", ") + n;
+        fail_at(yaml_where(source, e),
+                what + ": '" + var.name + "' is not a scheme's shorthand variant (" + names +
+                    "); write {name: ..., set: {...}} for other eval-time variants");
+      }
+    } else if (e.IsMap()) {
+      for (auto f = e.begin(); f != e.end(); ++f) {
+        const std::string fk = f->first.Scalar();
+        if (fk != "name" && fk != "set" && fk != "schemes" && fk != "positions")
+          fail_at(yaml_where(source, f->first),
+                  what + ": unknown key '" + fk + "' (valid: name, set, schemes, positions)");
+      }
+      if (!e["name"] || !e["name"].IsScalar())
+        fail_at(yaml_where(source, e), what + " needs a name");
+      var.name = e["name"].Scalar();
+      var.sets = parse_set_map(e["set"], source, what);
+      if (e["positions"]) {
+        var.positions = value_text(e["positions"]);
+        if (var.positions != "random" && var.positions != "default")
+          fail_at(yaml_where(source, e["positions"]),
+                  what + ".positions: expected random or default, got '" + var.positions + "'");
+        if (var.positions == "default") var.positions.clear();
+      }
+      if (var.sets.empty() && var.positions.empty()) var.sets = models::pe_variant_sets(var.name);
+      if (e["schemes"]) {
+        const YAML::Node sc = e["schemes"];
+        if (sc.IsScalar())
+          var.schemes.push_back(sc.Scalar());
+        else if (sc.IsSequence())
+          for (size_t j = 0; j < sc.size(); ++j) var.schemes.push_back(value_text(sc[j]));
+        else
+          fail_at(yaml_where(source, sc), what + ".schemes must be a list of scheme names");
+      }
+    } else {
+      fail_at(yaml_where(source, e), what + " must be a variant name or {name, set, schemes}");
+    }
+    if (!safe_name(var.name) || var.name == "base")
+      fail_at(yaml_where(source, e), what + ": name '" + var.name +
+                                         "' must use only letters, digits, _ - + . "
+                                         "(and not be 'base')");
+    if (var.sets.empty() && var.positions.empty())
+      fail_at(yaml_where(source, e), what + " (" + var.name + ") sets nothing");
+    for (const auto& set : var.sets)
+      if (!eval_time_key(key_of(set))) {
+        std::string keys;
+        for (const auto& k : eval_time_keys()) keys += k + ", ";
+        fail_at(yaml_where(source, e),
+                what + " (" + var.name + "): " + key_of(set) +
+                    " changes the trained model; eval-time variants may only set " + keys +
+                    "and eval.*");
+      }
+    for (const auto& o : spec.variants)
+      if (o.name == var.name)
+        fail_at(yaml_where(source, e),
+                what + ": variant name '" + var.name + "' appears twice");
+    spec.variants.push_back(var);
+}
+
+// The compare section's keys, read like the run config's (train/config_schema.h).
+const SectionSchema<CompareSpec>& compare_schema() {
+  static const SectionSchema<CompareSpec> schema = [] {
+    SectionSchema<CompareSpec> s("compare");
+    s.key("title", &CompareSpec::title, "",
+          "the report's title (default \"pelab compare: <config stem>\")");
+    s.key("out", &CompareSpec::out, "", "the report directory (default reports/<config stem>)");
+    s.structured(
+        "seeds", ConfigType::IntList, "train.seed of each run, distinct, >= 0 (default [train.seed])",
+        [](CompareSpec& c, const YAML::Node& n, const Ctx& x) { c.seeds = parse_seeds(n, x.key_at()); },
+        true);
+    s.key("metric", &CompareSpec::metric, "auto|exact_match|token_accuracy|perplexity|loss",
+          "the report's primary metric; auto = exact_match (perplexity for task lm)");
+    s.key("unconverged", &CompareSpec::unconverged, "report|exclude|fail",
+          "runs that missed their stop criterion (train.stop_when): report = keep them, marked "
+          "†; exclude = leave them out of means and intervals; fail = write the report, then "
+          "fail naming them");
+    s.structured("schemes", ConfigType::StringList,
+                 "Required. The rows: a scheme name (= {name: X, set: {pe.scheme: X}}) or {name, "
+                 "set: {section.key: value}, expect: cannot_learn, why: \"reason\"}",
+                 [](CompareSpec& c, const YAML::Node& n, const Ctx& x) {
+                   if (!n.IsSequence() || n.size() == 0)
+                     fail_at(x.key_at(), "compare.schemes must be a non-empty list");
+                   for (size_t i = 0; i < n.size(); ++i) add_scheme(c, n[i], i, x.file);
+                 });
+    s.structured("variants", ConfigType::StringList,
+                 "eval-time variants (no retraining): a scheme's shorthand (pi, ntk, ...), "
+                 "randpos, or {name, set, schemes, positions: random|default}",
+                 [](CompareSpec& c, const YAML::Node& n, const Ctx& x) {
+                   if (!n.IsSequence()) fail_at(x.key_at(), "compare.variants must be a list");
+                   for (size_t i = 0; i < n.size(); ++i) add_variant(c, n[i], i, x.file);
+                 });
+    s.alias("eval_variants", "variants");
+    s.structured(
+        "jobs", ConfigType::Int, "runs trained at once, each in its own process, >= 1 (default: "
+        "the number of cores; --jobs N overrides)",
+        [](CompareSpec& c, const YAML::Node& n, const Ctx& x) { c.jobs = parse_jobs(n, x.key_at()); },
+        true);
+    s.structured("search", ConfigType::Map,
+                 "a hyper-parameter grid {section.key: [value, ...]} of training keys; chosen per "
+                 "scheme on the in-distribution validation split",
+                 [](CompareSpec& c, const YAML::Node& n, const Ctx& x) {
+                   c.search = parse_search(n, x.file, x.key_at());
+                 });
+    s.structured("slurm", ConfigType::Map,
+                 "--emit-slurm resources (cpus_per_task, time, mem, partition, max_parallel, "
+                 "options; train/study/slurm.h)",
+                 [](CompareSpec& c, const YAML::Node& n, const Ctx& x) {
+                   if (!n.IsMap())
+                     fail_at(x.key_at(),
+                             "compare.slurm must be a mapping (cpus_per_task, time, mem, "
+                             "partition, max_parallel, options)");
+                   for (auto f = n.begin(); f != n.end(); ++f)
+                     set_slurm_key(c.slurm, f->first.Scalar(), f->second,
+                                   yaml_where(x.file, f->first));
+                 });
+    return s;
+  }();
+  return schema;
 }
 
 void parse_compare_node(const YAML::Node& c, const std::string& source, CompareSpec& spec) {
   if (!c.IsDefined() || c.IsNull())
     fail_at(source, "the compare section is empty (it needs at least compare.schemes)");
   if (!c.IsMap()) fail_at(yaml_where(source, c), "compare must be a mapping");
-  for (auto it = c.begin(); it != c.end(); ++it) {
-    const std::string k = it->first.Scalar();
-    const YAML::Node v = it->second;
-    const std::string where = yaml_where(source, it->first);
-    if (k == "title") {
-      spec.title = value_text(v);
-    } else if (k == "out") {
-      spec.out = value_text(v);
-    } else if (k == "metric") {
-      spec.metric = value_text(v);
-    } else if (k == "seeds") {
-      spec.seeds = parse_seeds(v, where);
-    } else if (k == "unconverged") {
-      spec.unconverged = parse_unconverged(value_text(v), where);
-    } else if (k == "schemes") {
-      if (!v.IsSequence() || v.size() == 0)
-        fail_at(where, "compare.schemes must be a non-empty list");
-      for (size_t i = 0; i < v.size(); ++i) {
-        const YAML::Node e = v[i];
-        const std::string what = "compare.schemes[" + std::to_string(i) + "]";
-        CompareScheme s;
-        if (e.IsScalar()) {
-          s.name = e.Scalar();
-          s.sets.push_back("pe.scheme=" + s.name);
-        } else if (e.IsMap()) {
-          for (auto f = e.begin(); f != e.end(); ++f) {
-            const std::string fk = f->first.Scalar();
-            if (fk != "name" && fk != "set" && fk != "expect" && fk != "why")
-              fail_at(yaml_where(source, f->first),
-                      what + ": unknown key '" + fk + "' (valid: name, set, expect, why)");
-          }
-          if (!e["name"] || !e["name"].IsScalar())
-            fail_at(yaml_where(source, e), what + " needs a name");
-          s.name = e["name"].Scalar();
-          s.sets = parse_set_map(e["set"], source, what);
-          if (e["expect"]) {
-            const std::string x = value_text(e["expect"]);
-            if (x != "cannot_learn" && x != "learn")
-              fail_at(yaml_where(source, e["expect"]),
-                      what + " (" + s.name + ").expect: expected cannot_learn or learn, got '" + x +
-                          "'");
-            s.cannot_learn = x == "cannot_learn";
-          }
-          if (e["why"]) {
-            if (!e["why"].IsScalar() || trim(e["why"].Scalar()).empty())
-              fail_at(yaml_where(source, e["why"]),
-                      what + " (" + s.name + ").why must be a non-empty text");
-            if (!s.cannot_learn)
-              fail_at(yaml_where(source, e["why"]), what + " (" + s.name +
-                                                        ").why explains expect: cannot_learn; add "
-                                                        "expect: cannot_learn or remove why");
-            s.why = trim(e["why"].Scalar());
-          }
-          if (s.cannot_learn && s.why.empty())
-            fail_at(yaml_where(source, e["expect"]),
-                    what + " (" + s.name + "): expect: cannot_learn needs why: \"<reason>\"");
-        } else {
-          fail_at(yaml_where(source, e), what + " must be a scheme name or {name, set}");
-        }
-        s.where = yaml_where(source, e);
-        if (!safe_name(s.name))
-          fail_at(yaml_where(source, e),
-                  what + ": name '" + s.name + "' must use only letters, digits, _ - + .");
-        for (const auto& set : s.sets)
-          if (managed_key(key_of(set)))
-            fail_at(yaml_where(source, e), what + " (" + s.name + "): " + key_of(set) +
-                                               " is set by the comparison (use compare.seeds / "
-                                               "compare.out)");
-        for (const auto& o : spec.schemes)
-          if (o.name == s.name)
-            fail_at(yaml_where(source, e), what + ": scheme name '" + s.name + "' appears twice");
-        spec.schemes.push_back(s);
-      }
-    } else if (k == "variants" || k == "eval_variants") {
-      if (!v.IsSequence()) fail_at(where, "compare.variants must be a list");
-      for (size_t i = 0; i < v.size(); ++i) {
-        const YAML::Node e = v[i];
-        const std::string what = "compare.variants[" + std::to_string(i) + "]";
-        CompareVariant var;
-        if (e.IsScalar() && e.Scalar() == "randpos") {
-          var.name = "randpos";
-          var.positions = "random";
-        } else if (e.IsScalar()) {
-          var.name = e.Scalar();
-          var.sets = models::pe_variant_sets(var.name);
-          if (var.sets.empty()) {
-            std::string names;
-            for (const auto& n : models::pe_variant_names()) names += (names.empty() ? "" : ", ") + n;
-            fail_at(yaml_where(source, e),
-                    what + ": '" + var.name + "' is not a scheme's shorthand variant (" + names +
-                        "); write {name: ..., set: {...}} for other eval-time variants");
-          }
-        } else if (e.IsMap()) {
-          for (auto f = e.begin(); f != e.end(); ++f) {
-            const std::string fk = f->first.Scalar();
-            if (fk != "name" && fk != "set" && fk != "schemes" && fk != "positions")
-              fail_at(yaml_where(source, f->first),
-                      what + ": unknown key '" + fk + "' (valid: name, set, schemes, positions)");
-          }
-          if (!e["name"] || !e["name"].IsScalar())
-            fail_at(yaml_where(source, e), what + " needs a name");
-          var.name = e["name"].Scalar();
-          var.sets = parse_set_map(e["set"], source, what);
-          if (e["positions"]) {
-            var.positions = value_text(e["positions"]);
-            if (var.positions != "random" && var.positions != "default")
-              fail_at(yaml_where(source, e["positions"]),
-                      what + ".positions: expected random or default, got '" + var.positions + "'");
-            if (var.positions == "default") var.positions.clear();
-          }
-          if (var.sets.empty() && var.positions.empty()) var.sets = models::pe_variant_sets(var.name);
-          if (e["schemes"]) {
-            const YAML::Node sc = e["schemes"];
-            if (sc.IsScalar())
-              var.schemes.push_back(sc.Scalar());
-            else if (sc.IsSequence())
-              for (size_t j = 0; j < sc.size(); ++j) var.schemes.push_back(value_text(sc[j]));
-            else
-              fail_at(yaml_where(source, sc), what + ".schemes must be a list of scheme names");
-          }
-        } else {
-          fail_at(yaml_where(source, e), what + " must be a variant name or {name, set, schemes}");
-        }
-        if (!safe_name(var.name) || var.name == "base")
-          fail_at(yaml_where(source, e), what + ": name '" + var.name +
-                                             "' must use only letters, digits, _ - + . "
-                                             "(and not be 'base')");
-        if (var.sets.empty() && var.positions.empty())
-          fail_at(yaml_where(source, e), what + " (" + var.name + ") sets nothing");
-        for (const auto& set : var.sets)
-          if (!eval_time_key(key_of(set))) {
-            std::string keys;
-            for (const auto& k : eval_time_keys()) keys += k + ", ";
-            fail_at(yaml_where(source, e),
-                    what + " (" + var.name + "): " + key_of(set) +
-                        " changes the trained model; eval-time variants may only set " + keys +
-                        "and eval.*");
-          }
-        for (const auto& o : spec.variants)
-          if (o.name == var.name)
-            fail_at(yaml_where(source, e),
-                    what + ": variant name '" + var.name + "' appears twice");
-        spec.variants.push_back(var);
-      }
-    } else if (k == "jobs") {
-      spec.jobs = parse_jobs(v, where);
-    } else if (k == "search") {
-      spec.search = parse_search(v, source, where);
-    } else if (k == "slurm") {
-      if (!v.IsMap())
-        fail_at(where,
-                "compare.slurm must be a mapping (cpus_per_task, time, mem, partition, "
-                "max_parallel, options)");
-      for (auto f = v.begin(); f != v.end(); ++f)
-        set_slurm_key(spec.slurm, f->first.Scalar(), f->second, yaml_where(source, f->first));
-    } else {
-      fail_at(where, "unknown key 'compare." + k +
-                         "' (valid: title, out, seeds, metric, unconverged, schemes, "
-                         "variants, jobs, search, slurm)");
-    }
-  }
+  compare_schema().read(spec, c, source);
   if (spec.schemes.empty()) fail_at(source, "compare.schemes is missing");
   for (const auto& v : spec.variants)
     for (const auto& s : v.schemes) {
@@ -345,12 +369,6 @@ void parse_compare_node(const YAML::Node& c, const std::string& source, CompareS
       for (const auto& sc : spec.schemes) found = found || sc.name == s;
       if (!found) fail_at(source, "compare.variants (" + v.name + "): unknown scheme '" + s + "'");
     }
-}
-
-const std::set<std::string>& metric_names() {
-  static const std::set<std::string> m = {"auto", "exact_match", "token_accuracy", "perplexity",
-                                          "loss"};
-  return m;
 }
 
 std::string default_out(const std::string& source) {
@@ -452,6 +470,16 @@ std::vector<std::string> parse_config_set_map(const YAML::Node& n, const std::st
   return parse_set_map(n, source, what);
 }
 
+ConfigReferenceSection compare_reference_section() {
+  return {"`compare` (compare configs)",
+          "A compare config (docs/experiments.md, `pelab compare`) is a run config plus a "
+          "`compare:` section: the schemes (each a set of overrides on the run config), seeds, "
+          "eval-time variants, an optional hyper-parameter search and the report's settings. "
+          "Unknown keys and bad values are errors naming the file and line; `--set compare.KEY=V` "
+          "sets seeds, out, title, metric, unconverged, jobs and slurm.KEY.",
+          compare_schema().keys()};
+}
+
 // ---------------- loading ----------------
 
 CompareSpec load_compare_string(const std::string& yaml, const std::string& source,
@@ -488,54 +516,22 @@ CompareSpec load_compare_node(const YAML::Node& root, const std::string& text,
     const std::string where = "--set " + o;
     const size_t eq = o.find('=');
     if (eq == std::string::npos) fail_at(where, "expected compare.key=value");
-    const std::string v = o.substr(eq + 1);
-    if (k == "compare.seeds") {
-      YAML::Node n;
-      try {
-        n = YAML::Load(v);
-      } catch (const YAML::Exception& ex) {
-        fail_at(where, "value '" + v + "' is not valid YAML: " + ex.msg);
-      }
-      spec.seeds = parse_seeds(n, where);
-    } else if (k == "compare.out") {
-      spec.out = v;
-    } else if (k == "compare.title") {
-      spec.title = v;
-    } else if (k == "compare.metric") {
-      spec.metric = v;
-    } else if (k == "compare.unconverged") {
-      spec.unconverged = parse_unconverged(v, where);
-    } else if (k == "compare.jobs") {
+    const std::string v = o.substr(eq + 1), name = k.substr(std::string("compare.").size());
+    if (name.rfind("slurm.", 0) == 0) {
       YAML::Node n;
       try {
         n = YAML::Load(v);
       } catch (const YAML::Exception&) {
         n = YAML::Node(v);
       }
-      spec.jobs = parse_jobs(n, where);
-    } else if (k.rfind("compare.slurm.", 0) == 0) {
-      YAML::Node n;
-      try {
-        n = YAML::Load(v);
-      } catch (const YAML::Exception&) {
-        n = YAML::Node(v);
-      }
-      set_slurm_key(spec.slurm, k.substr(std::string("compare.slurm.").size()), n, where);
+      set_slurm_key(spec.slurm, name.substr(std::string("slurm.").size()), n, where);
     } else {
-      fail_at(where,
-              "compare.schemes / compare.variants / compare.search cannot be set from the "
-              "command line; valid: compare.seeds, compare.out, compare.title, "
-              "compare.metric, compare.unconverged, compare.jobs, compare.slurm.KEY");
+      compare_schema().set(spec, name, v, where);
     }
   }
   spec.cli_sets = base_sets;
   spec.overrides = overrides;
   spec.base = load_config_node(without_blocks(root, {"compare", "literature"}), source, base_sets);
-  if (!metric_names().count(spec.metric))
-    fail_at(source,
-            "compare.metric: expected auto, exact_match, token_accuracy, perplexity "
-            "or loss, got '" +
-                spec.metric + "'");
   if (spec.metric == "exact_match" && is_lm(spec.base))
     fail_at(source, "compare.metric: the lm task has no exact match (use perplexity or loss)");
   // Every scheme's settings must make a valid config (the model-level checks run in compare_plan).

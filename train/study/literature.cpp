@@ -13,6 +13,7 @@
 
 #include "pelab/error.h"
 #include "pelab/strings.h"
+#include "train/config_schema.h"
 #include "train/study/config_block.h"
 
 namespace pelab {
@@ -48,18 +49,6 @@ bool scalar_number(const YAML::Node& n, double& v) {
   char* end = nullptr;
   v = std::strtod(s.c_str(), &end);
   return end && *end == '\0' && std::isfinite(v);
-}
-
-ConfigKey lit_key(const std::string& name, ConfigType type, std::vector<std::string> choices,
-                  const std::string& def, const std::string& doc) {
-  ConfigKey k;
-  k.section = "literature[]";
-  k.name = name;
-  k.type = type;
-  k.choices = std::move(choices);
-  k.default_text = def;
-  k.doc = doc;
-  return k;
 }
 
 // A row name of ours (a scheme, or scheme+variant), checked against the context.
@@ -544,45 +533,63 @@ std::string of_metric_text(const LiteratureEntry& e) {
 
 // ---------------- schema and parsing ----------------
 
-const std::vector<ConfigKey>& literature_schema() {
-  static const std::vector<ConfigKey> keys = {
-      lit_key("paper", ConfigType::String, {}, "",
-              "Required. The paper, as a short citation (\"Press et al. 2022\"); the heading of "
-              "its table"),
-      lit_key("setting", ConfigType::String, {}, "",
-              "Required. Their setting in one line (data, model, training and test lengths)"),
-      lit_key("figure", ConfigType::String, {}, "",
-              "Required. What their numbers are (\"perplexity at 3512 tokens\", \"mean "
-              "reciprocal rank over tasks\", \"accuracy %\")"),
-      lit_key("theirs", ConfigType::Map, {}, "",
-              "Required. Their figure per scheme: a map from OUR row names (compare.schemes "
-              "names or scheme+variant labels, e.g. none for their NoPE) to their numbers (at "
-              "least 2), ranked against ours with Kendall's tau-b; or, with pairs, their one "
-              "figure for the mean difference of the pairs (e.g. 12.0)"),
-      lit_key("higher_is_better", ConfigType::Bool, {}, "",
-              "Required with theirs as a map: the direction of THEIR figure (false for "
-              "perplexity)"),
-      lit_key("pairs", ConfigType::Map, {}, "",
-              "Gains form: {with: without, ...} of our row names (e.g. {rope+rand: rope}); ours "
-              "is the mean difference with - without, per seed in a comparison (runs paired by "
-              "seed), per task in a suite, with its 95 % t-interval"),
-      lit_key("metric", ConfigType::Enum, metric_choices(), "",
-              "Our metric (default: the report's primary metric, in a suite suite.metric)"),
-      lit_key("length", ConfigType::Int, {}, "0",
-              "Comparisons only: rank by our values at this test length (one of "
-              "task.test_lengths, for lm task.lm_eval_lengths); 0 = each run's mean over the "
-              "extrapolation lengths"),
-      lit_key("statistic", ConfigType::Enum, {"mean", "mrr"}, "mean",
-              "Suites only: mean = each seed's mean over the tasks, then the mean and interval "
-              "over seeds (the summary's average column); mrr = the mean reciprocal rank over "
-              "the tasks (each task ranks this entry's schemes by their summary cells), with "
-              "the interval over tasks"),
-      lit_key("fails_below", ConfigType::Float, {}, "90",
-              "Suites, gains form (pairs), accuracy metrics: the per-task table of the gains "
-              "counts, per pair, the tasks where the `without` row fails (its summary cell, "
-              "in %, is below this) and where the gain is positive with its 95 % Welch "
-              "interval above 0; range [0, 100]"),
-  };
+namespace {
+
+// One entry's keys, read like the run config's (train/config_schema.h); theirs and pairs are
+// checked against the comparison's rows afterwards (they depend on each other and the context).
+const SectionSchema<LiteratureEntry>& entry_schema() {
+  static const SectionSchema<LiteratureEntry> schema = [] {
+    SectionSchema<LiteratureEntry> s("literature[]");
+    auto node = [](LiteratureEntry&, const YAML::Node&, const config_detail::Ctx&) {};
+    s.key("paper", &LiteratureEntry::paper, "",
+          "Required. The paper, as a short citation (\"Press et al. 2022\"); the heading of its "
+          "table");
+    s.key("setting", &LiteratureEntry::setting, "",
+          "Required. Their setting in one line (data, model, training and test lengths)");
+    s.key("figure", &LiteratureEntry::figure, "",
+          "Required. What their numbers are (\"perplexity at 3512 tokens\", \"mean reciprocal "
+          "rank over tasks\", \"accuracy %\")");
+    s.structured("theirs", ConfigType::Map,
+                 "Required. Their figure per scheme: a map from OUR row names (compare.schemes "
+                 "names or scheme+variant labels, e.g. none for their NoPE) to their numbers (at "
+                 "least 2), ranked against ours with Kendall's tau-b; or, with pairs, their one "
+                 "figure for the mean difference of the pairs (e.g. 12.0)",
+                 node);
+    s.key("higher_is_better", &LiteratureEntry::higher_is_better, "",
+          "Required with theirs as a map: the direction of THEIR figure (false for perplexity)");
+    s.structured("pairs", ConfigType::Map,
+                 "Gains form: {with: without, ...} of our row names (e.g. {rope+rand: rope}); ours "
+                 "is the mean difference with - without, per seed in a comparison (runs paired by "
+                 "seed), per task in a suite, with its 95 % t-interval",
+                 node);
+    s.key("metric", &LiteratureEntry::metric, join(metric_choices(), "|"),
+          "Our metric (default: the report's primary metric, in a suite suite.metric)");
+    s.key("length", &LiteratureEntry::length, "[0, inf)",
+          "Comparisons only: rank by our values at this test length (one of task.test_lengths, "
+          "for lm task.lm_eval_lengths); 0 = each run's mean over the extrapolation lengths");
+    s.key("statistic", &LiteratureEntry::statistic, "mean|mrr",
+          "Suites only: mean = each seed's mean over the tasks, then the mean and interval over "
+          "seeds (the summary's average column); mrr = the mean reciprocal rank over the tasks "
+          "(each task ranks this entry's schemes by their summary cells), with the interval over "
+          "tasks");
+    s.key("fails_below", &LiteratureEntry::fails_below, "[0, 100]",
+          "Suites, gains form (pairs), accuracy metrics: the per-task table of the gains counts, "
+          "per pair, the tasks where the `without` row fails (its summary cell, in %, is below "
+          "this) and where the gain is positive with its 95 % Welch interval above 0");
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace
+
+std::vector<ConfigKey> literature_schema() {
+  std::vector<ConfigKey> keys = entry_schema().keys();
+  for (auto& k : keys) {  // defaults as the entry states them (metric: the report's)
+    if (k.name == "length") k.default_text = "0";
+    if (k.name == "fails_below") k.default_text = "90";
+    if (k.name == "metric" || k.name == "higher_is_better") k.default_text = "";
+  }
   return keys;
 }
 
@@ -599,184 +606,150 @@ ConfigReferenceSection literature_reference_section() {
           literature_schema()};
 }
 
+namespace {
+
+// theirs as a map {row: number} (the ranking form), with higher_is_better and without pairs.
+void read_ranking(LiteratureEntry& le, const std::map<std::string, YAML::Node>& k,
+                  const std::string& source, const std::string& what,
+                  const LiteratureContext& ctx) {
+  const YAML::Node th = k.at("theirs");
+  for (auto it = th.begin(); it != th.end(); ++it) {
+    const std::string name = row_name(it->first, source, what + ".theirs", ctx);
+    double v = 0;
+    if (!scalar_number(it->second, v))
+      fail_at(yaml_where(source, it->second),
+              what + ".theirs." + name + ": expected their figure as a number, got '" +
+                  (it->second.IsScalar() ? it->second.Scalar() : "?") + "'");
+    for (const auto& t : le.theirs)
+      if (t.first == name)
+        fail_at(yaml_where(source, it->first), what + ".theirs: " + name + " appears twice");
+    le.theirs.emplace_back(name, v);
+    le.theirs_text.push_back(it->second.Scalar());
+  }
+  if (le.theirs.size() < 2)
+    fail_at(yaml_where(source, th), what + ".theirs: a ranking needs at least 2 schemes");
+  if (!k.count("higher_is_better"))
+    fail_at(le.where, what +
+                          ": higher_is_better is missing (the direction of their "
+                          "figure: false for perplexity or loss)");
+  if (k.count("pairs"))
+    fail_at(yaml_where(source, k.at("pairs")),
+            what +
+                ".pairs goes with theirs as one number (their mean gain); with theirs "
+                "as a map the schemes are ranked");
+}
+
+// theirs as one number (the gains form), with pairs {with: without} and no higher_is_better.
+void read_gains(LiteratureEntry& le, const std::map<std::string, YAML::Node>& k,
+                const std::string& source, const std::string& what, const LiteratureContext& ctx) {
+  const YAML::Node th = k.at("theirs");
+  double v = 0;
+  if (!scalar_number(th, v))
+    fail_at(yaml_where(source, th), what +
+                                        ".theirs: expected a map {scheme: number} or, with "
+                                        "pairs, one number");
+  le.gain = v;
+  le.gain_text = th.Scalar();
+  if (v > 0 && le.gain_text.front() != '+') le.gain_text = "+" + le.gain_text;
+  if (!k.count("pairs"))
+    fail_at(yaml_where(source, th), what +
+                                        ": theirs as one number needs pairs: {with: without} "
+                                        "(e.g. {rope+rand: rope})");
+  if (k.count("higher_is_better"))
+    fail_at(yaml_where(source, k.at("higher_is_better")),
+            what + ".higher_is_better goes with theirs as a map (a ranking)");
+  const YAML::Node p = k.at("pairs");
+  if (!p.IsMap() || p.size() == 0)
+    fail_at(yaml_where(source, p), what + ".pairs must be a mapping {with: without, ...}");
+  for (auto it = p.begin(); it != p.end(); ++it) {
+    const std::string a = row_name(it->first, source, what + ".pairs", ctx);
+    const std::string b = row_name(it->second, source, what + ".pairs." + a, ctx);
+    if (a == b) fail_at(yaml_where(source, it->first), what + ".pairs: " + a + " paired with itself");
+    for (const auto& q : le.pairs)
+      if (q.first == a)
+        fail_at(yaml_where(source, it->first), what + ".pairs: " + a + " appears twice");
+    le.pairs.emplace_back(a, b);
+  }
+}
+
+// Which of our values: metric, length, statistic and fails_below against the context.
+void check_our_values(const LiteratureEntry& le, const std::map<std::string, YAML::Node>& k,
+                      const std::string& source, const std::string& what,
+                      const LiteratureContext& ctx) {
+  if (k.count("metric") && ctx.lm && le.metric == "exact_match")
+    fail_at(yaml_where(source, k.at("metric")),
+            what + ".metric: the lm task has no exact match (use perplexity or loss)");
+  if (k.count("length")) {
+    const YAML::Node l = k.at("length");
+    if (ctx.suite)
+      fail_at(yaml_where(source, l), what +
+                                         ".length: a suite ranks by each task's mean over its "
+                                         "extrapolation lengths; length is for comparisons");
+    std::vector<std::string> ls;
+    for (int x : ctx.lengths) ls.push_back(std::to_string(x));
+    const int64_t L = le.length;
+    if (L != 0 && std::find(ctx.lengths.begin(), ctx.lengths.end(), L) == ctx.lengths.end())
+      fail_at(yaml_where(source, l), what + ".length: " + std::to_string(L) +
+                                         " is not a test length (" + ctx.lengths_key + ": [" +
+                                         join(ls, ", ") +
+                                         "]); 0 = the mean over the extrapolation lengths");
+  }
+  if (k.count("statistic")) {
+    const YAML::Node st = k.at("statistic");
+    if (!ctx.suite)
+      fail_at(yaml_where(source, st),
+              what +
+                  ".statistic is for suites (mean over the tasks or mrr); "
+                  "a comparison ranks by its one task");
+    if (le.statistic == "mrr" && le.gains())
+      fail_at(yaml_where(source, st),
+              what + ".statistic: mrr ranks schemes; it needs theirs as a map");
+  }
+  if (k.count("fails_below") && (!ctx.suite || !le.gains() || !is_percent(le.metric)))
+    fail_at(yaml_where(source, k.at("fails_below")),
+            what + ".fails_below is for suites with pairs (gains) on exact_match or "
+                   "token_accuracy; remove it here");
+}
+
+LiteratureEntry read_entry(const YAML::Node& e, size_t i, const std::string& source,
+                           const LiteratureContext& ctx) {
+  std::string what = "literature[" + std::to_string(i) + "]";
+  if (!e.IsMap())
+    fail_at(yaml_where(source, e), what + " must be a mapping {paper, setting, figure, theirs, ...}");
+  LiteratureEntry le;
+  le.where = yaml_where(source, e);
+  const std::map<std::string, YAML::Node> k = entry_schema().read(le, e, source, what);
+  for (const char* name : {"paper", "setting", "figure"}) {
+    if (!k.count(name))
+      fail_at(le.where, what + ": " + name + " is missing (required: paper, setting, figure, theirs)");
+    const YAML::Node v = k.at(name);
+    if (!v.IsScalar() || v.Scalar().find_first_not_of(" \t") == std::string::npos)
+      fail_at(yaml_where(source, v), what + "." + name + " must be a non-empty text");
+    if (std::string(name) == "paper") what += " (" + le.paper + ")";
+  }
+  if (!k.count("theirs"))
+    fail_at(le.where, what +
+                          ": theirs is missing (their figure per scheme, or with pairs "
+                          "their one figure)");
+  if (k.at("theirs").IsMap())
+    read_ranking(le, k, source, what, ctx);
+  else
+    read_gains(le, k, source, what, ctx);
+  if (!k.count("metric")) le.metric = ctx.default_metric;
+  check_our_values(le, k, source, what, ctx);
+  return le;
+}
+
+}  // namespace
+
 std::vector<LiteratureEntry> parse_literature(const YAML::Node& n, const std::string& source,
                                               const LiteratureContext& ctx) {
-  std::vector<std::string> names;
-  for (const auto& k : literature_schema()) names.push_back(k.name);
   if (!n.IsSequence() || n.size() == 0)
     fail_at(yaml_where(source, n),
             "literature must be a non-empty list of entries {paper, setting, figure, theirs, "
             "...} (see docs/config.md, section literature[])");
   std::vector<LiteratureEntry> out;
-  for (size_t i = 0; i < n.size(); ++i) {
-    const YAML::Node e = n[i];
-    std::string what = "literature[" + std::to_string(i) + "]";
-    if (!e.IsMap())
-      fail_at(yaml_where(source, e),
-              what + " must be a mapping {paper, setting, figure, theirs, ...}");
-    LiteratureEntry le;
-    le.where = yaml_where(source, e);
-    std::map<std::string, YAML::Node> k;
-    for (auto it = e.begin(); it != e.end(); ++it) {
-      if (!it->first.IsScalar())
-        fail_at(yaml_where(source, it->first), what + ": keys must be plain words");
-      const std::string name = it->first.Scalar();
-      if (std::find(names.begin(), names.end(), name) == names.end())
-        fail_at(yaml_where(source, it->first), what + ": unknown key '" + name + "'" +
-                                                   hint(name, names) +
-                                                   " (keys: " + join(names, ", ") + ")");
-      if (k.count(name))
-        fail_at(yaml_where(source, it->first), what + "." + name + " appears twice");
-      k[name] = it->second;
-    }
-    auto text = [&](const std::string& name) {
-      if (!k.count(name))
-        fail_at(le.where, what + ": " + name +
-                              " is missing (required: paper, setting, figure, "
-                              "theirs)");
-      const YAML::Node v = k.at(name);
-      if (!v.IsScalar() || v.Scalar().find_first_not_of(" \t") == std::string::npos)
-        fail_at(yaml_where(source, v), what + "." + name + " must be a non-empty text");
-      return v.Scalar();
-    };
-    le.paper = text("paper");
-    what += " (" + le.paper + ")";
-    le.setting = text("setting");
-    le.figure = text("figure");
-    if (!k.count("theirs"))
-      fail_at(le.where, what +
-                            ": theirs is missing (their figure per scheme, or with pairs "
-                            "their one figure)");
-    const YAML::Node th = k.at("theirs");
-    if (th.IsMap()) {
-      for (auto it = th.begin(); it != th.end(); ++it) {
-        const std::string name = row_name(it->first, source, what + ".theirs", ctx);
-        double v = 0;
-        if (!scalar_number(it->second, v))
-          fail_at(yaml_where(source, it->second),
-                  what + ".theirs." + name + ": expected their figure as a number, got '" +
-                      (it->second.IsScalar() ? it->second.Scalar() : "?") + "'");
-        for (const auto& t : le.theirs)
-          if (t.first == name)
-            fail_at(yaml_where(source, it->first), what + ".theirs: " + name + " appears twice");
-        le.theirs.emplace_back(name, v);
-        le.theirs_text.push_back(it->second.Scalar());
-      }
-      if (le.theirs.size() < 2)
-        fail_at(yaml_where(source, th), what + ".theirs: a ranking needs at least 2 schemes");
-      if (!k.count("higher_is_better"))
-        fail_at(le.where, what +
-                              ": higher_is_better is missing (the direction of their "
-                              "figure: false for perplexity or loss)");
-      const YAML::Node h = k.at("higher_is_better");
-      const std::string hs = h.IsScalar() ? h.Scalar() : "";
-      if (hs != "true" && hs != "false")
-        fail_at(yaml_where(source, h),
-                what + ".higher_is_better: expected true or false, got '" + hs + "'");
-      le.higher_is_better = hs == "true";
-      if (k.count("pairs"))
-        fail_at(yaml_where(source, k.at("pairs")),
-                what +
-                    ".pairs goes with theirs as one number (their mean gain); with theirs "
-                    "as a map the schemes are ranked");
-    } else {
-      double v = 0;
-      if (!scalar_number(th, v))
-        fail_at(yaml_where(source, th), what +
-                                            ".theirs: expected a map {scheme: number} or, with "
-                                            "pairs, one number");
-      le.gain = v;
-      le.gain_text = th.Scalar();
-      if (v > 0 && le.gain_text.front() != '+') le.gain_text = "+" + le.gain_text;
-      if (!k.count("pairs"))
-        fail_at(yaml_where(source, th), what +
-                                            ": theirs as one number needs pairs: {with: without} "
-                                            "(e.g. {rope+rand: rope})");
-      if (k.count("higher_is_better"))
-        fail_at(yaml_where(source, k.at("higher_is_better")),
-                what + ".higher_is_better goes with theirs as a map (a ranking)");
-      const YAML::Node p = k.at("pairs");
-      if (!p.IsMap() || p.size() == 0)
-        fail_at(yaml_where(source, p), what + ".pairs must be a mapping {with: without, ...}");
-      for (auto it = p.begin(); it != p.end(); ++it) {
-        const std::string a = row_name(it->first, source, what + ".pairs", ctx);
-        const std::string b = row_name(it->second, source, what + ".pairs." + a, ctx);
-        if (a == b)
-          fail_at(yaml_where(source, it->first), what + ".pairs: " + a + " paired with itself");
-        for (const auto& q : le.pairs)
-          if (q.first == a)
-            fail_at(yaml_where(source, it->first), what + ".pairs: " + a + " appears twice");
-        le.pairs.emplace_back(a, b);
-      }
-    }
-    le.metric = ctx.default_metric;
-    if (k.count("metric")) {
-      const YAML::Node m = k.at("metric");
-      le.metric = m.IsScalar() ? m.Scalar() : "";
-      const auto& mc = metric_choices();
-      if (std::find(mc.begin(), mc.end(), le.metric) == mc.end())
-        fail_at(yaml_where(source, m), what + ".metric: '" + le.metric + "' is not one of " +
-                                           join(mc, ", ") + hint(le.metric, mc));
-      if (ctx.lm && le.metric == "exact_match")
-        fail_at(yaml_where(source, m),
-                what +
-                    ".metric: the lm task has no exact match (use perplexity "
-                    "or loss)");
-    }
-    if (k.count("length")) {
-      const YAML::Node l = k.at("length");
-      if (ctx.suite)
-        fail_at(yaml_where(source, l), what +
-                                           ".length: a suite ranks by each task's mean over its "
-                                           "extrapolation lengths; length is for comparisons");
-      int64_t L = 0;
-      try {
-        L = l.as<int64_t>();
-      } catch (const YAML::Exception&) {
-        fail_at(yaml_where(source, l), what +
-                                           ".length: expected a test length (an integer), got '" +
-                                           (l.IsScalar() ? l.Scalar() : "?") + "'");
-      }
-      std::vector<std::string> ls;
-      for (int x : ctx.lengths) ls.push_back(std::to_string(x));
-      if (L != 0 && std::find(ctx.lengths.begin(), ctx.lengths.end(), L) == ctx.lengths.end())
-        fail_at(yaml_where(source, l), what + ".length: " + std::to_string(L) +
-                                           " is not a test length (" + ctx.lengths_key + ": [" +
-                                           join(ls, ", ") +
-                                           "]); 0 = the mean over the extrapolation lengths");
-      le.length = L;
-    }
-    if (k.count("statistic")) {
-      const YAML::Node st = k.at("statistic");
-      if (!ctx.suite)
-        fail_at(yaml_where(source, st),
-                what +
-                    ".statistic is for suites (mean over the tasks or mrr); "
-                    "a comparison ranks by its one task");
-      le.statistic = st.IsScalar() ? st.Scalar() : "";
-      const std::vector<std::string> sc = {"mean", "mrr"};
-      if (std::find(sc.begin(), sc.end(), le.statistic) == sc.end())
-        fail_at(yaml_where(source, st), what + ".statistic: expected mean or mrr, got '" +
-                                            le.statistic + "'" + hint(le.statistic, sc));
-      if (le.statistic == "mrr" && le.gains())
-        fail_at(yaml_where(source, st),
-                what + ".statistic: mrr ranks schemes; it needs theirs as a map");
-    }
-    if (k.count("fails_below")) {
-      const YAML::Node fb = k.at("fails_below");
-      double v = 0;
-      if (!scalar_number(fb, v) || v < 0 || v > 100)
-        fail_at(yaml_where(source, fb),
-                what + ".fails_below: expected a number in [0, 100] (percent), got '" +
-                    (fb.IsScalar() ? fb.Scalar() : "?") + "'");
-      if (!ctx.suite || !le.gains() || !is_percent(le.metric))
-        fail_at(yaml_where(source, fb),
-                what + ".fails_below is for suites with pairs (gains) on exact_match or "
-                       "token_accuracy; remove it here");
-      le.fails_below = v;
-    }
-    out.push_back(std::move(le));
-  }
+  for (size_t i = 0; i < n.size(); ++i) out.push_back(read_entry(n[i], i, source, ctx));
   return out;
 }
 

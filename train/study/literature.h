@@ -78,7 +78,7 @@ struct LiteratureContext {
 };
 
 // The keys of one entry, for docs/config.md (section "literature[]").
-const std::vector<ConfigKey>& literature_schema();
+std::vector<ConfigKey> literature_schema();
 // Its section of docs/config.md: `pelab config-reference` passes it to config_reference_markdown().
 ConfigReferenceSection literature_reference_section();
 

@@ -17,6 +17,7 @@
 #include "pelab/clock.h"
 #include "pelab/error.h"
 #include "pelab/strings.h"
+#include "train/config_schema.h"
 #include "train/study/config_block.h"
 
 namespace fs = std::filesystem;
@@ -55,6 +56,149 @@ bool is_suite_config(const std::string& path) {
   return is_suite_config_text(read_text_file(path));
 }
 
+namespace {
+
+// suite.tasks[i]: a task name or {name, set, cannot_learn}, loaded as its comparison (the config
+// without the suite and literature blocks, `rest`, with the task's settings) and checked.
+SuiteTask read_suite_task(const YAML::Node& e, size_t i, const SuiteSpec& spec,
+                          std::set<std::string>& names, const YAML::Node& rest,
+                          const std::string& rest_text, const std::vector<std::string>& overrides) {
+  const std::string& source = spec.source;
+  std::optional<YAML::Node> cannot;  // the entry's cannot_learn: {SCHEME: "why", ...}
+  SuiteTask t;
+  t.where = yaml_where(source, e);
+  const std::string what = "suite.tasks[" + std::to_string(i) + "]";
+  if (e.IsScalar()) {
+    t.name = e.Scalar();
+  } else if (e.IsMap()) {
+    for (auto f = e.begin(); f != e.end(); ++f) {
+      const std::string fk = f->first.Scalar();
+      if (fk != "name" && fk != "set" && fk != "cannot_learn")
+        fail_at(yaml_where(source, f->first),
+                what + ": unknown key '" + fk + "' (valid: name, set, cannot_learn)");
+    }
+    if (!e["name"] || !e["name"].IsScalar()) fail_at(t.where, what + " needs a name");
+    t.name = e["name"].Scalar();
+    t.sets = parse_config_set_map(e["set"], source, what);
+    if (e["cannot_learn"]) cannot.emplace(e["cannot_learn"]);
+  } else {
+    fail_at(t.where, what + " must be a task name or {name: N, set: {...}}");
+  }
+  if (!safe_run_name(t.name))
+    fail_at(t.where, what + ": name '" + t.name +
+                         "' must be letters, digits, _ - + . (it names a directory)");
+  if (!names.insert(t.name).second)
+    fail_at(t.where, what + ": task '" + t.name + "' is listed twice");
+  bool has_task_name = false;
+  for (const auto& x : t.sets) has_task_name = has_task_name || x.rfind("task.name=", 0) == 0;
+  if (!has_task_name) t.sets.insert(t.sets.begin(), "task.name=" + t.name);
+  for (const auto& x : t.sets)
+    if (x.rfind("compare.out=", 0) == 0)
+      fail_at(t.where, what +
+                           ": compare.out cannot be set per task (the suite writes "
+                           "<suite.out>/" +
+                           t.name + ")");
+  std::vector<std::string> all = t.sets;
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  try {
+    t.spec = load_compare_node(rest, rest_text, source, all);
+    (void)compare_plan(t.spec, (fs::path(spec.out) / t.name).string());  // validates every run
+  } catch (const ConfigError& ex) {
+    fail_at(t.where, "suite task '" + t.name + "': " + ex.what());
+  } catch (const data::DataError& ex) {
+    fail_at(t.where, "suite task '" + t.name + "': " + ex.what());
+  }
+  if (cannot) {
+    if (!cannot->IsMap() || cannot->size() == 0)
+      fail_at(yaml_where(source, *cannot),
+              what + ".cannot_learn must be a map {SCHEME: \"why\", ...} of the schemes that "
+                     "cannot learn this task by construction");
+    for (auto c = cannot->begin(); c != cannot->end(); ++c) {
+      const std::string sn = c->first.Scalar();
+      auto s = std::find_if(t.spec.schemes.begin(), t.spec.schemes.end(),
+                            [&](const CompareScheme& x) { return x.name == sn; });
+      if (s == t.spec.schemes.end()) {
+        std::vector<std::string> known;
+        for (const auto& x : t.spec.schemes) known.push_back(x.name);
+        fail_at(yaml_where(source, c->first), what + ".cannot_learn: '" + sn +
+                                                  "' is not a scheme of compare.schemes (" +
+                                                  join(known, ", ") + ")");
+      }
+      if (!c->second.IsScalar() || trim(c->second.Scalar()).empty())
+        fail_at(yaml_where(source, c->first),
+                what + ".cannot_learn." + sn + ": give the reason as a non-empty string");
+      s->cannot_learn = true;
+      s->why = c->second.Scalar();  // a YAML scalar: no outer blanks
+    }
+  }
+  const TaskConfig& tc = t.spec.base.task;
+  const auto registered = data::task_names();
+  if (std::find(registered.begin(), registered.end(), tc.name) == registered.end())
+    fail_at(t.where, "suite task '" + t.name + "': task.name " + tc.name +
+                         " is not a synthetic task; a suite runs the tasks of docs/tasks.md "
+                         "and the built-in synthetic tasks");
+  bool longer = false;
+  for (int L : tc.test_lengths) {
+    if (L < tc.train_min_len)
+      fail_at(t.where, "suite task '" + t.name + "': task.test_lengths has " + std::to_string(L) +
+                           ", shorter than task.train_min_len " +
+                           std::to_string(tc.train_min_len) +
+                           "; the summary averages the lengths outside the training range, "
+                           "which must be the longer ones (use lengths >= " +
+                           std::to_string(tc.train_min_len) + ")");
+    longer = longer || L > tc.train_max_len;
+  }
+  if (!longer)
+    fail_at(t.where, "suite task '" + t.name +
+                         "': no test length is longer than "
+                         "task.train_max_len " +
+                         std::to_string(tc.train_max_len) + " (task.test_lengths: [" +
+                         lengths_text(tc.test_lengths) +
+                         "]); the summary needs extrapolation lengths");
+  if (spec.metric == "exact_match" && tc.name == "lm")
+    fail_at(t.where, "suite.metric exact_match: task lm has none");
+  t.spec.out = (fs::path(spec.out) / t.name).string();
+  t.spec.title = spec.title + ": " + t.name;
+  // Not a file: the child processes (--jobs) then load <out>/<task>/compare.yaml, the config
+  // without the suite block, with the task's settings as --set overrides (t.spec.overrides).
+  t.spec.source = source + " [suite task " + t.name + "]";
+  return t;
+}
+
+// The suite section's keys, read like the run config's (train/config_schema.h).
+struct SuiteHead {
+  std::string title, out, metric = "exact_match";
+  YAML::Node tasks;
+};
+
+const SectionSchema<SuiteHead>& suite_schema() {
+  static const SectionSchema<SuiteHead> schema = [] {
+    SectionSchema<SuiteHead> s("suite");
+    s.key("title", &SuiteHead::title, "", "the summary's title (default \"pelab suite: <stem>\")");
+    s.key("out", &SuiteHead::out, "",
+          "the suite's directory, one comparison per task under it (default reports/<stem>)");
+    s.key("metric", &SuiteHead::metric, "exact_match|token_accuracy|perplexity|loss",
+          "the summary's metric");
+    s.structured("tasks", ConfigType::StringList,
+                 "Required. The tasks: a task name or {name, set: {section.key: value}, "
+                 "cannot_learn: {SCHEME: \"why\"}}; each is a comparison of the config's "
+                 "compare section",
+                 [](SuiteHead& h, const YAML::Node& n, const config_detail::Ctx&) { h.tasks = n; });
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace
+
+ConfigReferenceSection suite_reference_section() {
+  return {"`suite` (suite configs)",
+          "A suite config (docs/experiments.md, Suites) is a compare config plus a `suite:` "
+          "section: one comparison per task, summarised together. Unknown keys and bad values are "
+          "errors naming the file and line.",
+          suite_schema().keys()};
+}
+
 SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
                             const std::vector<std::string>& overrides) {
   SuiteSpec spec;
@@ -71,28 +215,10 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
   const YAML::Node s = root.IsMap() ? root["suite"] : YAML::Node();
   if (!s.IsDefined() || !s.IsMap())
     fail_at(source, "suite must be a mapping with suite.tasks (see docs/experiments.md, Suites)");
-  YAML::Node tasks;
-  for (auto it = s.begin(); it != s.end(); ++it) {
-    const std::string k = it->first.Scalar();
-    const std::string where = yaml_where(source, it->first);
-    if (k == "title") {
-      spec.title = it->second.Scalar();
-    } else if (k == "out") {
-      spec.out = it->second.Scalar();
-    } else if (k == "metric") {
-      spec.metric = it->second.Scalar();
-      if (spec.metric != "exact_match" && spec.metric != "token_accuracy" &&
-          spec.metric != "perplexity" && spec.metric != "loss")
-        fail_at(where,
-                "suite.metric: expected exact_match, token_accuracy, perplexity or "
-                "loss, got '" +
-                    spec.metric + "'");
-    } else if (k == "tasks") {
-      tasks = it->second;
-    } else {
-      fail_at(where, "suite: unknown key '" + k + "' (valid: title, out, metric, tasks)");
-    }
-  }
+  SuiteHead head;
+  suite_schema().read(head, s, source);
+  spec.title = head.title, spec.out = head.out, spec.metric = head.metric;
+  const YAML::Node tasks = head.tasks;
   if (!tasks.IsDefined() || !tasks.IsSequence() || tasks.size() == 0)
     fail_at(yaml_where(source, s), "suite.tasks must be a non-empty list of tasks");
   const std::string stem = fs::path(source).stem().string();
@@ -100,108 +226,8 @@ SuiteSpec load_suite_string(const std::string& yaml, const std::string& source,
   if (spec.title.empty()) spec.title = "pelab suite: " + (stem.empty() ? "suite" : stem);
   // Every override of the command line except compare.out (the suite owns the directories).
   std::set<std::string> names;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const YAML::Node e = tasks[i];
-    std::optional<YAML::Node> cannot;  // the entry's cannot_learn: {SCHEME: "why", ...}
-    SuiteTask t;
-    t.where = yaml_where(source, e);
-    const std::string what = "suite.tasks[" + std::to_string(i) + "]";
-    if (e.IsScalar()) {
-      t.name = e.Scalar();
-    } else if (e.IsMap()) {
-      for (auto f = e.begin(); f != e.end(); ++f) {
-        const std::string fk = f->first.Scalar();
-        if (fk != "name" && fk != "set" && fk != "cannot_learn")
-          fail_at(yaml_where(source, f->first),
-                  what + ": unknown key '" + fk + "' (valid: name, set, cannot_learn)");
-      }
-      if (!e["name"] || !e["name"].IsScalar()) fail_at(t.where, what + " needs a name");
-      t.name = e["name"].Scalar();
-      t.sets = parse_config_set_map(e["set"], source, what);
-      if (e["cannot_learn"]) cannot.emplace(e["cannot_learn"]);
-    } else {
-      fail_at(t.where, what + " must be a task name or {name: N, set: {...}}");
-    }
-    if (!safe_run_name(t.name))
-      fail_at(t.where, what + ": name '" + t.name +
-                           "' must be letters, digits, _ - + . (it names a directory)");
-    if (!names.insert(t.name).second)
-      fail_at(t.where, what + ": task '" + t.name + "' is listed twice");
-    bool has_task_name = false;
-    for (const auto& x : t.sets) has_task_name = has_task_name || x.rfind("task.name=", 0) == 0;
-    if (!has_task_name) t.sets.insert(t.sets.begin(), "task.name=" + t.name);
-    for (const auto& x : t.sets)
-      if (x.rfind("compare.out=", 0) == 0)
-        fail_at(t.where, what +
-                             ": compare.out cannot be set per task (the suite writes "
-                             "<suite.out>/" +
-                             t.name + ")");
-    std::vector<std::string> all = t.sets;
-    all.insert(all.end(), overrides.begin(), overrides.end());
-    try {
-      t.spec = load_compare_node(rest, rest_text, source, all);
-      (void)compare_plan(t.spec, (fs::path(spec.out) / t.name).string());  // validates every run
-    } catch (const ConfigError& ex) {
-      fail_at(t.where, "suite task '" + t.name + "': " + ex.what());
-    } catch (const data::DataError& ex) {
-      fail_at(t.where, "suite task '" + t.name + "': " + ex.what());
-    }
-    if (cannot) {
-      if (!cannot->IsMap() || cannot->size() == 0)
-        fail_at(yaml_where(source, *cannot),
-                what + ".cannot_learn must be a map {SCHEME: \"why\", ...} of the schemes that "
-                       "cannot learn this task by construction");
-      for (auto c = cannot->begin(); c != cannot->end(); ++c) {
-        const std::string sn = c->first.Scalar();
-        auto s = std::find_if(t.spec.schemes.begin(), t.spec.schemes.end(),
-                              [&](const CompareScheme& x) { return x.name == sn; });
-        if (s == t.spec.schemes.end()) {
-          std::vector<std::string> known;
-          for (const auto& x : t.spec.schemes) known.push_back(x.name);
-          fail_at(yaml_where(source, c->first), what + ".cannot_learn: '" + sn +
-                                                    "' is not a scheme of compare.schemes (" +
-                                                    join(known, ", ") + ")");
-        }
-        if (!c->second.IsScalar() || trim(c->second.Scalar()).empty())
-          fail_at(yaml_where(source, c->first),
-                  what + ".cannot_learn." + sn + ": give the reason as a non-empty string");
-        s->cannot_learn = true;
-        s->why = c->second.Scalar();  // a YAML scalar: no outer blanks
-      }
-    }
-    const TaskConfig& tc = t.spec.base.task;
-    const auto registered = data::task_names();
-    if (std::find(registered.begin(), registered.end(), tc.name) == registered.end())
-      fail_at(t.where, "suite task '" + t.name + "': task.name " + tc.name +
-                           " is not a synthetic task; a suite runs the tasks of docs/tasks.md "
-                           "and the built-in synthetic tasks");
-    bool longer = false;
-    for (int L : tc.test_lengths) {
-      if (L < tc.train_min_len)
-        fail_at(t.where, "suite task '" + t.name + "': task.test_lengths has " + std::to_string(L) +
-                             ", shorter than task.train_min_len " +
-                             std::to_string(tc.train_min_len) +
-                             "; the summary averages the lengths outside the training range, "
-                             "which must be the longer ones (use lengths >= " +
-                             std::to_string(tc.train_min_len) + ")");
-      longer = longer || L > tc.train_max_len;
-    }
-    if (!longer)
-      fail_at(t.where, "suite task '" + t.name +
-                           "': no test length is longer than "
-                           "task.train_max_len " +
-                           std::to_string(tc.train_max_len) + " (task.test_lengths: [" +
-                           lengths_text(tc.test_lengths) +
-                           "]); the summary needs extrapolation lengths");
-    if (spec.metric == "exact_match" && tc.name == "lm")
-      fail_at(t.where, "suite.metric exact_match: task lm has none");
-    t.spec.out = (fs::path(spec.out) / t.name).string();
-    t.spec.title = spec.title + ": " + t.name;
-    // Not a file: the child processes (--jobs) then load <out>/<task>/compare.yaml, the config
-    // without the suite block, with the task's settings as --set overrides (t.spec.overrides).
-    t.spec.source = source + " [suite task " + t.name + "]";
-    spec.tasks.push_back(std::move(t));
-  }
+  for (size_t i = 0; i < tasks.size(); ++i)
+    spec.tasks.push_back(read_suite_task(tasks[i], i, spec, names, rest, rest_text, overrides));
   if (literature.IsDefined()) {
     LiteratureContext ctx;
     ctx.suite = true;

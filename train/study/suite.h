@@ -54,6 +54,9 @@ struct SuiteSpec {
   std::vector<LiteratureEntry> literature;
 };
 
+// The `suite:` section's keys for docs/config.md, as suite.cpp declares and reads them.
+ConfigReferenceSection suite_reference_section();
+
 // True when the file (text) has a top-level `suite:` key.
 bool is_suite_config(const std::string& path);
 bool is_suite_config_text(const std::string& yaml);
