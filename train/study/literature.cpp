@@ -887,6 +887,94 @@ LiteratureSection literature_for_report(const std::vector<LiteratureEntry>& entr
   return sec;
 }
 
+namespace {
+
+// The scheme of a row label at a task; whether compare.unconverged: exclude applies to it there.
+std::string task_scheme_of(const LiteratureTask& t, const std::string& label) {
+  for (const auto& r : t.rows)
+    if (r.label() == label) return r.scheme;
+  return label;
+}
+bool task_excluded(const LiteratureTask& t, const std::string& label) {
+  return t.exclude_unconverged && !t.cannot_learn.count(task_scheme_of(t, label));
+}
+// The summary's cell of a row at a task (mean over seeds of each run's extrapolation mean).
+Stat task_cell(const LiteratureTask& t, const std::string& label, const std::string& m) {
+  return aggregate_runs(t.rows, label, 0, m, task_excluded(t, label));
+}
+
+// statistic mrr: each row's mean reciprocal rank over the tasks (and its rank and reciprocal rank
+// at each task, for the per-task tables).
+std::vector<OursRow> mrr_rows(const LiteratureEntry& e, const std::vector<LiteratureTask>& tasks,
+                              const std::string& m,
+                              std::map<std::string, std::map<std::string, double>>& rr_task,
+                              std::map<std::string, std::map<std::string, double>>& rank_task) {
+  std::vector<OursRow> ours;
+  std::map<std::string, std::vector<double>> rr;
+  std::map<std::string, bool> flagged;
+  for (const auto& t : tasks) {
+    std::vector<std::string> names;
+    std::vector<double> means;
+    for (const auto& th : e.theirs) {
+      const Stat s = task_cell(t, th.first, m);
+      flagged[th.first] = flagged[th.first] || s.n_unconverged > 0;
+      if (s.n == 0 || !std::isfinite(s.mean)) continue;
+      names.push_back(th.first);
+      means.push_back(s.mean);
+    }
+    const std::vector<double> r = reciprocal_ranks(means, is_percent(m));
+    const std::vector<double> rank = literature_ranks(means, is_percent(m));
+    for (size_t i = 0; i < names.size(); ++i) {
+      rr[names[i]].push_back(r[i]);
+      rr_task[names[i]][t.name] = r[i];
+      rank_task[names[i]][t.name] = rank[i];
+    }
+  }
+  for (const auto& th : e.theirs) {
+    OursRow o;
+    o.name = th.first;
+    o.stat = stat_of_range(rr[th.first], 0.0, 1.0);
+    o.flagged = flagged[th.first];
+    for (const auto& t : tasks) o.cannot_learn = o.cannot_learn || t.cannot_learn.count(task_scheme_of(t, th.first));
+    ours.push_back(o);
+  }
+  return ours;
+}
+
+// statistic mean: each row's per-seed mean over the tasks, then the mean over the seeds.
+std::vector<OursRow> seed_mean_rows(const LiteratureEntry& e,
+                                    const std::vector<LiteratureTask>& tasks, const std::string& m) {
+  std::vector<OursRow> ours;
+  for (const auto& th : e.theirs) {
+    OursRow o;
+    o.name = th.first;
+    // seed -> (sum over tasks, tasks, converged)
+    std::map<int64_t, std::pair<double, size_t>> acc;
+    std::map<int64_t, Converged> conv;
+    for (const auto& t : tasks) {
+      o.cannot_learn = o.cannot_learn || t.cannot_learn.count(task_scheme_of(t, th.first));
+      for (const auto& r : kept_runs(t.rows, th.first, m, task_excluded(t, th.first))) {
+        acc[r.seed].first += r.value;
+        ++acc[r.seed].second;
+        Converged& c = conv.emplace(r.seed, Converged::no_criterion).first->second;
+        if (r.converged == Converged::no ||
+            (r.converged == Converged::yes && c == Converged::no_criterion))
+          c = r.converged;
+      }
+    }
+    std::vector<RunMean> runs;
+    for (const auto& [seed, a] : acc)
+      if (a.second == tasks.size())
+        runs.push_back({seed, a.first / static_cast<double>(a.second), conv[seed]});
+    o.stat = stat_of_run_means(runs, m, false);
+    o.flagged = o.stat.n_unconverged > 0;
+    ours.push_back(o);
+  }
+  return ours;
+}
+
+}  // namespace
+
 LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entries,
                                        const std::vector<LiteratureTask>& tasks,
                                        const std::string& metric, int64_t n_seeds) {
@@ -894,18 +982,8 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
   if (entries.empty()) return sec;
   std::ostringstream md, csv;
   csv << kCsvHeader;
-  auto scheme_of = [&](const LiteratureTask& t, const std::string& label) {
-    for (const auto& r : t.rows)
-      if (r.label() == label) return r.scheme;
-    return label;
-  };
-  auto excluded = [&](const LiteratureTask& t, const std::string& label) {
-    return t.exclude_unconverged && !t.cannot_learn.count(scheme_of(t, label));
-  };
-  // The summary's cell of a row at a task (mean over seeds of each run's extrapolation mean).
-  auto cell = [&](const LiteratureTask& t, const std::string& label, const std::string& m) {
-    return aggregate_runs(t.rows, label, 0, m, excluded(t, label));
-  };
+  const auto& cell = task_cell;
+  const auto& excluded = task_excluded;
   md << "Our values next to the figures the papers report, for the schemes both have (a "
         "different scale, budget and task form: agreement of the ORDER is the question, not of the "
         "numbers), from the summary's cells: each run's mean over a task's extrapolation lengths"
@@ -955,34 +1033,7 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
           " over the extrapolation lengths, mean over seeds; tied cells share the mean of the "
           "reciprocal ranks they span), then the mean over the tasks and its 95 % t-interval "
           "(clipped to [0, 1]); ranked higher is better.";
-      std::map<std::string, std::vector<double>> rr;
-      std::map<std::string, bool> flagged;
-      for (const auto& t : tasks) {
-        std::vector<std::string> names;
-        std::vector<double> means;
-        for (const auto& th : e.theirs) {
-          const Stat s = cell(t, th.first, m);
-          flagged[th.first] = flagged[th.first] || s.n_unconverged > 0;
-          if (s.n == 0 || !std::isfinite(s.mean)) continue;
-          names.push_back(th.first);
-          means.push_back(s.mean);
-        }
-        const std::vector<double> r = reciprocal_ranks(means, is_percent(m));
-        const std::vector<double> rank = literature_ranks(means, is_percent(m));
-        for (size_t i = 0; i < names.size(); ++i) {
-          rr[names[i]].push_back(r[i]);
-          rr_task[names[i]][t.name] = r[i];
-          rank_task[names[i]][t.name] = rank[i];
-        }
-      }
-      for (const auto& th : e.theirs) {
-        OursRow o;
-        o.name = th.first;
-        o.stat = stat_of_range(rr[th.first], 0.0, 1.0);
-        o.flagged = flagged[th.first];
-        for (const auto& t : tasks) o.cannot_learn = o.cannot_learn || t.cannot_learn.count(scheme_of(t, th.first));
-        ours.push_back(o);
-      }
+      ours = mrr_rows(e, tasks, m, rr_task, rank_task);
     } else {
       k.over = "seeds";
       k.describe = "Ours: " + metric_words(m) +
@@ -990,31 +1041,7 @@ LiteratureSection literature_for_suite(const std::vector<LiteratureEntry>& entri
                    "seed (the summary's `average` column when every cell has every seed); the "
                    "mean over the seeds and its 95 % t-interval; ranked " +
                    (is_percent(m) ? "higher" : "lower") + " is better.";
-      for (const auto& th : e.theirs) {
-        OursRow o;
-        o.name = th.first;
-        // seed -> (sum over tasks, tasks, converged)
-        std::map<int64_t, std::pair<double, size_t>> acc;
-        std::map<int64_t, Converged> conv;
-        for (const auto& t : tasks) {
-          o.cannot_learn = o.cannot_learn || t.cannot_learn.count(scheme_of(t, th.first));
-          for (const auto& r : kept_runs(t.rows, th.first, m, excluded(t, th.first))) {
-            acc[r.seed].first += r.value;
-            ++acc[r.seed].second;
-            Converged& c = conv.emplace(r.seed, Converged::no_criterion).first->second;
-            if (r.converged == Converged::no ||
-                (r.converged == Converged::yes && c == Converged::no_criterion))
-              c = r.converged;
-          }
-        }
-        std::vector<RunMean> runs;
-        for (const auto& [seed, a] : acc)
-          if (a.second == tasks.size())
-            runs.push_back({seed, a.first / static_cast<double>(a.second), conv[seed]});
-        o.stat = stat_of_run_means(runs, m, false);
-        o.flagged = o.stat.n_unconverged > 0;
-        ours.push_back(o);
-      }
+      ours = seed_mean_rows(e, tasks, m);
     }
     ranking_section(e, ours, k, md, csv);
     if (e.statistic == "mrr") {

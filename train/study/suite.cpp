@@ -250,19 +250,14 @@ SuiteSpec load_suite(const std::string& path, const std::vector<std::string>& ov
 
 // ---------------- the summary ----------------
 
-SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<ResultRow>>& rows,
-                           const std::vector<std::string>& report_paths, double wall_s,
-                           const std::string& command) {
-  PELAB_CHECK(rows.size() == spec.tasks.size() && report_paths.size() == spec.tasks.size(),
-              "suite_summary: one result per task needed");
-  SuiteSummary sum;
+namespace {
+
+// The summary's cells, task by task (sum.tasks and sum.labels set): each label's statistic on the
+// task, its text and whether it is the task's best. Returns the training wall time summed over
+// the runs (each run once).
+double add_summary_cells(const SuiteSpec& spec, const std::vector<std::vector<ResultRow>>& rows,
+                         std::map<std::string, std::string>& scheme_of, SuiteSummary& sum) {
   const std::string& metric = spec.metric;
-  std::map<std::string, std::string> scheme_of;  // label -> scheme
-  for (size_t t = 0; t < spec.tasks.size(); ++t) {
-    sum.tasks.push_back(spec.tasks[t].name);
-    for (const auto& r : rows[t])
-      if (scheme_of.emplace(r.label(), r.scheme).second) sum.labels.push_back(r.label());
-  }
   double train_wall = 0;
   std::set<std::string> runs_seen;
   for (size_t t = 0; t < spec.tasks.size(); ++t) {
@@ -295,6 +290,43 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
       sum.cells.push_back(c);
     }
   }
+  return train_wall;
+}
+
+// The suite's "Against the literature" section, over every task's rows.
+LiteratureSection suite_literature(const SuiteSpec& spec,
+                                   const std::vector<std::vector<ResultRow>>& rows) {
+  std::vector<LiteratureTask> lt;
+  int64_t n_seeds = 0;
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    LiteratureTask x;
+    x.name = spec.tasks[t].name;
+    x.rows = rows[t];
+    x.exclude_unconverged = spec.tasks[t].spec.unconverged == "exclude";
+    for (const auto& sc : spec.tasks[t].spec.schemes)
+      if (sc.cannot_learn) x.cannot_learn.insert(sc.name);
+    n_seeds = std::max<int64_t>(n_seeds, static_cast<int64_t>(spec.tasks[t].spec.seeds.size()));
+    lt.push_back(std::move(x));
+  }
+  return literature_for_suite(spec.literature, lt, spec.metric, n_seeds);
+}
+
+}  // namespace
+
+SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<ResultRow>>& rows,
+                           const std::vector<std::string>& report_paths, double wall_s,
+                           const std::string& command) {
+  PELAB_CHECK(rows.size() == spec.tasks.size() && report_paths.size() == spec.tasks.size(),
+              "suite_summary: one result per task needed");
+  SuiteSummary sum;
+  const std::string& metric = spec.metric;
+  std::map<std::string, std::string> scheme_of;  // label -> scheme
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    sum.tasks.push_back(spec.tasks[t].name);
+    for (const auto& r : rows[t])
+      if (scheme_of.emplace(r.label(), r.scheme).second) sum.labels.push_back(r.label());
+  }
+  const double train_wall = add_summary_cells(spec, rows, scheme_of, sum);
   auto cell = [&](size_t t, size_t l) -> const SuiteCell& {
     return sum.cells[t * sum.labels.size() + l];
   };
@@ -354,19 +386,7 @@ SuiteSummary suite_summary(const SuiteSpec& spec, const std::vector<std::vector<
         << (c.best ? "true" : "false") << ",\"" << csv_field(text) << "\"\n";  // (no , or ")
   }
   if (!spec.literature.empty()) {
-    std::vector<LiteratureTask> lt;
-    int64_t n_seeds = 0;
-    for (size_t t = 0; t < spec.tasks.size(); ++t) {
-      LiteratureTask x;
-      x.name = spec.tasks[t].name;
-      x.rows = rows[t];
-      x.exclude_unconverged = spec.tasks[t].spec.unconverged == "exclude";
-      for (const auto& sc : spec.tasks[t].spec.schemes)
-        if (sc.cannot_learn) x.cannot_learn.insert(sc.name);
-      n_seeds = std::max<int64_t>(n_seeds, static_cast<int64_t>(spec.tasks[t].spec.seeds.size()));
-      lt.push_back(std::move(x));
-    }
-    const LiteratureSection lit = literature_for_suite(spec.literature, lt, metric, n_seeds);
+    const LiteratureSection lit = suite_literature(spec, rows);
     md << "\n## Against the literature\n\n" << lit.markdown;
     sum.literature_csv = lit.csv;
   }
