@@ -466,8 +466,8 @@ TEST(ReportStats, ParsesUnconvergedPolicyAndExpectCannotLearn) {
             std::string::npos)
       << e;
   e = load_error("  schemes:\n    - {name: none, expectation: cannot_learn}\n");
-  EXPECT_NE(e.find("c.yaml:8: compare.schemes[0]: unknown key 'expectation' (valid: name, set, "
-                   "expect, why)"),
+  EXPECT_NE(e.find("c.yaml:8: compare.schemes[0]: unknown key 'expectation'; did you mean "
+                   "'expect'? (valid: name, set, expect, why)"),
             std::string::npos)
       << e;
 }

@@ -82,7 +82,9 @@ TEST(SuiteCannotLearn, BadEntriesAreOneErrorAtTheirLine) {
   e = load_error({"{name: even_pairs, cannot_learn: [t5]}"});
   EXPECT_NE(e.find("cannot_learn must be a map"), std::string::npos) << e;
   e = load_error({"{name: even_pairs, cannot_lern: {t5: x}}"});
-  EXPECT_NE(e.find("unknown key 'cannot_lern' (valid: name, set, cannot_learn)"), std::string::npos)
+  EXPECT_NE(e.find("unknown key 'cannot_lern'; did you mean 'cannot_learn'? (valid: name, set, "
+                   "cannot_learn)"),
+            std::string::npos)
       << e;
 }
 

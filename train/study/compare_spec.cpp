@@ -177,12 +177,7 @@ void add_scheme(CompareSpec& spec, const YAML::Node& e, size_t i, const std::str
       s.name = e.Scalar();
       s.sets.push_back("pe.scheme=" + s.name);
     } else if (e.IsMap()) {
-      for (auto f = e.begin(); f != e.end(); ++f) {
-        const std::string fk = f->first.Scalar();
-        if (fk != "name" && fk != "set" && fk != "expect" && fk != "why")
-          fail_at(yaml_where(source, f->first),
-                  what + ": unknown key '" + fk + "' (valid: name, set, expect, why)");
-      }
+      check_entry_keys(e, {"name", "set", "expect", "why"}, what, source);
       if (!e["name"] || !e["name"].IsScalar())
         fail_at(yaml_where(source, e), what + " needs a name");
       s.name = e["name"].Scalar();
@@ -244,12 +239,7 @@ void add_variant(CompareSpec& spec, const YAML::Node& e, size_t i, const std::st
                     "); write {name: ..., set: {...}} for other eval-time variants");
       }
     } else if (e.IsMap()) {
-      for (auto f = e.begin(); f != e.end(); ++f) {
-        const std::string fk = f->first.Scalar();
-        if (fk != "name" && fk != "set" && fk != "schemes" && fk != "positions")
-          fail_at(yaml_where(source, f->first),
-                  what + ": unknown key '" + fk + "' (valid: name, set, schemes, positions)");
-      }
+      check_entry_keys(e, {"name", "set", "schemes", "positions"}, what, source);
       if (!e["name"] || !e["name"].IsScalar())
         fail_at(yaml_where(source, e), what + " needs a name");
       var.name = e["name"].Scalar();
@@ -462,6 +452,18 @@ bool is_lm(const Config& c) { return c.task.name == "lm"; }
 }  // namespace compare_detail
 
 // ---------------- shared with train/study/suite.cpp ----------------
+
+void check_entry_keys(const YAML::Node& e, const std::vector<std::string>& valid,
+                      const std::string& what, const std::string& source) {
+  for (auto f = e.begin(); f != e.end(); ++f) {
+    const std::string k = f->first.IsScalar() ? f->first.Scalar() : value_text(f->first);
+    if (std::find(valid.begin(), valid.end(), k) != valid.end()) continue;
+    const std::string near = nearest_name(k, valid);
+    fail_at(yaml_where(source, f->first),
+            what + ": unknown key '" + k + "'" + (near.empty() ? "" : "; did you mean '" + near + "'?") +
+                " (valid: " + join(valid, ", ") + ")");
+  }
+}
 
 bool safe_run_name(const std::string& s) { return safe_name(s); }
 

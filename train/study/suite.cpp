@@ -71,12 +71,7 @@ SuiteTask read_suite_task(const YAML::Node& e, size_t i, const SuiteSpec& spec,
   if (e.IsScalar()) {
     t.name = e.Scalar();
   } else if (e.IsMap()) {
-    for (auto f = e.begin(); f != e.end(); ++f) {
-      const std::string fk = f->first.Scalar();
-      if (fk != "name" && fk != "set" && fk != "cannot_learn")
-        fail_at(yaml_where(source, f->first),
-                what + ": unknown key '" + fk + "' (valid: name, set, cannot_learn)");
-    }
+    check_entry_keys(e, {"name", "set", "cannot_learn"}, what, source);
     if (!e["name"] || !e["name"].IsScalar()) fail_at(t.where, what + " needs a name");
     t.name = e["name"].Scalar();
     t.sets = parse_config_set_map(e["set"], source, what);
