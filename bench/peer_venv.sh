@@ -28,19 +28,12 @@ if [ -x "$PY" ] && [ "$(probe)" = "$WANT" ]; then
   echo "$PY"
   exit 0
 fi
-if ! "$BASE" -c 'import torch, numpy, venv, ensurepip' 2>/dev/null; then
-  echo "bench/peer_venv.sh: $BASE lacks torch, numpy or venv (Debian: apt-get install python3-torch python3-numpy python3-venv)" >&2
+if ! "$BASE" -c 'import torch, numpy' 2>/dev/null; then
+  echo "bench/peer_venv.sh: $BASE lacks torch or numpy (Debian: apt-get install python3-torch python3-numpy)" >&2
   exit 1
 fi
-[ -e "$VENV" ] && [ ! -x "$PY" ] && { echo "bench/peer_venv.sh: $VENV exists but is no venv; remove it" >&2; exit 1; }
-start=$(date +%s)
-[ -x "$PY" ] || "$BASE" -m venv --system-site-packages "$VENV" >&2
-# Keep the system numpy: a constraint pins it to the version torch 1.13 was built with.
+. "$ROOT/bench/venv_lib.sh"
+venv_create bench/peer_venv.sh "$BASE" "$VENV" --system-site-packages || exit 1
+# Keep the system numpy: pinned to the version torch 1.13 was built with, pip leaves it in place.
 NUMPY=$("$BASE" -c 'import numpy; print(numpy.__version__)')
-"$PY" -m pip install --quiet --disable-pip-version-check "numpy==$NUMPY" "${PINS[@]}" >&2
-if [ "$(probe)" != "$WANT" ]; then
-  echo "bench/peer_venv.sh: $VENV: expected '$WANT', imports '$(probe)'" >&2
-  exit 1
-fi
-echo "bench/peer_venv.sh: $VENV ready ($(du -sh "$VENV" | cut -f1), $(( $(date +%s) - start )) s)" >&2
-echo "$PY"
+venv_pip bench/peer_venv.sh "$VENV" probe "$WANT" "numpy==$NUMPY" "${PINS[@]}"

@@ -25,17 +25,6 @@ if [ -x "$PY" ] && [ "$(installed)" = "$VERSION" ]; then
   echo "$PY"
   exit 0
 fi
-if ! "$BASE" -c 'import venv, ensurepip' 2>/dev/null; then
-  echo "bench/torch_venv.sh: $BASE cannot make a venv with pip (Debian: apt-get install python3-venv)" >&2
-  exit 1
-fi
-[ -e "$VENV" ] && [ ! -x "$PY" ] && { echo "bench/torch_venv.sh: $VENV exists but is no venv; remove it" >&2; exit 1; }
-[ -x "$PY" ] || "$BASE" -m venv "$VENV" >&2
-start=$(date +%s)
-"$PY" -m pip install --quiet --disable-pip-version-check "torch==$VERSION" "numpy==$NUMPY_VERSION" >&2
-if [ "$(installed)" != "$VERSION" ]; then
-  echo "bench/torch_venv.sh: $VENV: torch $VERSION was installed but '$(installed)' imports" >&2
-  exit 1
-fi
-echo "bench/torch_venv.sh: torch $VERSION in $VENV ($(du -sh "$VENV" | cut -f1), $(( $(date +%s) - start )) s)" >&2
-echo "$PY"
+. "$ROOT/bench/venv_lib.sh"
+venv_create bench/torch_venv.sh "$BASE" "$VENV" || exit 1
+venv_pip bench/torch_venv.sh "$VENV" installed "$VERSION" "torch==$VERSION" "numpy==$NUMPY_VERSION"
