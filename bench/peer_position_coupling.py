@@ -36,7 +36,10 @@ OMP_NUM_THREADS=1) under `nice -n 10`, --jobs at a time.
 Writes OUT/raw/<variant>_seed<S>/{cfg.json,performances_EVAL_last.json,train.log,eval.log},
 OUT/results.csv (variant, seed, length, exact_match, token_accuracy, train_wall_s) and
 OUT/summary.md (mean [95 % t-interval] over seeds per length, the machine, torch, the checkout's
-commit, wall times). Bad input: one line on stderr and exit 2; a failed run: exit 1.
+commit, wall times), both rewritten after every finished run. The same command into the same OUT
+reuses the runs that finished (OUT/work/<variant>_seed<S>/done.json, with the settings they ran
+under; other settings are refused) and starts the others afresh. Bad input: one line on stderr and
+exit 2; a failed run: exit 1.
 """
 import argparse
 import csv
@@ -236,10 +239,36 @@ def main(argv):
                TOKENIZERS_PARALLELISM="false")
     me = os.path.abspath(__file__)
     runs = [(v, s) for s in seeds for v in variants]   # every variant gets its first seed first
-    pending, active, walls, failed = list(runs), {}, {}, []
+    pending, active, walls, failed = [], {}, {}, []
+    # What decides a run's result: a finished run in OUT is reused only when all of it is the same.
+    settings = {"commit": commit, "steps": a.steps, "lengths": lengths,
+                "eval_examples": a.eval_examples, "buckets": a.buckets, "torch": torch_v,
+                "transformers": tf_v}
+    reused = []
+    for v, s in runs:
+        done = os.path.join(work, f"{v}_seed{s}", "done.json")
+        if not os.path.isfile(done):
+            pending.append((v, s))
+            continue
+        try:
+            with open(done) as f:
+                rec = json.load(f)
+            same = rec["settings"] == settings
+            tw, ew = float(rec["train_wall_s"]), float(rec["eval_wall_s"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"bench/peer_position_coupling.py: {done}: unreadable ({e}); remove it", file=sys.stderr)
+            return 2
+        if not same:
+            print(f"bench/peer_position_coupling.py: {done}: a run of other settings "
+                  f"({rec['settings']}); use another --out", file=sys.stderr)
+            return 2
+        walls[(v, s, "_train")], walls[(v, s, "_eval")] = tw, ew
+        reused.append(f"{v} seed {s}")
 
     def start(v, s, kind):
         wd = os.path.join(work, f"{v}_seed{s}")
+        if kind == "_train" and os.path.isdir(wd):
+            shutil.rmtree(wd)   # what an interrupted run of this command left: start it afresh
         os.makedirs(wd, exist_ok=True)
         ov = overrides(v, s, a.steps, a.buckets)
         if kind == "_train":
@@ -299,6 +328,9 @@ def main(argv):
             md += ["**Failed runs** (not in the table): " + "; ".join(failed), ""]
         unfinished = [f"{v} seed {s}" for v, s in runs if (v, s, "_eval") not in walls and
                       not any(f.startswith(f"{v} seed {s} ") for f in failed)]
+        if reused:
+            md += ["Reused from an earlier invocation of this command into the same --out (same "
+                   "settings, wall times as measured then): " + ", ".join(reused), ""]
         if unfinished:
             md += ["**Not finished when this was written** (not in the table): " +
                    ", ".join(unfinished), ""]
@@ -346,6 +378,9 @@ def main(argv):
                 active[key] = ("_eval",) + start(v, s, "_eval")
             print(f"{v} seed {s}: {kind[1:]} done in {walls[key + (kind,)]:.0f} s", flush=True)
             if kind == "_eval":
+                write_atomic(os.path.join(work, f"{v}_seed{s}", "done.json"), json.dumps(
+                    {"settings": settings, "train_wall_s": walls[(v, s, "_train")],
+                     "eval_wall_s": walls[(v, s, "_eval")]}, indent=1) + "\n")
                 report(final=False)   # a run stopped later still leaves what finished
 
     report(final=True)
