@@ -151,6 +151,21 @@ def child(kind, checkout, args_json):
         evaluate_model.evaluate(args)
 
 
+def last_valid(train_log):
+    """Exact match (%) on their 'val' split (1-5 digits) at the end of training: the last
+    "Epoch E/N VAL Loss .. TokenAcc .. InstAcc X" line run.py prints; '' when there is none."""
+    val = ""
+    with open(train_log, errors="replace") as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 9 and w[0] == "Epoch" and w[2] == "VAL" and w[7] == "InstAcc":
+                try:
+                    val = round(100 * float(w[8]), 2)
+                except ValueError:
+                    val = ""
+    return val
+
+
 def machine():
     model = "?"
     try:
@@ -300,14 +315,16 @@ def main(argv):
                 write_atomic(os.path.join(dest, name), "\n".join(keep) + "\n")
             with open(os.path.join(logdir, "performances_EVAL_last.json")) as f:
                 perf = json.load(f)
+            valid = last_valid(os.path.join(dest, "train.log"))
             for L, em, tok in zip(perf["X"], perf["instancewise_accuracies"], perf["tokenwise_accuracies"]):
                 rows.append({"variant": v, "seed": s, "length": L, "exact_match": round(100 * em, 2),
-                             "token_accuracy": round(100 * tok, 2),
+                             "token_accuracy": round(100 * tok, 2), "valid_exact_match": valid,
                              "train_wall_s": round(walls[(v, s, "_train")]),
                              "eval_wall_s": round(walls[(v, s, "_eval")])})
         with open(os.path.join(out, "results.csv.tmp"), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=["variant", "seed", "length", "exact_match",
-                                              "token_accuracy", "train_wall_s", "eval_wall_s"])
+                                              "token_accuracy", "valid_exact_match",
+                                              "train_wall_s", "eval_wall_s"])
             w.writeheader()
             w.writerows(rows)
         os.replace(os.path.join(out, "results.csv.tmp"), os.path.join(out, "results.csv"))
@@ -336,7 +353,8 @@ def main(argv):
                    ", ".join(unfinished), ""]
         md += [f"Exact match (%), mean [95 % t-interval] over the seeds (n per row):", "",
                "| variant | n | " + " | ".join(f"{L} ({L / 5:g}x)" for L in lengths) +
-               " | train s per run |", "|---|---:|" + "---:|" * len(lengths) + "---:|"]
+               " | valid 1-5 digits, last step | train s per run |",
+               "|---|---:|" + "---:|" * len(lengths) + "---:|---:|"]
         for v in variants:
             vr = [r for r in rows if r["variant"] == v]
             sd = sorted({r["seed"] for r in vr})
@@ -344,8 +362,9 @@ def main(argv):
                 continue
             cells = [fmt_ci([r["exact_match"] for r in vr if r["length"] == L]) for L in lengths]
             tw = [walls[(v, s, "_train")] for s in sd]
+            va = sorted({r["valid_exact_match"] for r in vr}, key=str)
             md.append(f"| {v} | {len(sd)} | " + " | ".join(cells) +
-                      f" | {min(tw):.0f}–{max(tw):.0f} |")
+                      f" | {', '.join(str(x) for x in va)} | {min(tw):.0f}–{max(tw):.0f} |")
         md += ["", "Per seed (exact match %):", "", "| variant | seed | " +
                " | ".join(str(L) for L in lengths) + " |", "|---|---:|" + "---:|" * len(lengths)]
         for v in variants:

@@ -5,7 +5,8 @@
 # their repository, their files without git (the commit could not be recorded), a checkout with
 # local changes, a missing peer environment, and bad options. Its summary's interval is pelab's
 # (mean +- t * sd / sqrt(n), clipped to [0, 100]): the published coupled+shaw cells 96.7 [92.9,
-# 100.0] and 91.7 [74.8, 100.0] come out of the same seeds. Needs python3 and git, no torch.
+# 100.0] and 91.7 [74.8, 100.0] come out of the same seeds; the validation exact match it reports
+# is the last VAL line of run.py's log. Needs python3 and git, no torch.
 #   tests/peer_position_coupling_test.sh SOURCE_DIR
 set -u
 src="$1"
@@ -46,12 +47,23 @@ refused "--lengths must be increasing and evenly spaced" --checkout "$co" --out 
 refused "--lengths must be distinct integers" --checkout "$co" --out "$t/o" --lengths 5,31
 refused "--seeds must be" --checkout "$co" --out "$t/o" --seeds 1,x
 refused "--steps must be" --checkout "$co" --out "$t/o" --steps 0
-python3 - "$script" > "$t/out" 2> "$t/err" <<'PY' || fail "interval convention"
+python3 - "$script" "$t/train.log" > "$t/out" 2> "$t/err" <<'PY' || fail "interval convention"
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("peer", sys.argv[1])
 m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
 got = [m.fmt_ci([95, 98, 97]), m.fmt_ci([84, 97, 94]), m.fmt_ci([0, 0, 0]), m.fmt_ci([14])]
 want = ["96.7 [92.9, 100.0]", "91.7 [74.8, 100.0]", "0.0 [0.0, 0.0]", "14.0"]
 assert got == want, (got, want)
+# Convergence is read from run.py's own lines: the last VAL (1-5 digits), not VAL_LONG or TRAIN.
+log = sys.argv[2]
+with open(log, "w") as f:
+    f.write("Epoch 1/2 VAL Loss 0.1 TokenAcc 0.9 InstAcc 0.5\n"
+            "Epoch 2/2 TRAIN Loss 0.0 TokenAcc 1.0 InstAcc 0.9\n"
+            "Epoch 2/2 VAL Loss 0.0 TokenAcc 1.0 InstAcc 0.995\n"
+            "Epoch 2/2 VAL_LONG Loss 0.0 TokenAcc 1.0 InstAcc 0.25\n")
+assert m.last_valid(log) == 99.5, m.last_valid(log)
+with open(log, "w") as f:
+    f.write("Traceback (most recent call last):\n")
+assert m.last_valid(log) == "", m.last_valid(log)
 PY
 echo "peer_position_coupling_test: all refusals and the interval as expected"
