@@ -340,7 +340,7 @@ def main(argv):
               f"- {a.steps} steps x 64, lr 1e-3, 1 layer, d_model 64, 4 heads, d_ff 256, "
               f"task.max_position {MAX_POSITION}; relative buckets {a.buckets}",
               f"- test: {a.eval_examples} additions per length (their evaluate_model.py, last model)",
-              f"- wall time {time.time() - t0:.0f} s in all", ""]
+              f"- wall time of this invocation {time.time() - t0:.0f} s (each run's own in results.csv)", ""]
         if failed:
             md += ["**Failed runs** (not in the table): " + "; ".join(failed), ""]
         unfinished = [f"{v} seed {s}" for v, s in runs if (v, s, "_eval") not in walls and
