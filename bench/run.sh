@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pelab — one command for the CPU training benchmark: builds Release (build-perf), then times full
 # training steps of pelab and of each PyTorch peer ALTERNATELY for every PE scheme and
-# prints/writes the table (bench/results/train_bench.{md,csv}). Extra arguments go to run_bench.py,
+# prints/writes the table (bench/results/train_bench.{md,csv.xz,json.xz}). Extra arguments go to run_bench.py,
 # e.g. bench/run.sh --configs ref --reps 3 --steps 10, or with PyPI's torch eager and compiled:
 # bench/run.sh --configs ref,tiny --peers debian,pypi-eager,pypi-compile.
 set -euo pipefail

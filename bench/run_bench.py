@@ -120,7 +120,7 @@ def main():
                     help="the pypi-* peers' python (bench/torch_venv.sh prints it)")
     ap.add_argument("--peers", default="debian",
                     help="comma-separated PyTorch peers: " + ",".join(PEERS))
-    ap.add_argument("--out", required=True, help="output prefix (.md and .csv)")
+    ap.add_argument("--out", required=True, help="output prefix (.md, .csv.xz and .json.xz)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
@@ -296,9 +296,11 @@ def main():
     w.writerow(keys)
     for r in rows:
         w.writerow([("%.4g" % r[k]) if isinstance(r[k], float) else str(r[k]) for k in keys])
-    write_atomic(a.out + ".csv", buf.getvalue())
-    # Every measurement, as xz-compressed JSON (a twentieth of its size: bench/results is part of
-    # the source tree); read it with `xz -dc` or Python's json.load(lzma.open(PATH)).
+    # The table's rows as xz-compressed CSV, and every measurement as xz-compressed JSON (a sixth and
+    # a twentieth of their sizes: bench/results is part of the source tree, which must stay small
+    # enough to travel to a GPU machine); read them with `xz -dc` or Python's lzma.open(PATH, "rt").
+    write_atomic(a.out + ".csv.xz",
+                 lzma.compress(buf.getvalue().encode(), preset=9 | lzma.PRESET_EXTREME))
     write_atomic(a.out + ".json.xz", lzma.compress((json.dumps(
         {"conditions": conditions, "sgemm_gflops": sg, "products_gflops": pr, "rows": rows,
          "measurements": measurements}, indent=1) + "\n").encode(),
@@ -385,7 +387,7 @@ def main():
                  min(r[k + "_paired_min"] for r in rows), max(r[k + "_paired_max"] for r in rows),
                  peer, min(r[k + "_rss_ratio"] for r in rows),
                  max(r[k + "_rss_ratio"] for r in rows), len(rows)))
-    print("wrote %s.md, %s.csv and %s.json.xz (sgemm peak %s)" % (
+    print("wrote %s.md, %s.csv.xz and %s.json.xz (sgemm peak %s)" % (
         a.out, a.out, a.out, ", ".join("%.1f GFLOP/s at %d threads" % (peak[th], th)
                                        for th in sorted(peak))))
 

@@ -35,6 +35,13 @@ class BenchBlas : public pelab::testing::TempDirTest {
   }
 
   static bool torch_present() { return pelab::testing::python_has_module("torch"); }
+
+  // A file the driver writes xz-compressed, unpacked ("" and a failure when xz cannot read it).
+  std::string unxz(const std::string& path) {
+    const auto r = run("xz -dc " + quote(path));
+    EXPECT_EQ(r.rc, 0) << path << ": " << r.err;
+    return r.out;
+  }
 };
 
 // The string value of "key" in a flat JSON text ("" when absent or not a string).
@@ -194,7 +201,7 @@ TEST_F(BenchBlas, DriverWritesEachSidesBLASAndTheLoad) {
                      " --steps 1 --warmup 0 --policies passive --threads 1 --out " + quote(out));
   ASSERT_EQ(r.rc, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("BLAS loaded"), std::string::npos) << r.out;
-  const std::string csv = slurp(out + ".csv");
+  const std::string csv = unxz(out + ".csv.xz");  // written compressed
   EXPECT_NE(csv.find("pelab_blas"), std::string::npos) << csv;
   EXPECT_NE(csv.find("debian_blas"), std::string::npos) << csv;  // the default peer
   EXPECT_NE(csv.find("load_min"), std::string::npos) << csv;
@@ -205,9 +212,7 @@ TEST_F(BenchBlas, DriverWritesEachSidesBLASAndTheLoad) {
   EXPECT_NE(md.find("pelab: OpenBLAS "), std::string::npos) << md;
   EXPECT_NE(md.find("PyTorch debian (eager): "), std::string::npos) << md;
   EXPECT_NE(md.find("Load average"), std::string::npos) << md;
-  const auto unpacked = run("xz -dc " + quote(out + ".json.xz"));  // written compressed
-  ASSERT_EQ(unpacked.rc, 0) << unpacked.err;
-  const std::string json = unpacked.out;
+  const std::string json = unxz(out + ".json.xz");
   // Both sides' measurements carry a record naming a mapped file; the conditions the load and CPU.
   EXPECT_NE(json.find("\"impl\": \"pelab\""), std::string::npos);
   EXPECT_NE(json.find("\"impl\": \"torch\""), std::string::npos);
@@ -238,7 +243,7 @@ TEST_F(BenchBlas, UnknownOrVenvlessPeerIsOneClearError) {
   EXPECT_NE(v.rc, 0);
   EXPECT_EQ(v.err.find("run_bench.py: peer pypi-compile needs --venv-python"), 0u) << v.err;
   EXPECT_EQ(std::count(v.err.begin(), v.err.end(), '\n'), 1) << v.err;
-  EXPECT_FALSE(fs::exists(dir_ / "tb.csv"));
+  EXPECT_FALSE(fs::exists(dir_ / "tb.csv.xz"));
 }
 
 // The tiny config (the lab's own model size) runs on one thread whatever --threads says, and its
@@ -252,12 +257,10 @@ TEST_F(BenchBlas, TinyConfigRunsOnOneThread) {
                      " --configs tiny --schemes none --reps 1 --steps 1 --warmup 0"
                      " --policies passive --threads 2 --out " + quote(out));
   ASSERT_EQ(r.rc, 0) << r.err << r.out;
-  const std::string csv = slurp(out + ".csv");
+  const std::string csv = unxz(out + ".csv.xz");  // written compressed
   EXPECT_EQ(csv.rfind("config,scheme,B,L,D,threads,", 0), 0u) << csv;
   EXPECT_NE(csv.find("\ntiny,none,32,8,64,1,"), std::string::npos) << csv;
-  const auto unpacked = run("xz -dc " + quote(out + ".json.xz"));  // written compressed
-  ASSERT_EQ(unpacked.rc, 0) << unpacked.err;
-  const std::string json = unpacked.out;
+  const std::string json = unxz(out + ".json.xz");
   EXPECT_NE(json.find("\"sgemm_gflops\": {\n  \"1\": ["), std::string::npos) << json;
   EXPECT_EQ(json.find("\n  \"2\": ["), std::string::npos) << json;  // no 2-thread sgemm
 }
