@@ -396,6 +396,92 @@ TEST(PEShaw, GradientCheck) {
   }
 }
 
+// Two-level task IDs (multi_addition, pe.position_channels 2): a second pair of tables per layer,
+// indexed by the second level; the term is the sum of each level's term (checked against two
+// one-level Shaw objects holding the same tables), row by row with per-row IDs, and its gradients
+// reach both levels' tables (float64 central differences). One level given to a two-level object
+// is refused.
+TEST(PEShaw, TwoLevelIdsAddEachLevelsTermAndGradientCheck) {
+  PEConfig cfg;
+  cfg.scheme = "shaw";
+  cfg.set("shaw_k", 2);
+  cfg.position_channels = 2;
+  const StackInfo st = stack_of(StackKind::Decoder, 1, 6, 2);
+  auto two = build(cfg, st);
+  PEConfig one_cfg = cfg;
+  one_cfg.position_channels = 1;
+  auto lvl1 = build(one_cfg, st, 5), lvl2 = build(one_cfg, st, 6);
+  auto copy = [](Tensor dst, const Tensor& src) {
+    const std::vector<double> v = src.to_vector();
+    std::copy(v.begin(), v.end(), dst.data<double>());
+  };
+  copy(lvl1->parameter("layers.0.rel_k"), two->parameter("layers.0.rel_k"));
+  copy(lvl1->parameter("layers.0.rel_v"), two->parameter("layers.0.rel_v"));
+  copy(lvl2->parameter("layers.0.rel_k"), two->parameter("layers.0.rel_k2"));
+  copy(lvl2->parameter("layers.0.rel_v"), two->parameter("layers.0.rel_v2"));
+  AttnSite site = site_of(AttnKind::DecoderSelf, {3, 4, 8}, iota(9), true);
+  site.q_pos = Positions(1, 3, {3, 4, 8}, {1, 2, 3});
+  site.k_pos = Positions(1, 9, iota(9), {1, 1, 1, 2, 2, 2, 3, 3, 3});
+  const AttnSite s1 = site_of(AttnKind::DecoderSelf, {3, 4, 8}, iota(9), true);
+  const AttnSite s2 = site_of(AttnKind::DecoderSelf, {1, 2, 3}, {1, 1, 1, 2, 2, 2, 3, 3, 3}, true);
+  Tensor q = randn({2, 2, 3, 3}, 8).set_requires_grad(true);
+  Tensor P = randn({2, 2, 3, 9}, 9).set_requires_grad(true);
+  {
+    NoGradGuard ng;
+    EXPECT_LT(max_abs_diff(two->score_term(q, site),
+                           add(lvl1->score_term(q, s1), lvl2->score_term(q, s2))), 1e-12);
+    EXPECT_LT(max_abs_diff(two->value_term(P, site),
+                           add(lvl1->value_term(P, s1), lvl2->value_term(P, s2))), 1e-12);
+    EXPECT_FALSE(two->relative_tables(site).index.defined());  // the hooks, not one index
+    // Per-row IDs: row b's term is that of its IDs alone.
+    AttnSite rows = site;
+    rows.q_pos = Positions(2, 3, {3, 4, 8, 2, 5, 6}, {1, 2, 3, 2, 2, 1});
+    rows.k_pos = site.k_pos.expanded(2);
+    const Tensor both = two->score_term(q, rows);
+    const Tensor r1 = two->score_term(slice(q, 0, 1, 2), row_site(rows, 1));
+    EXPECT_LT(max_abs_diff(slice(both, 0, 1, 2), r1), 1e-12);
+    EXPECT_THROW(two->score_term(q, s1), Error);  // one level into a two-level object
+  }
+  expect_grads_match([&] { return two->score_term(q, site); },
+                     {q, two->parameter("layers.0.rel_k"), two->parameter("layers.0.rel_k2")},
+                     "shaw two-level score_term");
+  expect_grads_match([&] { return two->value_term(P, site); },
+                     {P, two->parameter("layers.0.rel_v"), two->parameter("layers.0.rel_v2")},
+                     "shaw two-level value_term");
+}
+
+// Learned table with two-level IDs: x + W[ids] + W2[ids2], gradients to x and both tables
+// (float64 central differences); one level given to it is refused, and a one-level table refuses
+// two levels.
+TEST(PELearned, TwoLevelIdsAddASecondTableAndGradientCheck) {
+  PEConfig cfg;
+  cfg.scheme = "learned";
+  cfg.set("max_positions", 6);
+  cfg.position_channels = 2;
+  auto pe = build(cfg, stack_of(StackKind::Decoder, 1, 4, 2));
+  const Positions pos(2, 3, {0, 1, 5, 2, 2, 3}, {0, 4, 4, 1, 2, 3});
+  Tensor x = randn({2, 3, 4}, 3).set_requires_grad(true);
+  const Tensor W = pe->parameter("weight"), W2 = pe->parameter("weight2");
+  {
+    NoGradGuard ng;
+    const std::vector<double> y = pe->embed(x, pos).to_vector(), xv = x.to_vector(),
+                              w = W.to_vector(), w2 = W2.to_vector();
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t d = 0; d < 4; ++d) {
+          const size_t e = static_cast<size_t>((b * 3 + j) * 4 + d);
+          EXPECT_NEAR(y[e], xv[e] + w[static_cast<size_t>(pos.at(b, j) * 4 + d)] +
+                                w2[static_cast<size_t>(pos.at2(b, j) * 4 + d)], 1e-12);
+        }
+    EXPECT_THROW(pe->embed(x, Positions(2, 3, {0, 1, 5, 2, 2, 3})), Error);
+    EXPECT_THROW(pe->embed(x, Positions(2, 3, {0, 1, 5, 2, 2, 3}, {0, 6, 4, 1, 2, 3})), Error);
+    PEConfig one = cfg;
+    one.position_channels = 1;
+    EXPECT_THROW(build(one, stack_of(StackKind::Decoder, 1, 4, 2))->embed(x, pos), Error);
+  }
+  expect_grads_match([&] { return pe->embed(x, pos); }, {x, W, W2}, "learned two-level embed");
+}
+
 // ---------------------------------------------------------------- RoPE
 
 PEConfig rope_cfg(const std::string& pairing, double fraction) {

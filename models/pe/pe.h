@@ -57,11 +57,12 @@ struct AttnSite {
 // True when the site's queries or keys carry one ID row per batch row (task-supplied IDs).
 inline bool per_row(const AttnSite& site) { return !site.q_pos.shared() || !site.k_pos.shared(); }
 
-// The site of batch row b alone: that row's query and key IDs as shared vectors (row_len: none).
+// The site of batch row b alone: that row's query and key IDs as shared vectors, both ID levels
+// (row_len: none).
 inline AttnSite row_site(const AttnSite& site, int64_t b) {
   AttnSite s = site;
-  s.q_pos = site.q_pos.row(b);
-  s.k_pos = site.k_pos.row(b);
+  s.q_pos = site.q_pos.row_block(b);
+  s.k_pos = site.k_pos.row_block(b);
   s.row_len = nullptr;
   return s;
 }
@@ -244,6 +245,14 @@ class PEScheme {
     accepts_task_positions = false;
     return *this;
   }
+  // The task ID levels the scheme can use (Positions::ids2; multi_addition's two-level coupled
+  // IDs): 1 by default. A scheme declaring 2 builds its second-level parameters when
+  // PEConfig::position_channels is 2 and reads Positions::ids2 then; the config refuses a task
+  // with more levels than its scheme's (pe_position_channels).
+  PEScheme& position_channels(int64_t n) {
+    max_position_channels = n;
+    return *this;
+  }
 
   std::string name;
   PEFactory factory;
@@ -255,6 +264,7 @@ class PEScheme {
   std::string size_key_name;
   bool encodes_positions = true;
   bool accepts_task_positions = true;
+  int64_t max_position_channels = 1;
   std::string variant_key, variant_factor_key;
   std::vector<std::string> problems;  // malformed declarations (bad range, default out of range)
 
@@ -284,6 +294,8 @@ int64_t pe_max_positions(const PEConfig& cfg);
 // Whether cfg.scheme honours position IDs supplied per token by the task (Positions with one row
 // per batch row); false for a scheme declared with refuses_task_positions().
 bool pe_accepts_task_positions(const PEConfig& cfg);
+// The task ID levels cfg.scheme can use (PEScheme::position_channels): 1 or 2.
+int64_t pe_position_channels(const PEConfig& cfg);
 // PEScheme::attention_memory of cfg.scheme at `sites` (0 when it declares none).
 double pe_attention_memory(const PEConfig& cfg, const AttentionSizes& sites);
 // What sets that limit, for messages: "pe.max_positions" (the scheme's size_key), else

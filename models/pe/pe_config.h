@@ -29,6 +29,10 @@ struct PEConfig {
   // Not a config key: the positions of the longest training sequence, set from the data by
   // to_model_config (schemes may use it as their original context length, e.g. RoPE scaling).
   int64_t train_positions = 0;
+  // Not a config key: the task's position ID levels (1, or 2 for two-level IDs: Positions::ids2),
+  // set from the data by to_model_config. A scheme that declares a second channel
+  // (PEScheme::position_channels) builds its second-level parameters when it is 2.
+  int64_t position_channels = 1;
   // The scheme keys set explicitly (name without "pe."); absent = the declared default.
   std::map<std::string, PEValue> values;
 

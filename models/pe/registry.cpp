@@ -293,6 +293,10 @@ bool pe_accepts_task_positions(const PEConfig& cfg) {
   return pe_scheme(cfg.scheme).accepts_task_positions;
 }
 
+int64_t pe_position_channels(const PEConfig& cfg) {
+  return pe_scheme(cfg.scheme).max_position_channels;
+}
+
 std::vector<std::string> pe_eval_time_keys() {
   std::vector<std::string> out;
   for (const PEKey* k : pe_keys())

@@ -3,6 +3,11 @@
 // [0, 2k]. Per layer two tables ("layers.<i>.rel_k", "layers.<i>.rel_v"), [2k+1, dh] shared by the
 // heads or [H, 2k+1, dh] with pe.shaw_per_head; each can be switched off (pe.shaw_keys/shaw_values).
 // Init: normal(0, 0.02).
+// Two-level task IDs (pe.position_channels 2: multi_addition's digit and operand IDs, Cho et al.
+// 2025's relative bias over each ID dimension): a second pair of tables per layer
+// ("layers.<i>.rel_k2", "layers.<i>.rel_v2", same shapes and clip) indexed by the second level's
+// r2(i, j) = clip(k_pos2[j] − q_pos2[i], −k, k) + k; both terms are added. Such sites go through
+// the hooks (relative_tables gives none: it holds one index).
 //   score_term: e[b,h,i,j] = q[b,h,i]·rel_k[r(i,j)] / √dh  (Shaw puts it inside the scale)
 //     computed by the engine's relative_keys as (q/√dh) @ rel_kᵀ -> [B,H,Lq,2k+1], then gather along
 //     the last axis with the index [1,1,Lq,Lk] expanded (stride 0) to [B,H,Lq,Lk]; the gather's
@@ -37,8 +42,10 @@ class ShawPE : public PositionalEncoding {
  public:
   ShawPE(const PEConfig& cfg, const StackInfo& s, Generator& gen)
       : k_(cfg.get_int("shaw_k")), keys_(cfg.get_bool("shaw_keys")), values_(cfg.get_bool("shaw_values")),
-        per_head_(cfg.get_bool("shaw_per_head")),
+        per_head_(cfg.get_bool("shaw_per_head")), two_levels_(cfg.position_channels == 2),
         heads_(s.heads), dh_(s.head_dim()) {
+    PELAB_CHECK(cfg.position_channels == 1 || cfg.position_channels == 2, "shaw: ",
+                cfg.position_channels, " position ID levels (1 or 2 supported)");
     PELAB_CHECK(k_ >= 0, "pe.shaw_k: clip distance must be >= 0, got ", k_);
     PELAB_CHECK(s.layers >= 1, "shaw: stack needs at least one layer, got ", s.layers);
     const int64_t R = 2 * k_ + 1;
@@ -53,6 +60,9 @@ class ShawPE : public PositionalEncoding {
     for (int64_t i = 0; i < s.layers; ++i) {
       rel_k_.push_back(keys_ ? layers.add(i, "rel_k", make_table()) : Tensor());
       rel_v_.push_back(values_ ? layers.add(i, "rel_v", make_table()) : Tensor());
+      if (!two_levels_) continue;
+      rel_k2_.push_back(keys_ ? layers.add(i, "rel_k2", make_table()) : Tensor());
+      rel_v2_.push_back(values_ ? layers.add(i, "rel_v2", make_table()) : Tensor());
     }
   }
   std::string name() const override { return "shaw"; }
@@ -67,8 +77,12 @@ class ShawPE : public PositionalEncoding {
                 "shaw score_term: expected q [B, ", heads_, ", ", site.q_pos.len, ", ", dh_,
                 "], got ", q.defined() ? shape_str(q.shape()) : std::string("undefined"));
     // (q/√dh) @ rel_kᵀ -> [B,H,Lq,2k+1], looked up by the index (O(L·(2k+1)), not O(L²·dh))
-    const RelativeTables t = relative_tables(site);
-    return relative_keys(q, t.index, t.keys, 1.0 / std::sqrt(double(dh_)));
+    const double scale = 1.0 / std::sqrt(double(dh_));
+    const RelativeTables t = level_tables(site, 1);
+    Tensor e = relative_keys(q, t.index, t.keys, scale);
+    if (!two_levels_) return e;
+    const RelativeTables t2 = level_tables(site, 2);
+    return add(e, relative_keys(q, t2.index, t2.keys, scale));
   }
 
   bool has_value_term(const AttnSite& site) const override {
@@ -86,22 +100,38 @@ class ShawPE : public PositionalEncoding {
                 "shaw value_term: expected probs [B, ", heads_, ", ", site.q_pos.len, ", ",
                 site.k_pos.len, "], got ",
                 probs.defined() ? shape_str(probs.shape()) : std::string("undefined"));
-    const RelativeTables t = relative_tables(site);
-    return relative_values(probs, t.index, t.values);  // [B,H,Lq,dh]
+    const RelativeTables t = level_tables(site, 1);
+    Tensor z = relative_values(probs, t.index, t.values);  // [B,H,Lq,dh]
+    if (!two_levels_) return z;
+    const RelativeTables t2 = level_tables(site, 2);
+    return add(z, relative_values(probs, t2.index, t2.values));
   }
 
   // Both terms in table form (the tables switched off are undefined), which attention adds inside
   // its fused op. None at a site with per-row position IDs (one [Lq, Lk] index cannot hold them):
   // attention then calls the hooks, which work row by row.
   RelativeTables relative_tables(const AttnSite& site) override {
-    if (site.kind == AttnKind::Cross || (!keys_ && !values_) || per_row(site)) return {};
-    const size_t l = check_site(site);
-    const Tensor& any = keys_ ? rel_k_[l] : rel_v_[l];
-    const Entry& e = index(site.q_pos.ids, site.k_pos.ids, any.device());
-    return {e.idx, rows(rel_k_[l], e), rows(rel_v_[l], e)};
+    if (site.kind == AttnKind::Cross || (!keys_ && !values_) || per_row(site) || two_levels_)
+      return {};
+    return level_tables(site, 1);
   }
 
  private:
+  // The tables of ID level 1 (ids) or 2 (ids2) at a shared site.
+  RelativeTables level_tables(const AttnSite& site, int level) {
+    const size_t l = check_site(site);
+    PELAB_CHECK(site.q_pos.levels() == (two_levels_ ? 2 : 1) &&
+                    site.k_pos.levels() == (two_levels_ ? 2 : 1),
+                "shaw: built for ", two_levels_ ? 2 : 1, " position ID level(s) "
+                "(pe.position_channels), given ", site.q_pos.levels());
+    const std::vector<Tensor>& K = level == 1 ? rel_k_ : rel_k2_;
+    const std::vector<Tensor>& V = level == 1 ? rel_v_ : rel_v2_;
+    const Tensor& any = keys_ ? K[l] : V[l];
+    const Entry& e = level == 1 ? index(site.q_pos.ids, site.k_pos.ids, any.device())
+                                : index(site.q_pos.ids2, site.k_pos.ids2, any.device());
+    return {e.idx, rows(K[l], e), rows(V[l], e)};
+  }
+
   struct Entry {
     std::vector<int64_t> q, k;
     Device device;
@@ -143,9 +173,10 @@ class ShawPE : public PositionalEncoding {
   }
 
   int64_t k_;
-  bool keys_, values_, per_head_;
+  bool keys_, values_, per_head_, two_levels_;
   int64_t heads_, dh_;
   std::vector<Tensor> rel_k_, rel_v_;  // per layer (undefined when switched off)
+  std::vector<Tensor> rel_k2_, rel_v2_;  // the second ID level's (two_levels_ only)
   std::deque<Entry> cache_;
 };
 
@@ -167,7 +198,7 @@ PELAB_REGISTER_PE(
               })
         .parameters([](const PEConfig& c, const StackInfo& s) {
           const int64_t tables = (c.get_bool("shaw_keys") ? 1 : 0) + (c.get_bool("shaw_values") ? 1 : 0);
-          return tables * (2 * c.get_int("shaw_k") + 1) * s.head_dim() *
+          return c.position_channels * tables * (2 * c.get_int("shaw_k") + 1) * s.head_dim() *
                  (c.get_bool("shaw_per_head") ? s.heads : 1) * s.layers;
         })
         .attention_memory([](const PEConfig&, const AttentionSizes& s) {
@@ -176,6 +207,7 @@ PELAB_REGISTER_PE(
           // tables' terms are formed inside the fused attention (O(Lq·R) per head)
           return (kPositionCacheEntries + 1) * 8.0 * s.pairs();
         })
-        .size_key("shaw_k"));
+        .size_key("shaw_k")
+        .position_channels(2));
 
 }  // namespace pelab::models
