@@ -64,15 +64,19 @@ std::vector<int64_t> decoder_prompt(const std::vector<int64_t>& src) {
   return p;
 }
 
-std::vector<int64_t> decoder_position_ids(const Example& ex, int64_t n_generated) {
-  PELAB_DATA_CHECK(ex.has_positions() && ex.src_pos.size() == ex.src.size() + 2 &&
-                       ex.tgt_pos.size() == ex.tgt.size() && !ex.tgt_pos.empty(),
-                   "decoder_position_ids: the example has ", ex.src_pos.size(), " prompt and ",
-                   ex.tgt_pos.size(), " target IDs for ", ex.src.size(), " source and ",
-                   ex.tgt.size(), " target tokens (need |src| + 2 and |tgt| >= 1)");
-  std::vector<int64_t> ids = ex.src_pos;
+std::vector<int64_t> decoder_position_ids(const Example& ex, int64_t n_generated, int level) {
+  PELAB_DATA_CHECK(level == 1 || level == 2, "decoder_position_ids: level ", level,
+                   " is not 1 or 2");
+  const std::vector<int64_t>& src_pos = level == 1 ? ex.src_pos : ex.src_pos2;
+  const std::vector<int64_t>& tgt_pos = level == 1 ? ex.tgt_pos : ex.tgt_pos2;
+  PELAB_DATA_CHECK(!src_pos.empty() && src_pos.size() == ex.src.size() + 2 &&
+                       tgt_pos.size() == ex.tgt.size() && !tgt_pos.empty(),
+                   "decoder_position_ids: the example has ", src_pos.size(), " prompt and ",
+                   tgt_pos.size(), " target IDs (level ", level, ") for ", ex.src.size(),
+                   " source and ", ex.tgt.size(), " target tokens (need |src| + 2 and |tgt| >= 1)");
+  std::vector<int64_t> ids = src_pos;
   for (int64_t k = 0; k < n_generated; ++k)
-    ids.push_back(ex.tgt_pos[sz(std::min<int64_t>(k, static_cast<int64_t>(ex.tgt_pos.size()) - 1))]);
+    ids.push_back(tgt_pos[sz(std::min<int64_t>(k, static_cast<int64_t>(tgt_pos.size()) - 1))]);
   return ids;
 }
 
@@ -80,10 +84,12 @@ DecoderBatch make_decoder_batch(const std::vector<Example>& examples) {
   PELAB_DATA_CHECK(!examples.empty(), "make_decoder_batch: empty batch");
   DecoderBatch b;
   b.B = static_cast<int64_t>(examples.size());
-  const bool ids = examples[0].has_positions();
+  const bool ids = examples[0].has_positions(), ids2 = examples[0].has_second_positions();
   for (const auto& ex : examples)
-    PELAB_DATA_CHECK(ex.has_positions() == ids, "make_decoder_batch: some examples have position "
-                     "IDs and some do not (a task gives them to all or none)");
+    PELAB_DATA_CHECK(ex.has_positions() == ids && ex.has_second_positions() == ids2,
+                     "make_decoder_batch: some examples have position "
+                     "IDs (or a second ID level) and some do not (a task gives them to all or none)");
+  PELAB_DATA_CHECK(ids || !ids2, "make_decoder_batch: a second ID level without the first");
   for (const auto& ex : examples)
     b.L = std::max(b.L, example_positions(static_cast<int64_t>(ex.src.size()),
                                           static_cast<int64_t>(ex.tgt.size()), true));
@@ -92,12 +98,18 @@ DecoderBatch make_decoder_batch(const std::vector<Example>& examples) {
   b.mask.assign(sz(b.B * b.L), 0);
   b.loss_mask.assign(sz(b.B * b.L), 0);
   if (ids) b.pos.assign(sz(b.B * b.L), 0);
+  if (ids2) b.pos2.assign(sz(b.B * b.L), 0);
   for (int64_t r = 0; r < b.B; ++r) {
     const Example& ex = examples[sz(r)];
     if (ids) {
       const std::vector<int64_t> p =
           decoder_position_ids(ex, static_cast<int64_t>(ex.tgt.size()));  // bos src sep tgt
       std::copy(p.begin(), p.end(), &b.pos[sz(r * b.L)]);
+    }
+    if (ids2) {
+      const std::vector<int64_t> p =
+          decoder_position_ids(ex, static_cast<int64_t>(ex.tgt.size()), 2);
+      std::copy(p.begin(), p.end(), &b.pos2[sz(r * b.L)]);
     }
     std::vector<int64_t> seq = decoder_prompt(ex.src);  // bos src sep
     const int64_t prompt = static_cast<int64_t>(seq.size());

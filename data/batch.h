@@ -48,6 +48,8 @@ Seq2SeqBatch make_seq2seq_batch(const std::vector<Example>& examples);
 //               generates until eos.
 //   pos    = src_pos_b + tgt_pos_b (the task's position IDs of the input tokens), padded with 0;
 //            empty when no example has IDs (every example of a batch has them or none has).
+//   pos2   = the second ID level (src_pos2_b + tgt_pos2_b) laid out as pos; empty when the
+//            examples have one level.
 struct DecoderBatch {
   int64_t B = 0, L = 0;             // L = max n_b
   std::vector<int64_t> input;       // [B, L]
@@ -57,6 +59,7 @@ struct DecoderBatch {
   std::vector<int64_t> prompt_len;  // [B]
   std::vector<int64_t> seq_len;     // [B] n_b
   std::vector<int64_t> pos;         // [B, L] or empty
+  std::vector<int64_t> pos2;        // [B, L] or empty
 };
 DecoderBatch make_decoder_batch(const std::vector<Example>& examples);
 // The decoding prompt of one source: [bos] + src + [sep].
@@ -64,8 +67,9 @@ std::vector<int64_t> decoder_prompt(const std::vector<int64_t>& src);
 // The position IDs greedy decoding feeds for one example with task IDs: the prompt's (src_pos),
 // then one per generated token, n_generated of them: tgt_pos's, and past its end the last ID of
 // tgt_pos repeated (a token past the reference answer makes the answer wrong whatever its ID).
-// |src_pos| + n_generated IDs; DataError when the example has no IDs.
-std::vector<int64_t> decoder_position_ids(const Example& ex, int64_t n_generated);
+// |src_pos| + n_generated IDs; DataError when the example has no IDs. level 2: the same from the
+// second ID level (src_pos2, tgt_pos2; DataError when the example has none).
+std::vector<int64_t> decoder_position_ids(const Example& ex, int64_t n_generated, int level = 1);
 
 // Language-model batch: all windows have the same length L; target = next token.
 struct LmBatch {

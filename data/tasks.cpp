@@ -7,6 +7,7 @@
 #include "data/error.h"
 #include "data/arithmetic_tasks.h"
 #include "data/literature_tasks.h"
+#include "data/multi_addition.h"
 
 namespace pelab::data {
 
@@ -82,12 +83,14 @@ int64_t Task::top_position(const Example& ex) const {
   int64_t top = 0;
   for (int64_t v : ex.src_pos) top = std::max(top, v);
   for (int64_t v : ex.tgt_pos) top = std::max(top, v);
+  for (int64_t v : ex.src_pos2) top = std::max(top, v);
+  for (int64_t v : ex.tgt_pos2) top = std::max(top, v);
   return top;
 }
 
 void Task::shift_positions(Example& ex, int64_t offset) const {
   PELAB_DATA_CHECK(offset >= 0, "task '", name(), "': position offset ", offset, " must be >= 0");
-  for (auto* ids : {&ex.src_pos, &ex.tgt_pos})
+  for (auto* ids : {&ex.src_pos, &ex.tgt_pos, &ex.src_pos2, &ex.tgt_pos2})
     for (int64_t& v : *ids)
       if (v >= 1) v += offset;
 }
@@ -225,7 +228,8 @@ std::map<std::string, TaskFactory>& registry() {
       {"addition", make_plain<AdditionTask>},
       {"count", make_plain<CountTask>},
   };
-  static const bool literature = (add_literature_tasks(r), add_arithmetic_tasks(r), true);
+  static const bool literature = (add_literature_tasks(r), add_arithmetic_tasks(r),
+                                     add_multi_addition_task(r), true);
   (void)literature;
   return r;
 }
@@ -248,7 +252,7 @@ namespace {
 std::string join_tasks_with_positions() {
   std::string out;
   for (const auto& n : arithmetic_task_names()) out += (out.empty() ? "" : ", ") + n;
-  return out;
+  return out + ", " + kMultiAdditionTask;
 }
 }  // namespace
 
@@ -271,7 +275,18 @@ std::unique_ptr<Task> make_task(const TaskSpec& spec) {
   PELAB_DATA_CHECK(spec.index_hints >= 0 && spec.index_hints <= kMaxIndexHints, "task '",
                    spec.name, "': index_hints = ", spec.index_hints, " must be in [0, ",
                    kMaxIndexHints, "]");
+  PELAB_DATA_CHECK(spec.train_min_operands >= 1 &&
+                       spec.train_max_operands >= spec.train_min_operands,
+                   "task '", spec.name, "': train_min_operands = ", spec.train_min_operands,
+                   " and train_max_operands = ", spec.train_max_operands,
+                   " must satisfy 1 <= min <= max");
+  for (int64_t m : spec.test_operands)
+    PELAB_DATA_CHECK(m >= 1, "task '", spec.name, "': test_operands entry ", m, " must be >= 1");
   std::unique_ptr<Task> task = it->second(spec);
+  if (!task->takes_operand_counts() &&
+      (spec.train_min_operands != 2 || spec.train_max_operands != 2 || !spec.test_operands.empty()))
+    data_fail("task '", spec.name, "' takes no operand count (task.train_min_operands, "
+              "train_max_operands and test_operands are for ", kMultiAdditionTask, ")");
   if (spec.position_ids != "sequential" && !task->provides_position_ids())
     data_fail("task '", spec.name, "' defines no ", spec.position_ids,
               " position IDs (tasks with them: ", join_tasks_with_positions(), ")");

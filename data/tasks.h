@@ -18,13 +18,17 @@ namespace pelab::data {
 // Task position IDs (task.position_ids coupled|abacus; decoder-only layout, docs/tasks.md): src_pos
 // holds one ID per prompt token [bos, src..., sep] (|src| + 2), tgt_pos one per target token as
 // the decoder is fed it (|tgt|; the final eos is a target only). Both empty = the default
-// positions 0..L-1.
+// positions 0..L-1. A task with two-level IDs (multi_addition: digit and operand) gives the second
+// level in src_pos2 / tgt_pos2, laid out as src_pos / tgt_pos; empty = one ID per token.
 struct Example {
   std::vector<int64_t> src, tgt;
   std::vector<int64_t> src_pos, tgt_pos;
+  std::vector<int64_t> src_pos2 = {}, tgt_pos2 = {};  // (initialized: aggregates may omit them)
   bool has_positions() const { return !src_pos.empty(); }
+  bool has_second_positions() const { return !src_pos2.empty(); }
   bool operator==(const Example& o) const {
-    return src == o.src && tgt == o.tgt && src_pos == o.src_pos && tgt_pos == o.tgt_pos;
+    return src == o.src && tgt == o.tgt && src_pos == o.src_pos && tgt_pos == o.tgt_pos &&
+           src_pos2 == o.src_pos2 && tgt_pos2 == o.tgt_pos2;
   }
   bool operator!=(const Example& o) const { return !(*this == o); }
 };
@@ -55,6 +59,11 @@ struct TaskSpec {
   // Index hints (Zhou et al. 2024): 0 = off, else the number of hint tokens h1..hN (tasks with
   // provides_index_hints() only), at most kMaxIndexHints.
   int64_t index_hints = 0;
+  // Operand counts (multi_addition only; other tasks take none): training counts are drawn
+  // uniformly from [train_min_operands, train_max_operands]; test_operands lists the counts of the
+  // test splits (empty: the training range). The task's bounds (max_source_len, ...) cover both.
+  int64_t train_min_operands = 2, train_max_operands = 2;
+  std::vector<int64_t> test_operands;
 };
 
 // The most index hints a task takes: each is a vocabulary token, built whenever a config is
@@ -116,14 +125,19 @@ class Task {
   // ---- task position IDs and index hints (docs/tasks.md, "Position IDs from the task")
   // Whether the task defines coupled / abacus IDs, index hints.
   virtual bool provides_position_ids() const { return false; }
+  // ID channels of an example under this spec: 2 when it has two-level IDs (Example::src_pos2),
+  // 1 otherwise; the model must take that many (models/pe/pe.h, PEScheme::position_channels).
+  virtual int64_t position_channels() const { return 1; }
+  // Whether the task takes an operand count (TaskSpec's train/test operands).
+  virtual bool takes_operand_counts() const { return false; }
   virtual bool provides_index_hints() const { return false; }
   // The largest position ID or hint index an example of this length has without an offset
   // (0 when it has neither).
   virtual int64_t max_position_id(int64_t /*length*/) const { return 0; }
-  // The largest position ID or hint index of ex (0 when it has neither).
+  // The largest position ID (either level) or hint index of ex (0 when it has neither).
   virtual int64_t top_position(const Example& ex) const;
-  // Training-time offset: adds `offset` to every ID >= 1 of ex (ID 0 marks tokens without a
-  // position: bos, and abacus's non-digits) and to every index hint. DataError when a hint would
+  // Training-time offset: adds `offset` to every ID >= 1 of ex, both levels (ID 0 marks tokens
+  // without a position: bos, and abacus's non-digits) and to every index hint. DataError when a hint would
   // leave h1..hN.
   virtual void shift_positions(Example& ex, int64_t offset) const;
 

@@ -292,7 +292,7 @@ TEST(TaskPositions, TasksWithoutIdsRefuseThem) {
     FAIL() << "copy accepted coupled IDs";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("task 'copy' defines no coupled position IDs (tasks "
-                                         "with them: addition_reversed, multiplication)"),
+                                         "with them: addition_reversed, multiplication, multi_addition)"),
               std::string::npos)
         << e.what();
   }
@@ -347,7 +347,7 @@ TEST(TaskPositions, ConfigRules) {
       "task:\n  name: copy\n  formulation: decoder\n  position_ids: coupled\nmodel:\n  arch: "
       "decoder\n");
   EXPECT_TRUE(has(e, "task 'copy' defines no coupled position IDs (tasks with them: "
-                     "addition_reversed, multiplication)")) << e;
+                     "addition_reversed, multiplication, multi_addition)")) << e;
   e = config_error("task:\n  name: lm\n  formulation: decoder\n  index_hints: 8\nmodel:\n  arch: "
                    "decoder\n");
   EXPECT_TRUE(has(e, "task.index_hints needs a synthetic task that defines them")) << e;

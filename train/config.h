@@ -42,6 +42,11 @@ struct TaskConfig {
   int train_min_len = 1;
   int train_max_len = 16;
   std::vector<int> test_lengths = {8, 16, 24, 32};
+  // multi_addition's operand counts (docs/tasks.md): training range, test counts ([] = the
+  // training range, one len_L split per length; else one len_L_ops_M split per length and count).
+  int train_min_operands = 2;
+  int train_max_operands = 2;
+  std::vector<int> test_operands;
   int64_t train_examples = 0;  // 0 = sample fresh examples every batch
   int num_eval_examples = 200;
   std::string train_file;

@@ -38,6 +38,9 @@ data::TaskSpec task_spec(const Config& c) {
   spec.train_max_len = c.task.train_max_len;
   spec.position_ids = c.task.position_ids;
   spec.index_hints = c.task.index_hints;
+  spec.train_min_operands = c.task.train_min_operands;
+  spec.train_max_operands = c.task.train_max_operands;
+  spec.test_operands.assign(c.task.test_operands.begin(), c.task.test_operands.end());
   return spec;
 }
 
@@ -256,6 +259,50 @@ std::vector<Rule> build_rules() {
                        "them: turn one off (random offsets of the task IDs: task.max_position_id)",
                    {"task.position_ids", "pe.randomized_positions"}};
          return {};
+       }},
+      {"task.train_min_operands / train_max_operands / test_operands are multi_addition's "
+       "(1 <= min <= max); a task with two-level position IDs (multi_addition, coupled) needs a "
+       "pe.scheme with a second ID channel",
+       [](const Config& c) -> Violation {
+         const bool counts = c.task.train_min_operands != 2 || c.task.train_max_operands != 2 ||
+                             !c.task.test_operands.empty();
+         const std::vector<std::string> ckeys = {"task.train_min_operands",
+                                                 "task.train_max_operands", "task.test_operands",
+                                                 "task.name"};
+         if (c.task.name == "lm" || c.task.name == "textfile") {
+           if (!counts) return {};
+           return {"task " + c.task.name + " takes no operand count (task.train_min_operands, "
+                       "train_max_operands and test_operands are for multi_addition)",
+                   ckeys};
+         }
+         std::unique_ptr<data::Task> task;
+         try {
+           task = data::make_task(task_spec(c));
+         } catch (const data::DataError& e) {
+           const std::string what = e.what();
+           if (what.find("operand") == std::string::npos) return {};  // the other rules
+           return {what, ckeys};
+         }
+         int64_t levels = 1;
+         try {
+           levels = models::pe_position_channels(c.model.pe);
+         } catch (const Error&) {
+           return {};  // unknown scheme: pe.scheme's own check reports it
+         }
+         if (task->position_channels() <= levels) return {};
+         std::string able;
+         for (const auto& n : models::pe_names()) {
+           models::PEConfig p;
+           p.scheme = n;
+           if (models::pe_position_channels(p) >= task->position_channels())
+             able += (able.empty() ? "" : ", ") + n;
+         }
+         return {"pe.scheme " + c.model.pe.scheme + " takes one position ID level; task " +
+                     c.task.name + " with task.position_ids " + c.task.position_ids + " gives " +
+                     std::to_string(task->position_channels()) +
+                     " (docs/tasks.md): use a scheme with a second ID channel (" + able +
+                     ") or task.position_ids sequential",
+                 {"pe.scheme", "task.position_ids", "task.name"}};
        }},
       {"task.max_position_id > 0 needs task position IDs or index hints and must be >= the largest "
        "ID (or hint index) of a training example at task.train_max_len; task.index_hints must be "

@@ -138,6 +138,15 @@ std::vector<Entry> build_entries() {
   task("train_max_len", &TaskConfig::train_max_len, "[1, inf)", "longest training input length");
   task("test_lengths", &TaskConfig::test_lengths, "[1, inf)",
        "input lengths evaluated after training (length generalisation)");
+  task("train_min_operands", &TaskConfig::train_min_operands, "[1, inf)",
+       "multi_addition: fewest operands of a training example (the count is uniform in "
+       "[train_min_operands, train_max_operands]); other tasks take no count (leave 2)");
+  task("train_max_operands", &TaskConfig::train_max_operands, "[1, inf)",
+       "multi_addition: most operands of a training example (and of the validation split)");
+  task("test_operands", &TaskConfig::test_operands, "[1, inf)",
+       "multi_addition: operand counts of the test splits: one split len_L_ops_M per "
+       "task.test_lengths entry L and count M (L digits per operand, M operands); [] = len_L "
+       "splits with the training counts");
   task("train_examples", &TaskConfig::train_examples, "[0, inf)",
        "size of a fixed training set; 0 = sample fresh examples for every batch");
   task("num_eval_examples", &TaskConfig::num_eval_examples, "[1, inf)",
@@ -164,9 +173,10 @@ std::vector<Entry> build_entries() {
   task("corpus", &TaskConfig::corpus, "",
        "lm: path of the text corpus; \"\" = the Debian fortunes corpus");
   task("position_ids", &TaskConfig::position_ids, "sequential|coupled|abacus",
-       "position IDs from the task (addition_reversed, multiplication; decoder formulation): "
-       "`sequential` = none (the model's 0..L-1); `coupled` = digits of the same significance "
-       "share one ID (Cho et al. 2024); `abacus` = each digit's significance within its own "
+       "position IDs from the task (addition_reversed, multiplication, multi_addition; decoder "
+       "formulation): `sequential` = none (the model's 0..L-1); `coupled` = digits of the same "
+       "significance share one ID (Cho et al. 2024; multi_addition: two-level IDs, digit and "
+       "operand, Cho et al. 2025, which need a scheme with a second ID channel); `abacus` = each digit's significance within its own "
        "number, other tokens 0 (McLeish et al. 2024). Definitions: docs/tasks.md");
   task("max_position_id", &TaskConfig::max_position_id, "[0, inf)",
        "training-time random offset of the task's position IDs and index hints: each training "

@@ -63,6 +63,8 @@ int64_t positions_needed(const EvalSet& set, bool decoder) {
     if (ex.has_positions()) {  // the task's IDs index the positions: the largest + 1
       for (int64_t v : ex.src_pos) need = std::max(need, v + 1);
       for (int64_t v : ex.tgt_pos) need = std::max(need, v + 1);
+      for (int64_t v : ex.src_pos2) need = std::max(need, v + 1);
+      for (int64_t v : ex.tgt_pos2) need = std::max(need, v + 1);
       continue;
     }
     const int64_t s = static_cast<int64_t>(ex.src.size()), t = static_cast<int64_t>(ex.tgt.size());
@@ -193,7 +195,12 @@ bool SetEvaluation::run_batch(const std::vector<size_t>& rows) {
   int64_t longest_src = 0;
   for (const auto& ex : batch)
     longest_src = std::max<int64_t>(longest_src, static_cast<int64_t>(ex.src.size()));
-  const int64_t budget = decode_budget(cfg_, set_.length > 0 ? set_.length : longest_src);
+  int64_t budget = decode_budget(cfg_, set_.length > 0 ? set_.length : longest_src);
+  // The default budget never cuts off a reference answer and its eos (multi_addition's
+  // scratchpad is longer than 2 * length + 8); decoding stops at eos all the same.
+  if (cfg_.eval.max_decode_len <= 0)
+    for (const auto& ex : batch)
+      budget = std::max<int64_t>(budget, static_cast<int64_t>(ex.tgt.size()) + 1);
   const models::GreedyResult g =
       data_.is_decoder() ? decoder_batch(batch, budget) : seq2seq_batch(batch, budget);
   if (!opt_.decode) return true;
@@ -232,7 +239,7 @@ models::GreedyResult SetEvaluation::decoder_batch(const std::vector<data::Exampl
   models::Positions task_pos;  // the task's IDs (one row per example), if it gives them
   const bool task_ids = !b.pos.empty();
   if (task_ids) {
-    task_pos = models::Positions(b.B, b.L, b.pos);
+    task_pos = models::Positions(b.B, b.L, b.pos, b.pos2);
     pos = &task_pos;
   }
   Tensor logits = model_.forward_decoder(ids_tensor(b.input, b.B, b.L, dev_),
@@ -254,14 +261,19 @@ models::GreedyResult SetEvaluation::decoder_batch(const std::vector<data::Exampl
   if (task_ids) {
     // Row i: its prompt's IDs, then the task's ID of every token it may generate.
     const int64_t cols = longest_prompt + budget;
-    std::vector<int64_t> ids;
+    // (and of the second ID level, where the task has one)
+    std::vector<int64_t> ids, ids2;
     ids.reserve(static_cast<size_t>(b.B * cols));
     for (size_t i = 0; i < batch.size(); ++i) {
-      const std::vector<int64_t> row = data::decoder_position_ids(
-          batch[i], cols - static_cast<int64_t>(prompts[i].size()));
+      const int64_t n = cols - static_cast<int64_t>(prompts[i].size());
+      const std::vector<int64_t> row = data::decoder_position_ids(batch[i], n);
       ids.insert(ids.end(), row.begin(), row.end());
+      if (!b.pos2.empty()) {
+        const std::vector<int64_t> row2 = data::decoder_position_ids(batch[i], n, 2);
+        ids2.insert(ids2.end(), row2.begin(), row2.end());
+      }
     }
-    gp.tgt = models::Positions(b.B, cols, std::move(ids));
+    gp.tgt = models::Positions(b.B, cols, std::move(ids), std::move(ids2));
   }
   return models::greedy_decode(model_, prompts, budget, opt_.use_cache, {},
                                rgen || task_ids ? &gp : nullptr, opt_.stop);

@@ -113,7 +113,8 @@ int64_t positions_needed(const EvalSet& set, bool decoder);
 std::vector<int64_t> random_positions(Generator& gen, int64_t L, int64_t max_position);
 
 // The greedy-decoding budget for sources of task length `length` (longest source |src| when 0):
-// eval.max_decode_len, or 2 * length + 8.
+// eval.max_decode_len, or 2 * length + 8 (evaluation raises the latter to the reference answer's
+// length + 1 where that is longer).
 int64_t decode_budget(const Config& cfg, int64_t length);
 
 // Writes results as eval.json ({"step": N, "checkpoint": ..., "convergence": ..., "results":

@@ -1,6 +1,8 @@
 // pelab — Config -> models::ModelConfig (see model_from_config.h).
 #include "train/model_from_config.h"
 
+#include "data/tasks.h"
+
 namespace pelab {
 
 models::ModelConfig to_model_config(const Config& cfg, int64_t vocab, int64_t train_positions) {
@@ -8,6 +10,9 @@ models::ModelConfig to_model_config(const Config& cfg, int64_t vocab, int64_t tr
   out.vocab = vocab;
   out.seed = static_cast<uint64_t>(cfg.train.seed);
   out.pe.train_positions = train_positions;
+  // The task's position ID levels (two for multi_addition's coupled IDs); lm/textfile have one.
+  if (cfg.task.position_ids != "sequential" && cfg.task.name != "lm" && cfg.task.name != "textfile")
+    out.pe.position_channels = data::make_task(task_spec(cfg))->position_channels();
   return out;
 }
 

@@ -8,7 +8,8 @@
 
 namespace pelab {
 
-// cfg.model with vocab, seed = train.seed and pe.train_positions = train_positions (the longest
+// cfg.model with vocab, seed = train.seed, pe.position_channels = the task's position ID levels
+// and pe.train_positions = train_positions (the longest
 // training sequence in tokens, see TaskData::train_positions(); RoPE uses it when
 // pe.rope_train_length is 0).
 models::ModelConfig to_model_config(const Config& cfg, int64_t vocab, int64_t train_positions);

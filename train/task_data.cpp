@@ -185,7 +185,7 @@ void TaskData::load_text_files(const std::vector<std::string>& vocab_tokens,
 
 // A synthetic task: its vocabulary (the checkpoint's must equal it), the fixed training set when
 // task.train_examples > 0, the validation split at the training lengths and a test split per
-// task.test_lengths.
+// task.test_lengths (and task.test_operands count, for multi_addition).
 void TaskData::make_task_splits(const std::vector<std::string>& vocab_tokens) {
   const TaskConfig& t = cfg_.task;
   const uint64_t seed = static_cast<uint64_t>(t.seed);
@@ -212,6 +212,7 @@ void TaskData::make_task_splits(const std::vector<std::string>& vocab_tokens) {
     valid_.example_lengths.push_back(
         task_->length_at(valid_seed, k, t.train_min_len, t.train_max_len));
   for (int L : t.test_lengths) {
+    if (!t.test_operands.empty()) continue;
     EvalSet s;
     s.name = "len_" + std::to_string(L);
     s.length = L;
@@ -219,6 +220,20 @@ void TaskData::make_task_splits(const std::vector<std::string>& vocab_tokens) {
                                    L, L);
     tests_.push_back(std::move(s));
   }
+  // Two-axis splits (multi_addition: digits x operand count). Length 0: a split of two sizes
+  // has no one task length, so reports name its column by the split.
+  for (int L : t.test_lengths)
+    for (int M : t.test_operands) {
+      data::TaskSpec spec = task_spec(cfg_);
+      spec.train_min_operands = spec.train_max_operands = M;
+      spec.test_operands.clear();
+      const std::unique_ptr<data::Task> task = data::make_task(spec);
+      EvalSet s;
+      s.name = "len_" + std::to_string(L) + "_ops_" + std::to_string(M);
+      s.examples = task->make_split(data::derive_seed(seed, "test_" + s.name.substr(4)), n_eval,
+                                    L, L);
+      tests_.push_back(std::move(s));
+    }
 }
 
 // The training stream (the fixed set reshuffled every epoch, or fresh task examples) and what the

@@ -486,7 +486,7 @@ Tensor Trainer::micro_loss(int64_t j, int64_t& tokens) {
     data::DecoderBatch b = data::make_decoder_batch(batch);
     models::Positions pos;
     if (rp) pos = positions_for(b.L);
-    if (!b.pos.empty()) pos = models::Positions(b.B, b.L, b.pos);  // the task's IDs, offset
+    if (!b.pos.empty()) pos = models::Positions(b.B, b.L, b.pos, b.pos2);  // the task's IDs, offset
     const bool explicit_pos = rp || !b.pos.empty();
     Tensor logits = model_->forward_decoder(ids_tensor(b.input, b.B, b.L, dev),
                                             mask_tensor(b.mask, b.B, b.L, dev),

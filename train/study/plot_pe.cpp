@@ -36,6 +36,14 @@ namespace pelab {
 
 namespace {
 
+// The task's IDs of one example's prompt and n generated tokens, both levels where it has two.
+models::Positions example_task_positions(const data::Example& ex, int64_t n) {
+  std::vector<int64_t> ids = data::decoder_position_ids(ex, n), ids2;
+  if (ex.has_second_positions()) ids2 = data::decoder_position_ids(ex, n, 2);
+  const int64_t len = static_cast<int64_t>(ids.size());
+  return models::Positions(1, len, std::move(ids), std::move(ids2));
+}
+
 using models::AttnKind;
 using models::AttnSite;
 using models::PositionalEncoding;
@@ -646,7 +654,7 @@ void decoder_attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm,
     models::GreedyPositions gp;
     if (in.task_ex) {
       budget = static_cast<int64_t>(in.task_ex->tgt.size()) + 1;  // the answer and its eos
-      gp.tgt = models::Positions(data::decoder_position_ids(*in.task_ex, budget));
+      gp.tgt = example_task_positions(*in.task_ex, budget);
     }
     models::GreedyResult g = models::greedy_decode(model, {seq}, budget, true, {},
                                                    in.task_ex ? &gp : nullptr);
@@ -663,10 +671,8 @@ void decoder_attention_maps(Plotter& p, const Config& cfg, LoadedModel& lm,
   {
     models::Positions pos;
     if (in.task_ex) {
-      std::vector<int64_t> ids = data::decoder_position_ids(
-          *in.task_ex,
-          static_cast<int64_t>(seq.size()) - static_cast<int64_t>(in.task_ex->src_pos.size()));
-      pos = models::Positions(std::move(ids));
+      pos = example_task_positions(*in.task_ex, static_cast<int64_t>(seq.size()) -
+                                                    static_cast<int64_t>(in.task_ex->src_pos.size()));
     }
     const Device dev = model.parameters().front().device();
     (void)model.forward_decoder(ids_tensor(seq, 1, static_cast<int64_t>(seq.size()), dev), Tensor(),
