@@ -335,3 +335,21 @@ TEST(MultiAddition, TwoLevelModelTrainsAndDecodes) {
     fs::remove_all(dir);
   }
 }
+
+// The operand keys came after run records were published: at their defaults the resolved config
+// (and so every older run's config digest) does not list them; set, it does. Without
+// omitted_at_default every published record's digest would no longer match its config.yaml.
+TEST(MultiAddition, OperandKeysStayOutOfOtherRunsResolvedConfigs) {
+  const pelab::Config plain = pelab::load_config_string(
+      "task:\n  name: addition_reversed\n  formulation: decoder\nmodel:\n  arch: decoder\n",
+      "c.yaml");
+  const std::string y = pelab::config_to_yaml(plain);
+  EXPECT_EQ(y.find("operands"), std::string::npos) << y;
+  const pelab::Config multi =
+      pelab::load_config_string(std::string(kMulti) + "pe:\n  scheme: shaw\n", "c.yaml");
+  const std::string m = pelab::config_to_yaml(multi);
+  EXPECT_NE(m.find("train_max_operands: 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("test_operands: [3, 6]"), std::string::npos) << m;
+  EXPECT_EQ(m.find("train_min_operands"), std::string::npos) << m;  // 2, the default
+  EXPECT_EQ(pelab::load_config_string(m, "r.yaml").task.test_operands, multi.task.test_operands);
+}

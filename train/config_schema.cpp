@@ -141,12 +141,15 @@ std::vector<Entry> build_entries() {
   task("train_min_operands", &TaskConfig::train_min_operands, "[1, inf)",
        "multi_addition: fewest operands of a training example (the count is uniform in "
        "[train_min_operands, train_max_operands]); other tasks take no count (leave 2)");
+  v.back().key.omitted_at_default = true;  // added after records were published
   task("train_max_operands", &TaskConfig::train_max_operands, "[1, inf)",
        "multi_addition: most operands of a training example (and of the validation split)");
+  v.back().key.omitted_at_default = true;
   task("test_operands", &TaskConfig::test_operands, "[1, inf)",
        "multi_addition: operand counts of the test splits: one split len_L_ops_M per "
        "task.test_lengths entry L and count M (L digits per operand, M operands); [] = len_L "
        "splits with the training counts");
+  v.back().key.omitted_at_default = true;
   task("train_examples", &TaskConfig::train_examples, "[0, inf)",
        "size of a fixed training set; 0 = sample fresh examples for every batch");
   task("num_eval_examples", &TaskConfig::num_eval_examples, "[1, inf)",
