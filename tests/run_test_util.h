@@ -1,7 +1,8 @@
 // pelab — helpers of the tests that train tiny runs in process (test_trainer.cpp,
 // test_stop_when.cpp, test_stop_when_per_length.cpp, test_valid_positions.cpp,
-// test_input_limits.cpp, test_run_faults.cpp): a run config from a fixture's settings, and
-// training options that print nothing.
+// test_input_limits.cpp, test_run_faults.cpp, test_task_positions.cpp, test_multi_addition.cpp):
+// a run config from a fixture's settings, training options that print nothing, a config's load
+// error.
 #pragma once
 
 #include <filesystem>
@@ -22,6 +23,21 @@ inline Config tiny_run_config(std::vector<std::string> base, const std::filesyst
   base.push_back("train.run_name=" + name);
   base.insert(base.end(), extra.begin(), extra.end());
   return load_config_string("", "<test>", base);
+}
+
+// The message of the ConfigError that loading `yaml` throws, or "" when it loads.
+inline std::string config_error(const std::string& yaml) {
+  try {
+    load_config_string(yaml, "c.yaml");
+    return "";
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+}
+
+// Whether `s` contains `part`.
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
 }
 
 // Training options without progress output.

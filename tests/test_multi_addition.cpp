@@ -204,17 +204,8 @@ TEST(MultiAddition, SecondLevelThroughBatchAndPositions) {
 
 namespace {
 
-// The error of loading `yaml` as a config, "" when it loads.
-std::string config_error(const std::string& yaml) {
-  try {
-    pelab::load_config_string(yaml, "c.yaml");
-    return "";
-  } catch (const pelab::ConfigError& e) {
-    return e.what();
-  }
-}
-
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using pelab::testing::config_error;
+constexpr auto& has = pelab::testing::contains;
 
 const char* kMulti =
     "task:\n  name: multi_addition\n  formulation: decoder\n  position_ids: coupled\n"

@@ -318,17 +318,8 @@ TEST(TaskPositions, DecoderBatchCarriesIds) {
 
 namespace {
 
-// The ConfigError of loading `yaml`, or "" when it loads.
-std::string config_error(const std::string& yaml) {
-  try {
-    pelab::load_config_string(yaml, "c.yaml");
-  } catch (const pelab::ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using pelab::testing::config_error;
+constexpr auto& has = pelab::testing::contains;
 
 const char* kCoupled =
     "task:\n  name: addition_reversed\n  formulation: decoder\n  position_ids: coupled\n"
