@@ -320,6 +320,9 @@ const AllowedName kAllowedNames[] = {
      "bench_torch.py sets the same value)"},
     {"bench/bench_cuda.cpp", "max_positions", "",
      "the CUDA bench sizes a learned table to its length (the other schemes ignore the key)"},
+    {"bench/peer_position_coupling.py", "learned", "abs_learned",
+     "the name of the authors' own variant (their position_encoding_type abs_learned) in the peer "
+     "script that runs their code, not pelab's pe.scheme"},
     {"tools/torch_reference.py", "", "",
      "the independent PyTorch reference: one class per scheme reading its keys, by design "
      "(Golden.* and BenchTorchSchemes.* hold it to the registry)"},
