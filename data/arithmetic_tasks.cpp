@@ -25,10 +25,7 @@ size_t sz(int64_t v) { return static_cast<size_t>(v); }
 class ArithmeticTask : public Task {
  public:
   ArithmeticTask(const TaskSpec& spec, const std::string& op) : Task(spec) {
-    PELAB_DATA_CHECK(spec.num_symbols >= 2 && spec.num_symbols <= 10, "task '", spec.name,
-                     "': num_symbols (the number base) = ", spec.num_symbols,
-                     " must be in [2, 10]");
-    for (int64_t i = 0; i < spec.num_symbols; ++i) vocab_.add(std::to_string(i));
+    add_digits();
     op_ = vocab_.add(op);
     for (int64_t v = 1; v <= spec.index_hints; ++v) {
       const int64_t id = vocab_.add("h" + std::to_string(v));

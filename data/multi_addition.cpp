@@ -26,13 +26,10 @@ size_t sz(int64_t v) { return static_cast<size_t>(v); }
 class MultiAdditionTask : public Task {
  public:
   explicit MultiAdditionTask(const TaskSpec& spec) : Task(spec) {
-    PELAB_DATA_CHECK(spec.num_symbols >= 2 && spec.num_symbols <= 10, "task '", spec.name,
-                     "': num_symbols (the number base) = ", spec.num_symbols,
-                     " must be in [2, 10]");
+    add_digits();
     PELAB_DATA_CHECK(spec.position_ids != "abacus", "task '", spec.name,
                      "' defines no abacus position IDs (only coupled: two-level digit and "
                      "operand IDs)");
-    for (int64_t i = 0; i < spec.num_symbols; ++i) vocab_.add(std::to_string(i));
     plus_ = vocab_.add("+");
     next_ = vocab_.add(">");
     max_operands_ = spec.train_max_operands;

@@ -59,6 +59,12 @@ Example Task::example_of_length(uint64_t seed, int64_t k, int64_t length, int64_
 
 std::vector<DataChange> Task::data_changes(bool /*one_length_batches*/) const { return {}; }
 
+void Task::add_digits() {
+  PELAB_DATA_CHECK(spec_.num_symbols >= 2 && spec_.num_symbols <= 10, "task '", spec_.name,
+                   "': num_symbols (the number base) = ", spec_.num_symbols, " must be in [2, 10]");
+  for (int64_t i = 0; i < spec_.num_symbols; ++i) vocab_.add(std::to_string(i));
+}
+
 int Task::data_revision(bool one_length_batches) const {
   return 1 + static_cast<int>(data_changes(one_length_batches).size());
 }
@@ -153,10 +159,7 @@ class SymbolTask : public Task {
 class AdditionTask : public Task {
  public:
   explicit AdditionTask(const TaskSpec& spec) : Task(spec) {
-    PELAB_DATA_CHECK(spec.num_symbols >= 2 && spec.num_symbols <= 10, "task '", spec.name,
-                     "': num_symbols (the number base) = ", spec.num_symbols,
-                     " must be in [2, 10]");
-    for (int64_t i = 0; i < spec.num_symbols; ++i) vocab_.add(std::to_string(i));
+    add_digits();
     plus_ = vocab_.add("+");
   }
   Example sample(Rng& rng, int64_t length) const override {

@@ -142,6 +142,9 @@ class Task {
   virtual void shift_positions(Example& ex, int64_t offset) const;
 
  protected:
+  // The digits 0..B-1 of a number task in base B = num_symbols, added to the vocabulary (the
+  // arithmetic tasks' first symbols); DataError unless B is in [2, 10].
+  void add_digits();
   // Draws example k's length from rng (example_at and length_at); DataError on a bad k or range.
   int64_t draw_length(Rng& rng, int64_t k, int64_t min_len, int64_t max_len) const;
   TaskSpec spec_;

@@ -188,6 +188,13 @@ TEST(DataTasks, RegistryAndValidation) {
   expect_data_error([] { make_task(spec("reverse", 5, 4)); }, {"reverse", "train_max_len"});
   expect_data_error([] { make_task(spec("sort", 1, 4, 0)); }, {"sort", "num_symbols"});
   expect_data_error([] { make_task(spec("addition", 1, 4, 11)); }, {"addition", "num_symbols"});
+  // Every number task checks its base in one place (Task::add_digits): 1 and 11 are refused.
+  for (const char* n : {"addition", "addition_reversed", "multiplication", "multi_addition"})
+    for (int64_t base : {1, 11})
+      expect_data_error([&] { make_task(spec(n, 1, 4, base)); },
+                        {std::string("task '") + n + "'",
+                         "num_symbols (the number base) = " + std::to_string(base) +
+                             " must be in [2, 10]"});
   auto t = make_task(spec("copy"));
   expect_data_error([&] { t->make_split(1, 3, 0, 2); }, {"copy", "length"});
   EXPECT_EQ(t->vocab().size(), 15);
