@@ -97,6 +97,22 @@ TEST(SectionSchema, SuiteKeysNameFileAndLine) {
                   "suite.out: expected a string, got a mapping");
 }
 
+// A list entry of compare.schemes, compare.variants or suite.tasks without a name, or with a name
+// that is not one value: one line at the entry's file:line.
+TEST(SectionSchema, ListEntriesNeedANameAtTheirLine) {
+  expect_one_line(compare_error("    - {set: {pe.scheme: rope}}\n"), "c.yaml:13: ",
+                  "compare.schemes[2] needs a name");
+  expect_one_line(compare_error("    - {name: [a, b]}\n"), "c.yaml:13: ",
+                  "compare.schemes[2] needs a name");
+  expect_one_line(compare_error("  variants:\n    - {set: {eval.batch_size: 2}}\n"), "c.yaml:14: ",
+                  "compare.variants[0] needs a name");
+  const std::string e = config_error([&] {
+    (void)load_suite_string(compare_yaml("suite:\n  tasks:\n    - reverse\n    - {set: {}}\n"),
+                            "s.yaml");
+  });
+  expect_one_line(e, "s.yaml:16: ", "suite.tasks[1] needs a name");
+}
+
 TEST(SectionSchema, LiteratureKeysNameFileAndLine) {
   auto load = [](const std::string& lit) { return compare_error("literature:\n" + lit); };
   const std::string head = "  - paper: P\n    setting: S\n    figure: F\n";

@@ -264,10 +264,11 @@ std::vector<std::string> merge_out_problems(const std::vector<std::string>& dirs
 std::vector<std::string> parse_config_set_map(const YAML::Node& n, const std::string& source,
                                               const std::string& what);
 bool safe_run_name(const std::string& s);
-// The keys of a list entry ({name, set, ...}): each one of `valid`, else one line naming
-// FILE:LINE, `what` ("suite.tasks[2]"), the key and the nearest valid one.
-void check_entry_keys(const YAML::Node& e, const std::vector<std::string>& valid,
-                      const std::string& what, const std::string& source);
+// The name of a list entry ({name, set, ...}), after checking its keys: each one of `valid`, else
+// one line naming FILE:LINE, `what` ("suite.tasks[2]"), the key and the nearest valid one; a
+// missing or non-scalar name is "WHAT needs a name" at the entry's FILE:LINE.
+std::string entry_name(const YAML::Node& e, const std::vector<std::string>& valid,
+                       const std::string& what, const std::string& source);
 
 // The `compare:` section's keys for docs/config.md (`pelab config-reference`), as compare_spec.cpp
 // declares and reads them (train/config_schema.h).

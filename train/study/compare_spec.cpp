@@ -177,10 +177,7 @@ void add_scheme(CompareSpec& spec, const YAML::Node& e, size_t i, const std::str
       s.name = e.Scalar();
       s.sets.push_back("pe.scheme=" + s.name);
     } else if (e.IsMap()) {
-      check_entry_keys(e, {"name", "set", "expect", "why"}, what, source);
-      if (!e["name"] || !e["name"].IsScalar())
-        fail_at(yaml_where(source, e), what + " needs a name");
-      s.name = e["name"].Scalar();
+      s.name = entry_name(e, {"name", "set", "expect", "why"}, what, source);
       s.sets = parse_set_map(e["set"], source, what);
       if (e["expect"]) {
         const std::string x = value_text(e["expect"]);
@@ -239,10 +236,7 @@ void add_variant(CompareSpec& spec, const YAML::Node& e, size_t i, const std::st
                     "); write {name: ..., set: {...}} for other eval-time variants");
       }
     } else if (e.IsMap()) {
-      check_entry_keys(e, {"name", "set", "schemes", "positions"}, what, source);
-      if (!e["name"] || !e["name"].IsScalar())
-        fail_at(yaml_where(source, e), what + " needs a name");
-      var.name = e["name"].Scalar();
+      var.name = entry_name(e, {"name", "set", "schemes", "positions"}, what, source);
       var.sets = parse_set_map(e["set"], source, what);
       if (e["positions"]) {
         var.positions = value_text(e["positions"]);
@@ -453,8 +447,8 @@ bool is_lm(const Config& c) { return c.task.name == "lm"; }
 
 // ---------------- shared with train/study/suite.cpp ----------------
 
-void check_entry_keys(const YAML::Node& e, const std::vector<std::string>& valid,
-                      const std::string& what, const std::string& source) {
+std::string entry_name(const YAML::Node& e, const std::vector<std::string>& valid,
+                       const std::string& what, const std::string& source) {
   for (auto f = e.begin(); f != e.end(); ++f) {
     const std::string k = f->first.IsScalar() ? f->first.Scalar() : value_text(f->first);
     if (std::find(valid.begin(), valid.end(), k) != valid.end()) continue;
@@ -463,6 +457,8 @@ void check_entry_keys(const YAML::Node& e, const std::vector<std::string>& valid
             what + ": unknown key '" + k + "'" + (near.empty() ? "" : "; did you mean '" + near + "'?") +
                 " (valid: " + join(valid, ", ") + ")");
   }
+  if (!e["name"] || !e["name"].IsScalar()) fail_at(yaml_where(source, e), what + " needs a name");
+  return e["name"].Scalar();
 }
 
 bool safe_run_name(const std::string& s) { return safe_name(s); }

@@ -71,9 +71,7 @@ SuiteTask read_suite_task(const YAML::Node& e, size_t i, const SuiteSpec& spec,
   if (e.IsScalar()) {
     t.name = e.Scalar();
   } else if (e.IsMap()) {
-    check_entry_keys(e, {"name", "set", "cannot_learn"}, what, source);
-    if (!e["name"] || !e["name"].IsScalar()) fail_at(t.where, what + " needs a name");
-    t.name = e["name"].Scalar();
+    t.name = entry_name(e, {"name", "set", "cannot_learn"}, what, source);
     t.sets = parse_config_set_map(e["set"], source, what);
     if (e["cannot_learn"]) cannot.emplace(e["cannot_learn"]);
   } else {
