@@ -240,6 +240,16 @@ def main(argv):
         out = os.path.abspath(a.out)
         if os.path.exists(out) and not os.path.isdir(out):
             raise Refused(f"--out {out} exists and is not a folder")
+        # No link under --out is followed: the clean-up of an interrupted run (rmtree) and the
+        # copies into raw/ would reach another folder or file through one.
+        runs_here = [f"{v}_seed{s}" for v in variants for s in seeds]
+        for p in [out, os.path.join(out, "work"), os.path.join(out, "raw")] + \
+                [os.path.join(out, "work", r) for r in runs_here] + \
+                [os.path.join(out, "raw", r, f) for r in runs_here
+                 for f in ("", "cfg.json", "performances_EVAL_last.json")]:
+            if os.path.islink(p.rstrip(os.sep)):
+                raise Refused(f"--out: {p.rstrip(os.sep)} is a link; nothing is written or deleted "
+                              "through one")
         py, (torch_v, tf_v, py_v) = venv_python()
     except Refused as e:
         print(f"bench/peer_position_coupling.py: {e}", file=sys.stderr)

@@ -3,7 +3,7 @@
 # (the authors' position-coupling code at pelab's scale) refuses, before anything runs or is
 # written, with one line on stderr and exit 2: a checkout that is not there, a folder that is not
 # their repository, their files without git (the commit could not be recorded), a checkout with
-# local changes, a missing peer environment, and bad options. Its summary's interval is pelab's
+# local changes, a link planted under --out, a missing peer environment, and bad options. Its summary's interval is pelab's
 # (mean +- t * sd / sqrt(n), clipped to [0, 100]): the published coupled+shaw cells 96.7 [92.9,
 # 100.0] and 91.7 [74.8, 100.0] come out of the same seeds; the validation exact match it reports
 # is the last VAL line of run.py's log. Needs python3 and git, no torch.
@@ -39,6 +39,18 @@ git -C "$co" init -q && git -C "$co" add -A &&
 echo "changed" >> "$co/run.py"
 refused "has local changes" --checkout "$co" --out "$t/o"
 git -C "$co" checkout -q -- run.py
+# A link planted under --out (the run folder an interrupted run's clean-up deletes, a file the
+# results are copied onto, the output folder itself) is refused; what it points at is untouched.
+mkdir -p "$t/victim" && echo keep > "$t/victim/file"
+mkdir -p "$t/o2/work" && ln -s "$t/victim" "$t/o2/work/learned_seed1"
+refused "learned_seed1 is a link" --checkout "$co" --out "$t/o2" --variants learned --seeds 1
+rm -rf "$t/o2" && mkdir -p "$t/o2/raw/relative_seed2" &&
+  ln -s "$t/victim/file" "$t/o2/raw/relative_seed2/cfg.json"
+refused "cfg.json is a link" --checkout "$co" --out "$t/o2" --variants relative --seeds 2
+rm -rf "$t/o2" && ln -s "$t/victim" "$t/o2"
+refused "o2 is a link" --checkout "$co" --out "$t/o2" --variants relative --seeds 2
+[ "$(cat "$t/victim/file")" = keep ] && [ "$(ls "$t/victim")" = file ] || fail "the link's target changed"
+rm -f "$t/o2"
 export PELAB_PEER_VENV="$t/novenv"
 refused "run bench/peer_venv.sh once first" --checkout "$co" --out "$t/o"
 refused "--variants must be" --checkout "$co" --out "$t/o" --variants learned,rope
